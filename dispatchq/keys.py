@@ -1,0 +1,125 @@
+"""Every Redis key and RQ queue name dispatchq uses, in one place.
+
+Keeping the names here (as rq does in its registries) means an operator reading
+`redis-cli --scan` can map every key back to the code that owns it, and a rename
+never leaves a reader and a writer disagreeing.
+"""
+
+from __future__ import annotations
+
+PREFIX = "dispatchq"
+
+# --- RQ queue names -------------------------------------------------------------
+# A tier's queue, optionally bound to one host (judgements that name a checkout run
+# only where the checkout is).
+TIERS = ("code", "typed", "session")
+CONTROL_QUEUE = "dispatchq-control"
+
+
+def queue_name(tier: str, host: str | None = None) -> str:
+    """RQ queue for a tier, e.g. `dispatchq-code` or `dispatchq-code@build-01`."""
+    base = f"{PREFIX}-{tier}"
+    return f"{base}@{host}" if host else base
+
+
+# --- judgement records ---------------------------------------------------------
+def record(judgement_id: str) -> str:
+    """Hash holding one judgement's record (its input, status, answer, trail)."""
+    return f"{PREFIX}:j:{judgement_id}"
+
+
+def status_index(status: str) -> str:
+    """Set of judgement ids currently in `status` (kept by the store's scripts)."""
+    return f"{PREFIX}:by-status:{status}"
+
+
+def idempotency(content_key: str) -> str:
+    """String: the id of the live judgement with this content (or producer) key."""
+    return f"{PREFIX}:key:{content_key}"
+
+
+ALL_IDS = f"{PREFIX}:ids"  # sorted set: id -> enqueue time, for `list` and `prune`
+SEQUENCE = f"{PREFIX}:seq"  # counter giving every judgement a FIFO sequence number
+
+
+def answered_counter(tier: str) -> str:
+    """Counter: judgements answered by a tier since the store was created."""
+    return f"{PREFIX}:stats:answered:{tier}"
+
+
+STATS_SESSIONS_SPAWNED = f"{PREFIX}:stats:sessions:spawned"
+STATS_SESSIONS_REFUSED = f"{PREFIX}:stats:sessions:refused"
+
+# --- typed tier ----------------------------------------------------------------------
+def typed_cache(content_key: str, model: str) -> str:
+    """Cached provider answers for a judgement's content under a requested model."""
+    return f"{PREFIX}:typed:cache:{model}:{content_key}"
+
+
+TYPED_REQUESTS = f"{PREFIX}:stats:typed:requests"  # provider requests made
+TYPED_KEYLESS = f"{PREFIX}:typed:keyless"  # set by typed workers that run without a key
+
+# --- session tier, marker, retrigger ---------------------------------------------
+def session_line(host: str | None = None) -> str:
+    """Sorted set of session judgements waiting to be spawned (priority, then FIFO)."""
+    return f"{PREFIX}:session:line@{host}" if host else f"{PREFIX}:session:line"
+
+
+SESSION_SLOTS = f"{PREFIX}:session:slots"  # sorted set: slot holder -> lease expiry
+SESSION_BLOCKED = f"{PREFIX}:session:blocked"  # hash: host -> why sessions cannot start there
+SESSION_RUNNING = f"{PREFIX}:session:running"  # hash: judgement id -> json (pid, host, session id)
+WAKE_CHANNEL = f"{PREFIX}:wake"  # pub/sub: a marker came down or work arrived
+
+
+def marker(scope: str) -> str:
+    """Hash: the usage-window marker for one limit scope (`general`, `model:opus`, ...)."""
+    return f"{PREFIX}:marker:{scope}"
+
+
+MARKER_SCOPES = f"{PREFIX}:marker:scopes"  # set of scopes that have a marker record
+MARKER_AUDIT = f"{PREFIX}:marker:audit"  # capped list of marker changes (who, when, why)
+
+
+def probe(scope: str) -> str:
+    """String with a lease: the one session elected to probe a lifted window."""
+    return f"{PREFIX}:probe:{scope}"
+
+
+SCHEDULER_HEARTBEAT = f"{PREFIX}:scheduler:heartbeat"
+
+# --- rules engine ----------------------------------------------------------------------
+def triage_decision(decision_key: str) -> str:
+    """Hash: stored answers and resolution of one triage decision."""
+    return f"{PREFIX}:triage:decision:{decision_key}"
+
+
+TRIAGE_EVENTS = f"{PREFIX}:triage:events"  # sorted set: decision key -> time, for replay
+TRIAGE_LEDGER = f"{PREFIX}:triage:ledger"  # hash: action fingerprint -> json of performed action
+TRIAGE_RECORDED = f"{PREFIX}:triage:recorded"  # list: what the recording executor "performed"
+TRIAGE_RUNS = f"{PREFIX}:triage:runs"  # capped list of recent runs' outcome counts
+
+
+def triage_budget(window: str) -> str:
+    """Counter of provider requests spent by enqueued triage in one hour window."""
+    return f"{PREFIX}:triage:budget:{window}"
+
+
+# --- decision record (findings reports) --------------------------------------------
+def findings_lines(repo_id: str, finding_id: str) -> str:
+    """Hash: dispatchq's own copy of every line it wrote into a finding (tamper evidence)."""
+    return f"{PREFIX}:findings:lines:{repo_id}:{finding_id}"
+
+
+def findings_dispatch_log(repo_id: str) -> str:
+    """List: one entry per fixer dispatch with before/after hashes of pinned paths."""
+    return f"{PREFIX}:findings:dispatch-log:{repo_id}"
+
+
+def findings_approval(repo_id: str, finding_id: str) -> str:
+    """Hash: approvals of out-of-boundary checks, keyed by plan digest and argv."""
+    return f"{PREFIX}:findings:approval:{repo_id}:{finding_id}"
+
+
+def findings_lock(repo_id: str) -> str:
+    """Lock key making fixer dispatch sequential per repository across workers."""
+    return f"{PREFIX}:findings:dispatch-lock:{repo_id}"
