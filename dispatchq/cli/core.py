@@ -1,0 +1,302 @@
+"""Producer commands: enqueue, result, list, cancel, retry, prune, and `run` (the main job)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dispatchq.cli import print_json, runtime
+from dispatchq.errors import UserError
+from dispatchq.model import FINISHED, STATUSES, Record
+
+TABLE_LIMIT = 200
+
+
+def _short(value: Any, width: int = 60) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@click.command()
+@click.argument("source", required=False, metavar="[-]")
+@click.option("--kind", "-k", help="The kind of judgement (declared in the config).")
+@click.option("--target", "-t", help="What it is about, e.g. acme/app#12 or a path.")
+@click.option("--item", "-i", help="Which part of the target, e.g. comment:99.")
+@click.option("--state", "state_text", help="JSON the typed tier reads, or @file.")
+@click.option("--context", "context_text", help="JSON object (context.checkout: a directory), or @file.")
+@click.option("--key", help="Your own idempotency key, instead of the content key.")
+@click.option("--force", is_flag=True, help="Judge again even if the same judgement is live.")
+@click.option("--json", "as_json", is_flag=True, help="With '-': print one JSON object per input line.")
+def enqueue(
+    source: str | None,
+    kind: str | None,
+    target: str | None,
+    item: str | None,
+    state_text: str | None,
+    context_text: str | None,
+    key: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Enqueue one judgement (prints its id), or JSON Lines from stdin with '-'.
+
+    \b
+    dispatchq enqueue --kind comment-actionable --target acme/app#12 --state '{"body": "..."}'
+    producer | dispatchq enqueue -        # prints LINE<TAB>ID per good line
+
+    Enqueueing a judgement that is already live returns its id and does no work.
+    A bad line is reported with its number and does not stop the others; the exit
+    status is 1 if any line was refused.
+    """
+    from dispatchq.client import Client
+    from dispatchq.dispatch import parse_json_arg
+
+    client = Client(runtime=runtime())
+    if source is not None:
+        if source != "-":
+            raise UserError(f"unexpected argument {source!r} (use '-' to read JSON Lines from stdin)")
+        if any(v is not None for v in (kind, target, item, state_text, context_text, key)):
+            raise UserError("with '-', every judgement comes from stdin; drop --kind/--target/... options")
+        results = client.enqueue_lines(sys.stdin, force=force)
+        failed = 0
+        for r in results:
+            if as_json:
+                print_json({"line": r.index, "id": r.id, "created": r.created, "error": r.error})
+            elif r.ok:
+                click.echo(f"{r.index}\t{r.id}")
+            if not r.ok:
+                failed += 1
+                if not as_json:
+                    click.echo(f"line {r.index}: {r.error}", err=True)
+        if failed:
+            click.echo(f"{failed} of {len(results)} lines refused", err=True)
+            sys.exit(1)
+        return
+    if not kind or not target:
+        raise UserError("give --kind and --target (or '-' to read JSON Lines from stdin)")
+    state = parse_json_arg(state_text, "--state") if state_text is not None else None
+    context = parse_json_arg(context_text, "--context") if context_text is not None else {}
+    if not isinstance(context, dict):
+        raise UserError("--context: must be a JSON object")
+    click.echo(client.enqueue(kind, target, item=item, context=context, state=state, key=key, force=force))
+
+
+@click.command()
+@click.argument("jid", metavar="ID")
+@click.option("--wait", type=float, default=None, help="Wait up to this many seconds for it to finish.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON (the public contract).")
+def result(jid: str, wait: float | None, as_json: bool) -> None:
+    """Show a judgement's record: status, the tier that answered, the answer, the trail."""
+    from dispatchq.client import Client
+
+    record = Client(runtime=runtime(config=False)).result(jid, wait=wait)
+    if as_json:
+        print_json(record.public())
+        return
+    console = Console()
+    console.print(
+        f"[bold]{record.id}[/]  {record.kind}  {record.target}" + (f"  {record.item}" if record.item else "")
+    )
+    console.print(f"status: [bold]{record.status}[/]   tier: {record.tier or '-'}")
+    if record.value is not None:
+        console.print(f"answer: {_short(record.value, 200)}")
+    if record.confidence is not None:
+        console.print(f"confidence: {record.confidence:.4g}")
+    if record.reason:
+        console.print(f"reason: {record.reason}")
+    for step in record.trail:
+        console.print(f"  · {step.tier}: {step.outcome} — {step.why}")
+
+
+@click.command(name="list")
+@click.option("--status", type=click.Choice(STATUSES), help="Only judgements with this status.")
+@click.option("--kind", help="Only judgements of this kind.")
+@click.option("--limit", type=int, default=100, show_default=True, help="At most this many (newest first).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of records.")
+def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> None:
+    """List judgements, newest first."""
+    rt = runtime(config=False)
+    ids = rt.store.ids(status)
+    if status is None:
+        ids = list(reversed(ids))
+    records = [r for r in rt.store.get_many(ids) if r is not None and (kind is None or r.kind == kind)]
+    if status is not None:
+        records.sort(key=lambda r: r.created_at or 0, reverse=True)
+    records = records[:limit]
+    if as_json:
+        print_json([r.public() for r in records])
+        return
+    Console().print(_table(records))
+
+
+def _table(records: list[Record]) -> Table:
+    table = Table(show_lines=False)
+    for column in ("id", "kind", "target", "status", "tier", "answer", "confidence", "reason"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        table.add_row(
+            r.id[:12],
+            r.kind,
+            _short(r.target, 30),
+            r.status,
+            r.tier or "-",
+            _short(r.value, 30) if r.value is not None else "",
+            f"{r.confidence:.3g}" if r.confidence is not None else "",
+            _short(r.reason or "", 50),
+        )
+    return table
+
+
+@click.command()
+@click.argument("jid", metavar="ID")
+def cancel(jid: str) -> None:
+    """Cancel a judgement that has not finished (it will not be spawned or answered)."""
+    if runtime(config=False).dispatcher.cancel(jid):
+        click.echo(f"cancelled {jid}")
+    else:
+        raise UserError(f"judgement {jid} has already finished")
+
+
+@click.command()
+@click.argument("jid", metavar="ID")
+def retry(jid: str) -> None:
+    """Judge again on purpose, from the kind's first tier (the trail is kept)."""
+    runtime().dispatcher.retry(jid)
+    click.echo(f"re-queued {jid}")
+
+
+@click.command()
+def prune() -> None:
+    """Drop index entries of records that have expired (DISPATCHQ_RESULT_TTL)."""
+    click.echo(f"pruned {runtime(config=False).store.prune()} expired entries")
+
+
+def _progress_thread(rt: Any, ids: list[str], progress: Progress, task: Any, stop: threading.Event) -> None:
+    while not stop.wait(0.3):
+        statuses = rt.store.statuses(ids)
+        done = sum(1 for s in statuses if s in FINISHED or s == "waiting")
+        progress.update(task, completed=done)
+
+
+@click.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--force", is_flag=True, help="Judge again even judgements that are already live.")
+@click.option(
+    "--table/--no-table", default=None, help=f"Print every judgement (default: when at most {TABLE_LIMIT})."
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the records and summary as JSON.")
+def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_json: bool) -> None:
+    """The main job: enqueue FILE (JSON Lines) and answer what can be answered now.
+
+    Runs each tier's worker in this process until nothing more can be answered now,
+    then prints every judgement (tier, answer, confidence, reason) and a summary per
+    tier, including what is waiting and why. Exit status 0 when every judgement was
+    handled or waits for a reason it names.
+    """
+    from dispatchq.client import Client
+    from dispatchq.worker import drain
+
+    rt = runtime()
+    client = Client(runtime=rt)
+    console = Console(stderr=as_json)
+    results = client.enqueue_file(file, force=force)
+    refused = [r for r in results if not r.ok]
+    for r in refused:
+        click.echo(f"line {r.index}: {r.error}", err=True)
+    ids = list(dict.fromkeys(r.id for r in results if r.id))
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    started = time.monotonic()
+    if show_progress and ids:
+        bar = Progress(
+            TextColumn("[bold]judging"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        task = bar.add_task("judging", total=len(ids))
+        stop = threading.Event()
+        thread = threading.Thread(target=_progress_thread, args=(rt, ids, bar, task, stop), daemon=True)
+        with bar:
+            thread.start()
+            try:
+                report = drain(rt)
+            finally:
+                stop.set()
+                thread.join()
+            bar.update(
+                task, completed=sum(1 for s in rt.store.statuses(ids) if s in FINISHED or s == "waiting")
+            )
+    else:
+        report = drain(rt)
+    elapsed = time.monotonic() - started
+    records = [r for r in rt.store.get_many(ids) if r is not None]
+    summary = _summary(records, report, elapsed)
+    if as_json:
+        print_json(
+            {
+                "judgements": [r.public() for r in records],
+                "summary": summary,
+                "refused": [{"line": r.index, "error": r.error} for r in refused],
+            }
+        )
+    else:
+        if table or (table is None and len(records) <= TABLE_LIMIT):
+            console.print(_table(records))
+        elif table is None:
+            console.print(f"({len(records)} judgements; --table prints them all)")
+        _print_summary(console, summary)
+    stranded = [r for r in records if r.status in ("queued", "running")]
+    sys.exit(1 if stranded or refused else 0)
+
+
+def _summary(records: list[Record], report: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    by_tier = Counter(r.tier for r in records if r.status == "answered")
+    waiting = Counter(r.reason or "unknown" for r in records if r.status == "waiting")
+    queued = Counter(f"{r.tier} tier" for r in records if r.status in ("queued", "running"))
+    return {
+        "total": len(records),
+        "elapsed_seconds": round(elapsed, 3),
+        "answered": {t: by_tier.get(t, 0) for t in ("code", "typed", "session")},
+        "needs_triage": sum(1 for r in records if r.status == "needs-triage"),
+        "failed": sum(1 for r in records if r.status == "failed"),
+        "cancelled": sum(1 for r in records if r.status == "cancelled"),
+        "waiting": dict(waiting),
+        "not_finished": dict(queued),
+        "delayed_retries_left": report.get("delayed_retries_left", 0),
+    }
+
+
+def _print_summary(console: Console, s: dict[str, Any]) -> None:
+    a = s["answered"]
+    console.print(
+        f"[bold]{s['total']}[/] judgements in {s['elapsed_seconds']:.1f}s: "
+        f"code answered {a['code']}, typed answered {a['typed']}, session answered {a['session']}; "
+        f"needs-triage {s['needs_triage']}, failed {s['failed']}"
+    )
+    avoided = a["code"] + a["typed"]
+    console.print(f"sessions avoided: {avoided}")
+    for reason, count in s["waiting"].items():
+        console.print(f"{count} wait for a session: {reason}")
+    for where, count in s["not_finished"].items():
+        console.print(f"[yellow]{count} still queued at the {where}[/]")
+    if s["delayed_retries_left"]:
+        console.print(f"{s['delayed_retries_left']} typed-tier retries are scheduled beyond the wait horizon")
+
+
+def register(main: click.Group) -> None:
+    for command in (enqueue, result, list_, cancel, retry, prune, run):
+        main.add_command(command)

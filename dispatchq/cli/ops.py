@@ -1,0 +1,206 @@
+"""Operator commands: worker, scheduler, status, redis, settings."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from dispatchq import keys
+from dispatchq.cli import print_json, runtime, settings
+from dispatchq.model import STATUSES
+
+
+@click.command()
+@click.argument("tier", type=click.Choice(["code", "typed", "session"]))
+@click.option("--burst", is_flag=True, help="Stop when there is nothing left to do now.")
+@click.option("--quiet", is_flag=True, help="Log warnings only.")
+def worker(tier: str, burst: bool, quiet: bool) -> None:
+    """Run one tier's worker (the Procfile runs one per tier).
+
+    Code and session workers take host-bound work (judgements naming a checkout on
+    this host, DISPATCHQ_HOST) and unbound work; typed workers take any.
+    """
+    from dispatchq.worker import run_worker
+
+    run_worker(runtime(), tier, burst=burst, quiet=quiet)
+
+
+@click.command()
+@click.option("--burst", is_flag=True, help="Run one tick and exit.")
+def scheduler(burst: bool) -> None:
+    """Run rq-scheduler's loop and the control queue (retriggers), one tick per second."""
+    import logging
+
+    from dispatchq.scheduler import run_scheduler
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_scheduler(runtime(config=False), burst=burst)
+
+
+def collect_status(rt: Any) -> dict[str, Any]:
+    """Everything `dispatchq status` shows, as data (the JSON form is this dict)."""
+    from rq import Worker
+
+    from dispatchq.scheduler import scheduler_alive, scheduler_for
+
+    redis = rt.redis
+    dispatcher = rt.dispatcher
+    depths: dict[str, int] = {}
+    for tier in ("code", "typed"):
+        depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
+    lines = [keys.session_line(rt.settings.host), keys.session_line()]
+    depths["session"] = sum(int(redis.zcard(line)) for line in lines)
+    workers: dict[str, int] = {"code": 0, "typed": 0, "session": 0}
+    for w in Worker.all(connection=redis):
+        for name in w.queue_names():
+            tier = name.removeprefix(f"{keys.PREFIX}-").split("@")[0]
+            if tier in workers:
+                workers[tier] += 1
+                break
+    store = rt.store
+    counts = {s: store.count(s) for s in STATUSES}
+    waiting: dict[str, int] = {}
+    for record in store.get_many(store.ids("waiting")):
+        if record is not None:
+            waiting[record.reason or "unknown"] = waiting.get(record.reason or "unknown", 0) + 1
+    answered = store.answered_counts()
+    data: dict[str, Any] = {
+        "redis": rt.settings.describe_redis(),
+        "redis_version": redis.info("server").get("redis_version"),
+        "queues": depths,
+        "workers": workers,
+        "judgements": counts,
+        "answered": answered,
+        "sessions_avoided": answered["code"] + answered["typed"],
+        "waiting": waiting,
+        "scheduler": {
+            "alive": scheduler_alive(rt),
+            "scheduled_jobs": scheduler_for(rt).count(),
+        },
+        "typed": {"keyless": rt.settings.typesafe_api_key is None},
+    }
+    try:
+        from dispatchq.marker import status_section
+    except ImportError:  # the session tier is not installed in this build
+        data["marker"] = {"up": False, "lifts_at": None, "kind": None, "message": None}
+        data["markers"] = []
+    else:
+        data.update(status_section(rt))
+    try:
+        from dispatchq.triage import status_section as triage_section
+    except ImportError:
+        pass
+    else:
+        data["triage"] = triage_section(rt)
+    return data
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable status.")
+def status(as_json: bool) -> None:
+    """The ops view: Redis in use, queues and workers per tier, answers per tier, the usage window."""
+    rt = runtime(config=False)
+    data = collect_status(rt)
+    if as_json:
+        print_json(data)
+        return
+    console = Console()
+    console.print(f"[bold]redis[/]: {data['redis']} (v{data['redis_version']})")
+    table = Table("tier", "queued", "workers", "answered")
+    for tier in ("code", "typed", "session"):
+        table.add_row(
+            tier, str(data["queues"][tier]), str(data["workers"][tier]), str(data["answered"][tier])
+        )
+    console.print(table)
+    console.print(f"sessions avoided: [bold]{data['sessions_avoided']}[/]")
+    j = data["judgements"]
+    console.print("judgements: " + ", ".join(f"{k} {v}" for k, v in j.items() if v))
+    for reason, count in data["waiting"].items():
+        console.print(f"  {count} waiting: {reason}")
+    if data["typed"]["keyless"]:
+        console.print("typed tier: [yellow]keyless[/] (no TYPESAFE_API_KEY): typed judgements escalate")
+    sched = data["scheduler"]
+    alive = "[green]alive[/]" if sched["alive"] else "[red]not running[/] (start `dispatchq scheduler`)"
+    console.print(f"scheduler: {alive}; {sched['scheduled_jobs']} scheduled jobs")
+    _print_markers(console, data)
+    if "triage" in data:
+        t = data["triage"]
+        console.print(f"triage: last runs {t}")
+
+
+def _print_markers(console: Console, data: dict[str, Any]) -> None:
+    markers = data.get("markers") or []
+    if not markers:
+        console.print("usage window: [green]open[/] (no marker)")
+        return
+    for m in markers:
+        if m.get("up"):
+            left = max(0, int(m["lifts_at_epoch"] - time.time()))
+            countdown = f"{left // 3600}h{left % 3600 // 60:02d}m{left % 60:02d}s"
+            console.print(
+                f"usage window [{m['scope']}]: [red]closed[/] until {m['lifts_at']} "
+                f"({m.get('lifts_at_local', '')}; in {countdown}) "
+                f"kind {m.get('kind')}: {m.get('message')!r} (seen by {m.get('session') or '-'})"
+            )
+        else:
+            console.print(f"usage window [{m['scope']}]: {m.get('state', 'open')}")
+    if data.get("retrigger"):
+        console.print(f"retrigger scheduled at {data['retrigger']}")
+
+
+@click.group()
+def redis() -> None:
+    """The embedded Redis server (used when DISPATCHQ_REDIS_URL is unset)."""
+
+
+@redis.command(name="stop")
+def redis_stop() -> None:
+    """Stop the embedded server gracefully (its append-only file keeps every judgement)."""
+    from dispatchq.connection import embedded_for
+
+    s = settings()
+    if not s.embedded:
+        raise click.UsageError("DISPATCHQ_REDIS_URL is set: dispatchq does not manage that server")
+    stopped = embedded_for(s).stop()
+    click.echo("stopped" if stopped else "not running")
+
+
+@redis.command(name="status")
+@click.option("--json", "as_json", is_flag=True)
+def redis_status(as_json: bool) -> None:
+    """Which server is in use, and whether the embedded one is running."""
+    from dispatchq.connection import embedded_for
+
+    s = settings()
+    data: dict[str, Any] = {"redis": s.describe_redis(), "embedded": s.embedded}
+    if s.embedded:
+        server = embedded_for(s)
+        data.update(running=server.is_running(), socket=str(server.socket_path), pid=server.pid())
+    if as_json:
+        print_json(data)
+    else:
+        for k, v in data.items():
+            click.echo(f"{k}: {v}")
+
+
+@click.command(name="settings")
+@click.option("--json", "as_json", is_flag=True)
+def settings_cmd(as_json: bool) -> None:
+    """Every setting, its environment variable and current value (secrets redacted)."""
+    data = settings().public()
+    if as_json:
+        print_json(data)
+        return
+    table = Table("variable", "value", "meaning")
+    for name, entry in data.items():
+        table.add_row(name, str(entry["value"]), entry["description"] or "")
+    Console().print(table)
+
+
+def register(main: click.Group) -> None:
+    for command in (worker, scheduler, status, redis, settings_cmd):
+        main.add_command(command)

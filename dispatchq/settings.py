@@ -1,0 +1,330 @@
+"""dispatchq's settings: one typed object, built once at the edge of a process.
+
+Every setting comes from an environment variable prefixed `DISPATCHQ_` (or a `.env`
+file in the working directory); the TypeSafe SDK's own variables keep their names.
+Library code receives this object (or the few values it needs), never `os.environ`,
+so a test can build exactly the configuration it means.
+
+Secrets may come from files instead (`<NAME>_FILE`, e.g. `TYPESAFE_API_KEY_FILE`) so
+they need not sit in any process's environment, where a session could read them.
+They are `SecretStr`s, redacted wherever settings or errors are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from dispatchq.errors import SettingsError
+
+DAY = 86_400
+
+#: Settings that hold secrets: their values may come from `<ENV>_FILE`.
+SECRET_ENV = ("DISPATCHQ_REDIS_URL", "TYPESAFE_API_KEY", "DISPATCHQ_GITHUB_TOKEN")
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dispatchq"
+
+
+def _local_timezone() -> str:
+    """The machine's zone name, which is what Claude Code prints reset times in."""
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if tz and "/" in tz:
+        return tz
+    try:
+        target = os.readlink("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else "UTC"
+
+
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dispatchq_environ", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """Reads the mapping `load_settings` was handed instead of the process environment."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = _ENVIRON.get()
+        if environ is None:
+            return super()._load_env_vars()
+        return parse_env_vars(environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class Settings(BaseSettings):
+    """All of dispatchq's knobs. Durations are in seconds."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DISPATCHQ_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        validate_default=True,
+        populate_by_name=True,
+    )
+
+    # --- Redis and storage -----------------------------------------------------------
+    redis_url: SecretStr | None = Field(
+        None, description="Redis server to use; unset starts the embedded server under the data dir."
+    )
+    data_dir: Path = Field(
+        default_factory=_default_data_dir, description="Where the embedded Redis keeps its data."
+    )
+    appendfsync: Literal["everysec", "always", "no"] = Field(
+        "everysec",
+        description="Embedded Redis fsync: everysec may lose the last second on a hard kill; always: none.",
+    )
+    result_ttl: int = Field(7 * DAY, ge=1, description="How long finished judgement records are kept.")
+
+    # --- config and judgements --------------------------------------------------------
+    config: Path = Field(Path("dispatchq.yaml"), description="The YAML file declaring kinds and triage.")
+    checkout_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=lambda: [Path.cwd()],
+        description="Directories a judgement's checkout may lie in (os.pathsep-separated).",
+    )
+    host: str = Field(
+        default_factory=socket.gethostname,
+        description="This machine's name; judgements naming a checkout run only on the host that holds it.",
+    )
+
+    # --- workers ----------------------------------------------------------------------------
+    batch_size: int = Field(200, ge=1, le=10_000, description="Judgements carried by one RQ job.")
+    code_job_timeout: int = Field(3600, ge=1, description="RQ job timeout for a code-tier job.")
+    typed_job_timeout: int = Field(600, ge=1, description="RQ job timeout for a typed-tier job.")
+    produce_timeout: int = Field(900, ge=1, description="Timeout for each produce or verify command.")
+    job_retries: int = Field(3, ge=0, description="RQ retries of a job whose worker died mid-job.")
+    recovery_interval: int = Field(
+        60, ge=1, description="How often workers look for jobs abandoned by a dead worker (RQ maintenance)."
+    )
+    heartbeat_interval: int = Field(
+        10, ge=1, description="How often a busy worker renews its job's heartbeat."
+    )
+    heartbeat_grace: int = Field(
+        60, ge=1, description="A job whose heartbeat is this late is considered abandoned and retried."
+    )
+
+    # --- typed tier ------------------------------------------------------------------------------
+    typesafe_api_key: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("TYPESAFE_API_KEY", "typesafe_api_key"),
+        description="TypeSafe key; unset means the typed tier answers nothing and everything escalates.",
+    )
+    gate_local: float = Field(
+        0.6, ge=0, le=1, description="Confidence needed to act on a local-effect answer."
+    )
+    gate_external: float = Field(
+        0.85, ge=0, le=1, description="Confidence needed for a write outside the checkout (external effect)."
+    )
+    typed_max_questions: int = Field(
+        64, ge=1, description="Cap on questions sent in one batched provider request."
+    )
+    typed_attempts: int = Field(
+        5, ge=1, description="Provider attempts (after the SDK's own retries) before a judgement moves up."
+    )
+    typed_timeout: float = Field(10.0, gt=0, description="Timeout of one provider HTTP request.")
+    retry_horizon: int = Field(
+        30, ge=0, description="A burst run waits for delayed retries due within this many seconds."
+    )
+
+    # --- session tier -----------------------------------------------------------------------------
+    session_command: str = Field(
+        "claude -p --output-format stream-json --verbose",
+        description="The headless session command, split like a shell would and run with no shell.",
+    )
+    session_timeout: int = Field(1800, ge=1, description="A session running longer than this is killed.")
+    session_concurrency: int = Field(1, ge=1, description="Sessions running at once, across all machines.")
+    session_credential_var: str = Field(
+        "CLAUDE_CODE_OAUTH_TOKEN", description="The one credential variable a session receives."
+    )
+    session_deny_env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Extra variable names never passed to a child (comma-separated)."
+    )
+    timezone: str = Field(
+        default_factory=_local_timezone, description="Zone for reset times printed without one."
+    )
+    unknown_reset_probe: int = Field(
+        900, ge=1, description="With no reset time in a limit message, probe again after this long."
+    )
+    probe_grace: int = Field(
+        20,
+        ge=1,
+        description="A probe session running this long without a limit result shows the window open.",
+    )
+    reprobe_min: int = Field(
+        300,
+        ge=1,
+        description="A probe refused again with the same stated time waits at least this (doubling).",
+    )
+
+    # --- rules engine -------------------------------------------------------------------------------
+    github_token: SecretStr | None = Field(None, description="Token for the GitHub executor.")
+    github_api_url: str = Field("https://api.github.com", description="GitHub REST API base URL.")
+    triage_hourly_budget: int = Field(
+        1000, ge=0, description="Provider requests enqueued triage may spend per hour."
+    )
+
+    @field_validator("checkout_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part for part in value.split(os.pathsep) if part]
+        return value
+
+    @field_validator("checkout_roots")
+    @classmethod
+    def _resolve_roots(cls, value: list[Path]) -> list[Path]:
+        if not value:
+            raise ValueError("at least one directory is needed")
+        return [Path(p).expanduser().resolve() for p in value]
+
+    @field_validator("session_deny_env", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @field_validator("session_command")
+    @classmethod
+    def _splittable(cls, value: str) -> str:
+        import shlex
+
+        try:
+            argv = shlex.split(value)
+        except ValueError as error:
+            raise ValueError(f"cannot be split into words: {error}") from None
+        if not argv:
+            raise ValueError("must name a command")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _MappingEnvSource(settings_cls), dotenv_settings)
+
+    # --- derived ------------------------------------------------------------------------------------
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+    def describe_redis(self) -> str:
+        """Which server this process uses, with any password redacted."""
+        if self.redis_url is None:
+            return f"embedded ({self.data_dir})"
+        return redact_url(self.redis_url.get_secret_value())
+
+    def public(self) -> dict[str, Any]:
+        """Every setting with its environment variable, secrets redacted (for `dispatchq config`)."""
+        out: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = "**********"
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, list):
+                value = [str(v) for v in value]
+            out[env_name(name)] = {"value": value, "description": field.description}
+        if self.redis_url is not None:
+            out["DISPATCHQ_REDIS_URL"]["value"] = redact_url(self.redis_url.get_secret_value())
+        return out
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a field."""
+    if field == "typesafe_api_key":
+        return "TYPESAFE_API_KEY"
+    return f"DISPATCHQ_{field.upper()}"
+
+
+def redact_url(url: str) -> str:
+    """`redis://user:secret@host/0` -> `redis://user:***@host/0`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _secrets_from_files(environ: Mapping[str, str]) -> dict[str, str]:
+    """Values for secret settings given as `<NAME>_FILE` (the file's content, stripped)."""
+    found: dict[str, str] = {}
+    for env in SECRET_ENV:
+        path = environ.get(f"{env}_FILE")
+        if not path or environ.get(env):
+            continue
+        try:
+            found[env] = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise SettingsError(f"{env}_FILE: cannot read {path}: {error.strerror}") from None
+        if not found[env]:
+            raise SettingsError(f"{env}_FILE: {path} is empty")
+    return found
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build the settings from an environment (default: this process's), or fail in one line.
+
+    The error names the variable and never echoes a secret's value.
+    """
+    env = dict(os.environ if environ is None else environ)
+    file_values = _secrets_from_files(env)
+    init: dict[str, Any] = {}
+    for env_var, value in file_values.items():
+        init[
+            "typesafe_api_key"
+            if env_var == "TYPESAFE_API_KEY"
+            else env_var.removeprefix("DISPATCHQ_").lower()
+        ] = value
+    init.update(overrides)
+    token = _ENVIRON.set(env)
+    try:
+        return Settings(**init)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        name = env_name(field) if field in Settings.model_fields else field
+        shown = "" if name in SECRET_ENV else f" (got {first.get('input')!r})"
+        message = first["msg"].removeprefix("Value error, ")
+        raise SettingsError(f"{name}: {message}{shown}") from None
+    finally:
+        _ENVIRON.reset(token)

@@ -1,0 +1,42 @@
+"""RQ job entry points. Thin on purpose: workers import these by name; the work is in `dispatchq`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatchq.runtime import get_runtime
+
+
+def code(ids: list[str]) -> int:
+    from dispatchq.code_tier import process_batch
+
+    return process_batch(get_runtime(), ids)
+
+
+def typed(ids: list[str]) -> int:
+    from dispatchq.typed_tier import process_batch
+
+    return process_batch(get_runtime(), ids)
+
+
+def session(jid: str, slot: str) -> str:
+    from dispatchq.session_tier import run_claimed
+
+    return run_claimed(get_runtime(), jid, slot)
+
+
+def retrigger(scope: str, lifts_at: float) -> str:
+    from dispatchq.marker import retrigger as fire
+
+    return fire(get_runtime(), scope, lifts_at)
+
+
+def on_job_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+    """RQ calls this when a job fails or its worker died; RQ retries it if it can.
+
+    Only when RQ has no retries left do the job's unfinished judgements fail, each
+    with the reason, visibly: a judgement is never silently dropped.
+    """
+    from dispatchq.worker import job_failed
+
+    job_failed(get_runtime(), job, exc_type, exc_value)
