@@ -11,6 +11,7 @@ strings instead of turning into booleans as they do in YAML 1.1.
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -72,6 +73,9 @@ class SessionSpec:
     args: tuple[str, ...] = ()
     format: str = "text"
     model: str | None = None  # the model this kind's session runs, when it names one
+    # Code that runs around the spawn (`before_spawn`, `after_session`): set by built-in
+    # kinds such as the decision gate's fixer, never from YAML.
+    hooks: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,27 @@ def _session(kind: str, raw: Any) -> SessionSpec:
     return SessionSpec(prompt, tuple(args), fmt, model)
 
 
+def _first_non_json(value: Any, where: str) -> tuple[str, Any] | None:
+    """Where the first value JSON cannot spell sits (a YAML date, .nan, .inf), with the value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_non_json(item, f"{where}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _first_non_json(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float) and math.isfinite(value):
+        return None
+    return where, value
+
+
 def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True) -> Kind:
     where = f"kinds.{name}"
     if not _NAME.match(name):
@@ -262,6 +287,14 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
     if unknown:
         raise ConfigError(
             f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(KIND_KEYS))})"
+        )
+    # The kind's digest (part of every content key) hashes the definition as JSON: a YAML
+    # date or .nan would crash that hash with a traceback instead of a config error.
+    not_json = _first_non_json(raw, where)
+    if not_json is not None:
+        raise ConfigError(
+            f"{not_json[0]}: {type(not_json[1]).__name__} {not_json[1]!r} is not plain JSON data "
+            "(text, finite number, true/false, list or mapping); quote it"
         )
 
     effect = raw.get("effect", "local")

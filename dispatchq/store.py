@@ -355,6 +355,8 @@ def _s(value: bytes | str) -> str:
 
 
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}
+#: Optional fields some tiers keep on a record (shown in `result --json` when set).
+_EXTRA_FIELDS = ("session_id", "resume_session")
 
 
 def _encode_field(name: str, value: Any) -> str:
@@ -371,6 +373,7 @@ def _record(jid: str, raw: dict[bytes, bytes]) -> Record:
     def j(name: str) -> Any:
         return json.loads(f[name]) if f.get(name) not in (None, "") else None
 
+    extra = {k: f[k] for k in _EXTRA_FIELDS if f.get(k)}
     return Record(
         id=jid,
         kind=data.get("kind", "?"),
@@ -394,4 +397,5 @@ def _record(jid: str, raw: dict[bytes, bytes]) -> Record:
         updated_at=float(f["updated"]) if f.get("updated") else None,
         attempts=int(f.get("attempts") or 0),
         job=f.get("job") or None,
+        **extra,
     )

@@ -19,10 +19,10 @@ def typed(ids: list[str]) -> int:
     return process_batch(get_runtime(), ids)
 
 
-def session(jid: str, slot: str) -> str:
+def session(jid: str, slot: str, probes: list[str] | None = None) -> str:
     from dispatchq.session_tier import run_claimed
 
-    return run_claimed(get_runtime(), jid, slot)
+    return run_claimed(get_runtime(), jid, slot, probes)
 
 
 def retrigger(scope: str, lifts_at: float) -> str:

@@ -211,7 +211,7 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
 
     rt = runtime()
     client = Client(runtime=rt)
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
     results = client.enqueue_file(file, force=force)
     refused = [r for r in results if not r.ok]
     for r in refused:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Console
@@ -11,6 +14,7 @@ from rich.table import Table
 
 from dispatchq import keys
 from dispatchq.cli import print_json, runtime, settings
+from dispatchq.errors import UserError
 from dispatchq.model import STATUSES
 
 
@@ -142,12 +146,12 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
             left = max(0, int(m["lifts_at_epoch"] - time.time()))
             countdown = f"{left // 3600}h{left % 3600 // 60:02d}m{left % 60:02d}s"
             console.print(
-                f"usage window [{m['scope']}]: [red]closed[/] until {m['lifts_at']} "
+                f"usage window \\[{m['scope']}]: [red]closed[/] until {m['lifts_at']} "
                 f"({m.get('lifts_at_local', '')}; in {countdown}) "
                 f"kind {m.get('kind')}: {m.get('message')!r} (seen by {m.get('session') or '-'})"
             )
         else:
-            console.print(f"usage window [{m['scope']}]: {m.get('state', 'open')}")
+            console.print(f"usage window \\[{m['scope']}]: {m.get('state', 'open')}")
     if data.get("retrigger"):
         console.print(f"retrigger scheduled at {data['retrigger']}")
 
@@ -201,6 +205,65 @@ def settings_cmd(as_json: bool) -> None:
     Console().print(table)
 
 
+_DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_until(text: str, zone: str, now: datetime | None = None) -> datetime:
+    """`2h30m`, `+90m`, `18:00` (next such time in DISPATCHQ_TIMEZONE) or an ISO 8601 instant."""
+    now = now or datetime.now(UTC)
+    text = text.strip()
+    match = _DURATION.match(text)
+    if text and match and any(match.groups()):
+        d, h, m, s = (int(g or 0) for g in match.groups())
+        return now + timedelta(days=d, hours=h, minutes=m, seconds=s)
+    tz = ZoneInfo(zone)
+    clock = re.match(r"^(\d{1,2}):(\d{2})$", text)
+    if clock:
+        hour, minute = int(clock.group(1)), int(clock.group(2))
+        if hour > 23 or minute > 59:
+            raise UserError(f"--until: {text!r} is not a time of day")
+        local = now.astimezone(tz).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if local <= now:
+            local += timedelta(days=1)
+        return local.astimezone(UTC)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"--until: {text!r} is not a duration (2h30m), a time (18:00) or ISO 8601") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=tz)
+    return when.astimezone(UTC)
+
+
+@click.group()
+def window() -> None:
+    """Reserve the shared usage window for people, or open it again."""
+
+
+@window.command(name="close")
+@click.option("--until", "until", required=True, help="2h30m, 18:00 (DISPATCHQ_TIMEZONE) or ISO 8601.")
+@click.option("--reason", default="", help="Why (shown in status and the audit).")
+def window_close(until: str, reason: str) -> None:
+    """Close the window: no session starts until then (audited in status)."""
+    from dispatchq import marker
+
+    rt = runtime(config=False)
+    when = parse_until(until, rt.settings.timezone)
+    if when <= datetime.now(UTC):
+        raise UserError(f"--until: {when.isoformat()} is in the past")
+    m = marker.close_window(rt, when, reason=reason or "closed by an operator")
+    click.echo(f"usage window closed until {datetime.fromtimestamp(m.lifts_at, UTC).isoformat()}")
+
+
+@window.command(name="open")
+def window_open() -> None:
+    """Open the window now: markers removed, waiting sessions released (audited)."""
+    from dispatchq import marker
+
+    opened = marker.open_window(runtime(config=False))
+    click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")
+
+
 def register(main: click.Group) -> None:
-    for command in (worker, scheduler, status, redis, settings_cmd):
+    for command in (worker, scheduler, status, redis, settings_cmd, window):
         main.add_command(command)

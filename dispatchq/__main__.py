@@ -1,0 +1,5 @@
+"""`python -m dispatchq` is the `dispatchq` command."""
+
+from dispatchq.cli import main
+
+main()
