@@ -92,7 +92,9 @@ class Answer:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Answer:
-        return cls(data["question"], data["type"], data["value"], float(data["confidence"]), data.get("raw", {}))
+        return cls(
+            data["question"], data["type"], data["value"], float(data["confidence"]), data.get("raw", {})
+        )
 
 
 def _probability(value: object, where: str) -> float:
