@@ -50,6 +50,7 @@ def answered_counter(tier: str) -> str:
 STATS_SESSIONS_SPAWNED = f"{PREFIX}:stats:sessions:spawned"
 STATS_SESSIONS_REFUSED = f"{PREFIX}:stats:sessions:refused"
 
+
 # --- typed tier ----------------------------------------------------------------------
 def typed_cache(content_key: str, model: str) -> str:
     """Cached provider answers for a judgement's content under a requested model."""
@@ -58,6 +59,7 @@ def typed_cache(content_key: str, model: str) -> str:
 
 TYPED_REQUESTS = f"{PREFIX}:stats:typed:requests"  # provider requests made
 TYPED_KEYLESS = f"{PREFIX}:typed:keyless"  # set by typed workers that run without a key
+
 
 # --- session tier, marker, retrigger ---------------------------------------------
 def session_line(host: str | None = None) -> str:
@@ -87,6 +89,7 @@ def probe(scope: str) -> str:
 
 SCHEDULER_HEARTBEAT = f"{PREFIX}:scheduler:heartbeat"
 
+
 # --- rules engine ----------------------------------------------------------------------
 def triage_decision(decision_key: str) -> str:
     """Hash: stored answers and resolution of one triage decision."""
@@ -102,6 +105,15 @@ TRIAGE_RUNS = f"{PREFIX}:triage:runs"  # capped list of recent runs' outcome cou
 def triage_budget(window: str) -> str:
     """Counter of provider requests spent by enqueued triage in one hour window."""
     return f"{PREFIX}:triage:budget:{window}"
+
+
+def triage_labels_added(target: str) -> str:
+    """Set of labels dispatchq itself added to a target: the only labels it may remove."""
+    return f"{PREFIX}:triage:labels-added:{target}"
+
+
+TRIAGE_NEEDS_TRIAGE = f"{PREFIX}:triage:needs-triage"  # hash: decision key -> json of an escalated event
+TRIAGE_RECORDED_STATE = f"{PREFIX}:triage:recorded-state"  # hash: target -> json the recording executor keeps
 
 
 # --- decision record (findings reports) --------------------------------------------

@@ -209,3 +209,74 @@ def _retry_later(runtime: Runtime, ids: list[str], delay: float) -> None:
             ),
             fields={"job": job.id},
         )
+
+
+# --- triage: the rules engine's questions go through the same provider --------------------
+def provider_ask(provider: Provider) -> Any:
+    """The rules engine's `ask(state, questions) -> AskResult`, over the typed tier's provider."""
+    from dispatchq.triage import AskResult
+
+    def ask(state: Any, questions: Any) -> AskResult:
+        if provider.keyless:
+            return AskResult(unanswered=dict.fromkeys(questions, "keyless"))
+        before = provider.calls
+        outcome = provider.ask(state, {q: dict(v) for q, v in questions.items()})
+        requests = provider.calls - before
+        if isinstance(outcome, Answered):
+            return AskResult(answers=outcome.answers, unanswered=dict(outcome.missing), requests=requests)
+        why = getattr(outcome, "message", None) or type(outcome).__name__
+        reason = getattr(outcome, "reason", "keyless")
+        return AskResult(unanswered=dict.fromkeys(questions, f"provider {reason}: {why}"), requests=requests)
+
+    return ask
+
+
+def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) -> str:
+    """Put an event on the typed queue: a typed worker asks, resolves and runs the executor."""
+    job = runtime.dispatcher.queue("typed").enqueue_call(
+        "jobs.tiers.triage",
+        args=(event, mode),
+        timeout=runtime.settings.typed_job_timeout,
+        result_ttl=runtime.settings.result_ttl,
+        failure_ttl=runtime.settings.result_ttl,
+        description=f"dispatchq triage {event.get('event')} {event.get('target')}",
+    )
+    return str(job.id)
+
+
+def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -> dict[str, Any]:
+    """The typed worker's side of `triage --enqueue`: one batched request, the table, the executor.
+
+    Triage has no confidence band of its own and never escalates to a session: the
+    table's gates are the band. Its budget is per hour across every enqueued event.
+    """
+    from dispatchq.executors import build_executor
+    from dispatchq.rules import Event
+    from dispatchq.triage import HourlyBudget, TriageStore, triage
+
+    config = runtime.config.triage
+    if config is None:
+        raise RuntimeError("the config has no triage section")
+    event = Event.from_json(event_data)
+    settings = runtime.settings
+    executor = build_executor(
+        config.executor,
+        runtime.redis,
+        github_token=settings.github_token,
+        github_api_url=settings.github_api_url,
+    )
+    try:
+        result = triage(
+            event,
+            config,
+            ask=provider_ask(provider_for(runtime)),
+            store=TriageStore(runtime.redis),
+            executor=executor,
+            budget=HourlyBudget(runtime.redis, settings.triage_hourly_budget),
+            mode_override=mode,  # type: ignore[arg-type]
+        )
+    finally:
+        close = getattr(executor, "close", None)
+        if callable(close):
+            close()
+    return result.to_json()

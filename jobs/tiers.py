@@ -40,3 +40,10 @@ def on_job_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tra
     from dispatchq.worker import job_failed
 
     job_failed(get_runtime(), job, exc_type, exc_value)
+
+
+def triage(event: dict[str, Any], mode: str | None = None) -> dict[str, Any]:
+    """`dispatchq triage --enqueue`: runs on the typed queue."""
+    from dispatchq.typed_tier import run_triage
+
+    return run_triage(get_runtime(), event, mode)
