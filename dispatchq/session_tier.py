@@ -244,6 +244,7 @@ def burst(runtime: Runtime) -> bool:
     """Run sessions in this process until none can start now; True if any finished."""
     if not any(runtime.redis.zcard(line) for line in lines_for(runtime)):
         return False
+    recheck_blocked(runtime)
     from dispatchq.worker import make_worker
 
     before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
