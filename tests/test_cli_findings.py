@@ -1,0 +1,254 @@
+"""`dispatchq findings check|pin`: read-only inspection of a findings report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dispatchq.cli import main
+
+REPORT = """# Review
+
+### [MEDIUM] DOC-001: clean and decided
+**Location:** `docs/a.md:1`
+**Fix:** needs-decision
+**Decision:** A — delete the line citing scripts/tool.sh at docs/a.md:1 [user, 2026-08-27]
+
+### [LOW] DOC-002: escapes through a symlink
+**Location:** `out/secret.md:1`
+**Fix:** needs-decision
+
+### [LOW] DOC-003: broken grammar
+**Fix:** auto
+**Decision:** A — something [user, 2026-08-27; attempt 3: failed]
+**Status:** ✅ Fixed (2026-08-27)
+
+### [HIGH] DOC-004: outside by dot-dot
+**Location:** `../root-evil/secret.md:1`
+
+### [HIGH] DOC-005: missing
+**Location:** `docs/missing.md:3` (was: `unknown:0`)
+**Decision:** B — restore docs/missing.md:3 [user, 2026-08-27]
+**Dispatch:** attempt 1 dispatched 2026-08-27
+
+### [HIGH] DOC-006: absolute
+**Location:** /etc/hosts:1
+**Status:** 🚫 Rejected (2026-08-27) — not a bug
+
+### [HIGH] DOC-007: no location
+**Fix:** needs-decision
+"""
+
+EXPECTED = {
+    "DOC-001": (True, "docs/a.md", 1, None, "decided"),
+    "DOC-002": (False, "out/secret.md", 1, "symlink escape", "undecided"),
+    "DOC-003": (False, None, None, "no location", "fixed"),
+    "DOC-004": (False, "../root-evil/secret.md", 1, "..", "undecided"),
+    "DOC-005": (False, "docs/missing.md", 3, "missing", "dispatched-outcome-unknown"),
+    "DOC-006": (False, "/etc/hosts", 1, "absolute", "rejected"),
+    "DOC-007": (False, None, None, "no location", "undecided"),
+}
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "a.md").write_text("cites scripts/tool.sh\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "init")
+    evil = tmp_path / "root-evil"
+    evil.mkdir()
+    (evil / "secret.md").write_text("x\n")
+    (root / "out").symlink_to(evil)
+    (root / "review.md").write_text(REPORT)
+    return root
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_check_json_shape_and_verdicts(repo: Path) -> None:
+    before = sorted(p.name for p in repo.iterdir())
+    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo), "--json")
+    assert code == 1  # DOC-003 has violations
+    payload = json.loads(out)
+    assert payload["problems"] == []
+    got = {
+        f["id"]: (
+            f["location"]["usable"],
+            f["location"]["path"],
+            f["location"]["line"],
+            f["location"]["why"],
+            f["state"],
+        )
+        for f in payload["findings"]
+    }
+    assert got == EXPECTED
+    for item in payload["findings"]:
+        assert set(item) >= {"id", "location", "state", "violations"}
+        assert set(item["location"]) == {"usable", "path", "line", "why"}
+    doc3 = next(f for f in payload["findings"] if f["id"] == "DOC-003")
+    lines = {v["line"] for v in doc3["violations"]}
+    assert {14, 15} <= lines
+    assert any("first non-blank" in v["message"] for v in doc3["violations"])
+    clean = [f["id"] for f in payload["findings"] if not f["violations"]]
+    assert "DOC-001" in clean and "DOC-003" not in clean
+    assert sorted(p.name for p in repo.iterdir()) == before  # read only: not even a lock file
+
+
+def test_check_text_output(repo: Path) -> None:
+    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo))
+    assert code == 1
+    assert "DOC-001  [MEDIUM]  line 3  needs-decision  state: decided" in out
+    assert "  location: docs/a.md:1 (usable)" in out
+    assert "  location-less (symlink escape) 'out/secret.md:1'" in out
+    assert f"{repo / 'review.md'}:15: **Status:** must be the first non-blank line" in out
+    assert out.rstrip().endswith("violation(s)")
+
+
+def test_a_clean_report_exits_zero(repo: Path) -> None:
+    clean = "### [LOW] A-1: fine\n**Location:** `docs/a.md:1`\n**Fix:** auto\n"
+    (repo / "clean.md").write_text(clean)
+    code, out, _ = invoke("findings", "check", str(repo / "clean.md"), "--repo", str(repo), "--json")
+    assert code == 0
+    assert json.loads(out)["findings"][0]["violations"] == []
+
+
+def test_repo_defaults_to_the_toplevel_of_the_current_directory(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(repo / "docs")
+    code, out, _ = invoke("findings", "check", "../review.md", "--json")
+    assert code == 1
+    payload = json.loads(out)
+    assert payload["repo"] == str(repo.resolve())
+    assert payload["findings"][0]["location"]["usable"] is True
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("missing", "no such report"),
+        ("binary", ":3: not valid UTF-8"),
+        ("directory", "is a directory"),
+    ],
+)
+def test_user_errors_are_one_line_exit_two(repo: Path, setup: str, message: str) -> None:
+    path = repo / "bad.md"
+    if setup == "binary":
+        path.write_bytes(b"### [LOW] A: x\n**Fix:** auto\n\xff\xfe\n")
+    elif setup == "directory":
+        path.mkdir()
+    code, out, err = invoke("findings", "check", str(path), "--repo", str(repo))
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_outside_a_repository_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "r.md").write_text(REPORT)
+    monkeypatch.chdir(lone)
+    code, _, err = invoke("findings", "check", "r.md")
+    assert code == 2 and "not inside a git repository" in err
+
+
+def test_report_level_problems_carry_line_numbers(repo: Path) -> None:
+    (repo / "dup.md").write_text("### [LOW] A-1: x\n\n### [LOW] A-1: y\n### [LOW]bad: z\n")
+    code, out, _ = invoke("findings", "check", str(repo / "dup.md"), "--repo", str(repo), "--json")
+    assert code == 1
+    problems = json.loads(out)["problems"]
+    assert [p["line"] for p in problems] == [3, 4]
+
+
+def test_plan_paths_escaping_the_tree_are_flagged(repo: Path) -> None:
+    plan = "**Verification-plan:** read out/secret.md:1 → empty; grep -F x docs → empty\n"
+    text = "### [LOW] P-1: plan\n**Location:** `docs/a.md:1`\n**Decision:** A — x [u, 2026-01-01]\n" + plan
+    (repo / "plan.md").write_text(text)
+    code, out, _ = invoke("findings", "check", str(repo / "plan.md"), "--repo", str(repo), "--json")
+    assert code == 1
+    (item,) = json.loads(out)["findings"]
+    assert [v["line"] for v in item["violations"]] == [4]
+    assert "out/secret.md refused (symlink escape)" in item["violations"][0]["message"]
+
+
+def blob(repo: Path, path: str) -> str:
+    done = subprocess.run(["git", "hash-object", "--", path], cwd=repo, capture_output=True, check=True)
+    return done.stdout.decode().strip()
+
+
+def test_pin_computes_and_never_writes(repo: Path) -> None:
+    report = repo / "review.md"
+    before = report.read_bytes()
+    code, out, err = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo))
+    assert code == 0
+    line = out.strip()
+    assert line.startswith("**Decision-pin:** block=")
+    assert line.endswith(f" | docs/a.md={blob(repo, 'docs/a.md')}:edit | scripts/tool.sh=absent:ref")
+    assert "no pin recorded" in err
+    assert report.read_bytes() == before
+    assert not any(p.name.endswith("dispatchq-lock") for p in repo.iterdir())
+
+
+def test_pin_json_and_comparison_with_the_recorded_pin(repo: Path) -> None:
+    report = repo / "review.md"
+    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo))
+    recorded = out.strip()
+    report.write_text(
+        REPORT.replace(
+            "[user, 2026-08-27]\n\n### [LOW] DOC-002",
+            f"[user, 2026-08-27]\n{recorded}\n\n### [LOW] DOC-002",
+            1,
+        )
+    )
+    code, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo), "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["matches"] is True
+    assert payload["line"] == recorded
+    assert payload["entries"][0] == {"path": "docs/a.md", "value": blob(repo, "docs/a.md"), "role": "edit"}
+    assert payload["target"] == "docs/a.md:1"
+    (repo / "docs" / "a.md").write_text("changed\n")
+    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo), "--json")
+    assert json.loads(out)["matches"] is False
+
+
+def test_pin_names_unpinnable_tokens(repo: Path) -> None:
+    text = REPORT.replace("at docs/a.md:1 [user", "at docs/a.md:1 and docs/a.md;id [user", 1)
+    (repo / "review.md").write_text(text)
+    code, out, err = invoke("findings", "pin", str(repo / "review.md"), "DOC-001", "--repo", str(repo))
+    assert code == 0
+    assert "docs/a.md;id=unpinnable:ref" in out
+    assert "unpinnable: docs/a.md;id:" in err
+
+
+@pytest.mark.parametrize(
+    ("finding", "message"), [("DOC-002", "no live decision"), ("NOPE", "no finding NOPE")]
+)
+def test_pin_without_a_live_decision_is_a_user_error(repo: Path, finding: str, message: str) -> None:
+    code, _, err = invoke("findings", "pin", str(repo / "review.md"), finding, "--repo", str(repo))
+    assert code == 2 and message in err
+
+
+def test_the_group_is_registered_on_the_main_cli() -> None:
+    code, out, _ = invoke("findings", "--help")
+    assert code == 0 and "check" in out and "pin" in out
