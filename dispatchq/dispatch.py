@@ -22,7 +22,8 @@ from dispatchq import git, keys
 from dispatchq.config import Kind
 from dispatchq.errors import UserError
 from dispatchq.ladder import RANK, entry_tier, next_tier
-from dispatchq.model import JudgementIn, TrailEntry, content_key
+from dispatchq.model import JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.store import NewRecord
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -217,15 +218,20 @@ class Dispatcher:
                     job_of[p.id] = job_id
                 plans.append((tier, host, [p.id for p in batch], job_id))
         for p in chunk:
-            fields = {
-                "in": p.judgement.model_dump_json(),
-                "tier": p.tier,
-                "effect": p.kind.effect,
-                "host": p.host or "",
-                "job": job_of.get(p.id, ""),
-            }
-            line = keys.session_line(p.host) if p.tier == "session" else ""
-            entries.append((p.id, p.content_key, p.force, fields, line))
+            entries.append(
+                NewRecord(
+                    p.id,
+                    p.content_key,
+                    "1" if p.force else "0",
+                    keys.session_line(p.host) if p.tier == "session" else "",
+                    p.judgement.model_dump_json(),
+                    p.tier,
+                    p.kind.effect,
+                    p.host or "",
+                    job_of.get(p.id, ""),
+                    keys.typed_state(state_digest(p.judgement.state)) if p.tier == "typed" else "",
+                )
+            )
         pipe = self._transaction()
         self.rt.store.create_many(entries, pipe=pipe)
         for tier, host, ids, job_id in plans:
@@ -268,6 +274,7 @@ class Dispatcher:
                 store.add_to_line(jid, keys.session_line(host), priority, pipe=pipe)
                 wake = True
         for ids in typed_batches.values():
+            self._join_state_groups(ids, pipe)
             for start in range(0, len(ids), self.settings.batch_size):
                 batch = ids[start : start + self.settings.batch_size]
                 job_id = uuid.uuid4().hex
@@ -277,6 +284,15 @@ class Dispatcher:
         if wake:
             pipe.publish(keys.WAKE_CHANNEL, "work")
         pipe.execute()
+
+    def _join_state_groups(self, ids: list[str], pipe: Pipeline) -> None:
+        """Index judgements entering the typed tier by state, for cross-job batching."""
+        reader = self.rt.redis.pipeline(transaction=False)
+        for jid in ids:
+            reader.hget(keys.record(jid), "in")
+        for jid, raw in zip(ids, reader.execute(), strict=True):
+            if raw:
+                pipe.sadd(keys.typed_state(state_digest(json.loads(raw).get("state"))), jid)
 
     def requeue(self, ids: Iterable[str], why: str) -> int:
         """Put judgements back at their current tier (`retry`, reconcile, a dead job)."""
@@ -341,6 +357,8 @@ def parse_json_arg(text: str, what: str) -> Any:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
             raise UserError(f"{what}: cannot read {path}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{what}: {path} is not UTF-8 text") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:

@@ -57,6 +57,11 @@ def typed_cache(content_key: str, model: str) -> str:
     return f"{PREFIX}:typed:cache:{model}:{content_key}"
 
 
+def typed_state(state_digest: str) -> str:
+    """Set of typed-tier judgements waiting on one state: a typed worker asks about them together."""
+    return f"{PREFIX}:typed:state:{state_digest}"
+
+
 TYPED_REQUESTS = f"{PREFIX}:stats:typed:requests"  # provider requests made
 TYPED_KEYLESS = f"{PREFIX}:typed:keyless"  # set by typed workers that run without a key
 

@@ -45,6 +45,11 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def state_digest(state: Any) -> str:
+    """Identity of a typed-tier state: judgements sharing it can share one provider request."""
+    return sha256_hex(canonical_json(state))[:32]
+
+
 class JudgementIn(BaseModel):
     """What a producer enqueues. Unknown fields are refused so typos are caught early."""
 
@@ -65,6 +70,17 @@ class JudgementIn(BaseModel):
         checkout = value.get("checkout")
         if checkout is not None and (not isinstance(checkout, str) or not checkout):
             raise ValueError("context.checkout must be a directory path (a non-empty string)")
+        return value
+
+    @field_validator("state", "context")
+    @classmethod
+    def _plain_json(cls, value: Any) -> Any:
+        # Python's json reads NaN and Infinity (and 1e999 as inf), which JSON has no spelling
+        # for: refuse them here, with the field named, rather than crash the content key.
+        try:
+            canonical_json(value)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"not plain JSON data ({error})") from None
         return value
 
     @property

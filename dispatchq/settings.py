@@ -79,6 +79,7 @@ class Settings(BaseSettings):
         extra="ignore",
         validate_default=True,
         populate_by_name=True,
+        env_ignore_empty=True,  # FOO= (empty) means unset, not "" (an empty data dir is the cwd)
     )
 
     # --- Redis and storage -----------------------------------------------------------
@@ -126,6 +127,18 @@ class Settings(BaseSettings):
         None,
         validation_alias=AliasChoices("TYPESAFE_API_KEY", "typesafe_api_key"),
         description="TypeSafe key; unset means the typed tier answers nothing and everything escalates.",
+    )
+    # The SDK's own variables, read here too so that settings built from a mapping (or a
+    # `.env` file) reach the client; unset passes None and leaves the SDK's default in charge.
+    typesafe_base_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("TYPESAFE_BASE_URL", "typesafe_base_url"),
+        description="TypeSafe API base URL; unset leaves the SDK's default.",
+    )
+    typesafe_default_model: str | None = Field(
+        None,
+        validation_alias=AliasChoices("TYPESAFE_DEFAULT_MODEL", "typesafe_default_model"),
+        description="Model the typed tier requests; unset leaves the SDK's default.",
     )
     gate_local: float = Field(
         0.6, ge=0, le=1, description="Confidence needed to act on a local-effect answer."
@@ -194,6 +207,11 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one directory is needed")
         return [Path(p).expanduser().resolve() for p in value]
+
+    @field_validator("typesafe_base_url", "typesafe_default_model")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("session_deny_env", mode="before")
     @classmethod
@@ -267,8 +285,8 @@ class Settings(BaseSettings):
 
 def env_name(field: str) -> str:
     """The environment variable that sets a field."""
-    if field == "typesafe_api_key":
-        return "TYPESAFE_API_KEY"
+    if field.startswith("typesafe_"):
+        return field.upper()
     return f"DISPATCHQ_{field.upper()}"
 
 

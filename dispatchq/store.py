@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.client import Pipeline
@@ -25,15 +25,14 @@ from dispatchq.model import FINISHED, STATUSES, Record, TrailEntry
 
 P = keys.PREFIX
 
-# ARGV: now, n, then per entry: id, ckey, force, fields_json, line_key, has_line
+# ARGV: now, n, then per entry the 10 fields of `NewRecord`, in order.
 _ENQUEUE = """
 local now = ARGV[1]
 local n = tonumber(ARGV[2])
 local out = {}
 for i = 0, n - 1 do
-  local base = 3 + i * 6
-  local id, ckey, force = ARGV[base], ARGV[base+1], ARGV[base+2]
-  local fields_json, line = ARGV[base+3], ARGV[base+4]
+  local base = 3 + i * 10
+  local id, ckey, force, line = ARGV[base], ARGV[base+1], ARGV[base+2], ARGV[base+3]
   local kkey = '$P:key:' .. ckey
   local existing = redis.call('GET', kkey)
   local dup = false
@@ -47,12 +46,9 @@ for i = 0, n - 1 do
   else
     local rkey = '$P:j:' .. id
     local seq = redis.call('INCR', '$P:seq')
-    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]'}
-    local fields = cjson.decode(fields_json)
-    for k, v in pairs(fields) do
-      table.insert(args, k)
-      table.insert(args, v)
-    end
+    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]',
+                  'in', ARGV[base+4], 'tier', ARGV[base+5], 'effect', ARGV[base+6], 'host', ARGV[base+7],
+                  'job', ARGV[base+8]}
     if line ~= '' then
       local member = string.format('%015d:%s', seq, id)
       table.insert(args, 'line'); table.insert(args, line)
@@ -60,6 +56,7 @@ for i = 0, n - 1 do
       redis.call('ZADD', line, 0, member)
     end
     redis.call('HSET', rkey, unpack(args))
+    if ARGV[base+9] ~= '' then redis.call('SADD', ARGV[base+9], id) end
     redis.call('SET', kkey, id)
     redis.call('SADD', '$P:by-status:queued', id)
     redis.call('ZADD', '$P:ids', now, id)
@@ -75,13 +72,14 @@ return out
 _CLAIM = """
 local now = ARGV[1]
 local tier = ARGV[2]
+local strict = ARGV[3] == '1'
 local out = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
   local rkey = '$P:j:' .. id
   local f = redis.call('HMGET', rkey, 'status', 'tier', 'in', 'ckey', 'attempts', 'effect', 'priority')
   local st = f[1]
-  if st and (st == 'queued' or st == 'waiting' or st == 'running') and f[2] == tier then
+  if st and (st == 'queued' or st == 'waiting' or (st == 'running' and not strict)) and f[2] == tier then
     if st ~= 'running' then
       redis.call('SREM', '$P:by-status:' .. st, id)
       redis.call('SADD', '$P:by-status:running', id)
@@ -117,9 +115,15 @@ for i = 7, #ARGV, 2 do
   else table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i+1]) end
 end
 if trail_json ~= '' then
-  local trail = cjson.decode(redis.call('HGET', rkey, 'trail') or '[]')
-  table.insert(trail, cjson.decode(trail_json))
-  table.insert(sets, 'trail'); table.insert(sets, cjson.encode(trail))
+  -- Append as text: a cjson round trip would turn [] into {} and big or precise numbers
+  -- into 14-digit floats in every earlier entry.
+  local trail = redis.call('HGET', rkey, 'trail')
+  if not trail or trail == '' or trail == '[]' or trail == '{}' then
+    trail = '[' .. trail_json .. ']'
+  else
+    trail = string.sub(trail, 1, -2) .. ',' .. trail_json .. ']'
+  end
+  table.insert(sets, 'trail'); table.insert(sets, trail)
 end
 redis.call('HSET', rkey, unpack(sets))
 if cur ~= status then
@@ -165,6 +169,21 @@ return member
 """.replace("$P", P)
 
 
+class NewRecord(NamedTuple):
+    """A judgement's record as written at enqueue (all strings: they go straight to Lua)."""
+
+    id: str
+    content_key: str
+    force: str  # "1" re-judges even when a live duplicate exists
+    line: str  # the session line to join, or ""
+    input: str  # the judgement as JSON
+    tier: str
+    effect: str
+    host: str  # "" when not bound to a host
+    job: str  # the RQ job that will run it, or ""
+    group: str  # the typed tier's same-state set to join, or ""
+
+
 @dataclass(frozen=True)
 class Claimed:
     """A judgement a worker now holds (status running)."""
@@ -191,20 +210,16 @@ class Store:
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
-        self,
-        entries: Sequence[tuple[str, str, bool, dict[str, str], str]],
-        *,
-        pipe: Pipeline | None = None,
+        self, entries: Sequence[NewRecord], *, pipe: Pipeline | None = None
     ) -> list[tuple[str, bool]] | None:
-        """Create records: (id, content key, force, fields, session line or '').
+        """Create records, or find the live duplicate of each.
 
         Returns (id, created) per entry: a duplicate returns the live judgement's id and
         False. With `pipe`, the call is queued on it and the caller reads the result.
         """
-        now = repr(time.time())
-        args: list[str] = [now, str(len(entries))]
-        for jid, ckey, force, fields, line in entries:
-            args += [jid, ckey, "1" if force else "0", json.dumps(fields, separators=(",", ":")), line, "1"]
+        args: list[str] = [repr(time.time()), str(len(entries))]
+        for entry in entries:
+            args.extend(entry)
         if pipe is not None:
             self._enqueue(args=args, client=pipe)
             return None
@@ -214,11 +229,16 @@ class Store:
     def parse_created(raw: list[Any]) -> list[tuple[str, bool]]:
         return [(_s(raw[i]), int(raw[i + 1]) == 1) for i in range(0, len(raw), 2)]
 
-    def claim(self, ids: Sequence[str], tier: str) -> list[Claimed]:
-        """Mark the claimable ones running (a crashed worker's `running` ones included)."""
+    def claim(self, ids: Sequence[str], tier: str, *, strict: bool = False) -> list[Claimed]:
+        """Mark the claimable ones running.
+
+        An RQ job's own ids may already be `running` (a retried job whose worker died)
+        and are taken back; with `strict`, only queued or waiting ones are taken (for
+        judgements another job might be running right now).
+        """
         if not ids:
             return []
-        raw = self._claim(args=[repr(time.time()), tier, *ids])
+        raw = self._claim(args=[repr(time.time()), tier, "1" if strict else "0", *ids])
         out = []
         for item in raw:
             if not item:

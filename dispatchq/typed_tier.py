@@ -21,7 +21,7 @@ from dispatchq import keys
 from dispatchq.answers import describe_gate
 from dispatchq.dispatch import Moves
 from dispatchq.ladder import decide_typed, threshold_for
-from dispatchq.model import TrailEntry
+from dispatchq.model import TrailEntry, state_digest
 from dispatchq.typesafe import (
     Answered,
     Ask,
@@ -48,6 +48,8 @@ def provider_for(runtime: Runtime) -> Provider:
         settings = runtime.settings
         provider = make_provider(
             settings.typesafe_api_key,
+            base_url=settings.typesafe_base_url,
+            model=settings.typesafe_default_model,
             options=ProviderOptions(
                 request_timeout=settings.typed_timeout,
                 max_questions_per_request=settings.typed_max_questions,
@@ -101,7 +103,7 @@ def _decide(
         "cached": cached,
         "numbers": decision.numbers,
     }
-    extra: dict[str, Any] = {"cached": cached, **decision.numbers}
+    extra: dict[str, Any] = {"cached": cached, "numbers": decision.numbers}
     answer_q = kind.questions.get(kind.answer) if kind.answer else None
     if answer_q is not None and decision.threshold is not None:
         extra["gate"] = describe_gate(answer_q.type, decision.threshold)
@@ -132,11 +134,39 @@ def _decide(
         )
 
 
+#: At most this many extra judgements are taken from other jobs' batches at once.
+SIBLING_CAP = 5000
+
+
+def _claim_siblings(runtime: Runtime, claimed: list[Claimed]) -> list[Claimed]:
+    """Also take waiting judgements (from any job) that share a state with these.
+
+    Jev answers many questions about one state in one request, so k judgements on one
+    state should cost one request even when they arrived in different RQ jobs. Their
+    own jobs later find them taken and do nothing.
+    """
+    redis = runtime.redis
+    groups = {keys.typed_state(state_digest(c.input.get("state"))) for c in claimed}
+    mine = {c.id for c in claimed}
+    pipe = redis.pipeline(transaction=False)
+    for group in groups:
+        pipe.srandmember(group, SIBLING_CAP)
+    extra = sorted({m.decode() if isinstance(m, bytes) else m for ms in pipe.execute() for m in ms} - mine)
+    siblings = runtime.store.claim(extra[:SIBLING_CAP], "typed", strict=True) if extra else []
+    pipe = redis.pipeline(transaction=False)
+    taken = [c.id for c in (*claimed, *siblings)]
+    for group in groups:
+        pipe.srem(group, *taken)
+    pipe.execute()
+    return siblings
+
+
 def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     """Ask the provider about one job's judgements (batched by state) and act on the band."""
     claimed = runtime.store.claim(ids, "typed")
     if not claimed:
         return 0
+    claimed += _claim_siblings(runtime, claimed)
     provider = provider_for(runtime)
     moves = Moves()
     kinds: dict[str, Kind] = {}

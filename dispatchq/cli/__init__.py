@@ -7,6 +7,7 @@ and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -16,11 +17,47 @@ import click
 from dispatchq.errors import UserError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
 
 
+#: Command name -> the module that defines it. Modules are imported only when their
+#: command runs, so `dispatchq enqueue` does not pay for the rules engine's parser.
+COMMANDS = {
+    "enqueue": "core",
+    "result": "core",
+    "list": "core",
+    "cancel": "core",
+    "retry": "core",
+    "prune": "core",
+    "run": "core",
+    "worker": "ops",
+    "scheduler": "ops",
+    "status": "ops",
+    "window": "ops",
+    "redis": "ops",
+    "settings": "ops",
+    "triage": "triage",
+    "findings": "findings",
+}
+
+
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module_name = COMMANDS.get(name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(f"dispatchq.cli.{module_name}")
+        for value in vars(module).values():
+            if isinstance(value, click.Command) and value.name == name:
+                return value
+        return None
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -64,23 +101,13 @@ def runtime(*, config: bool = True) -> Runtime:
     return rt
 
 
+def console(*, stderr: bool = False) -> Console:
+    """A rich console; wide when output is not a terminal, so piped tables stay readable."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
+
+
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
-def _register() -> None:
-    # Imported here so that `dispatchq --help` stays fast and a broken optional
-    # module cannot stop the others from loading.
-    import importlib
-
-    for name in ("core", "ops", "triage", "findings"):
-        try:
-            module = importlib.import_module(f"dispatchq.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"dispatchq.cli.{name}":
-                raise
-            continue
-        module.register(main)
-
-
-_register()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.errors import UserError
 from dispatchq.model import FINISHED, STATUSES, Record
@@ -71,15 +73,18 @@ def enqueue(
             raise UserError("with '-', every judgement comes from stdin; drop --kind/--target/... options")
         results = client.enqueue_lines(sys.stdin, force=force)
         failed = 0
+        out = []
         for r in results:
             if as_json:
-                print_json({"line": r.index, "id": r.id, "created": r.created, "error": r.error})
+                out.append(json.dumps({"line": r.index, "id": r.id, "created": r.created, "error": r.error}))
             elif r.ok:
-                click.echo(f"{r.index}\t{r.id}")
+                out.append(f"{r.index}\t{r.id}")
             if not r.ok:
                 failed += 1
                 if not as_json:
                     click.echo(f"line {r.index}: {r.error}", err=True)
+        if out:
+            sys.stdout.write("\n".join(out) + "\n")
         if failed:
             click.echo(f"{failed} of {len(results)} lines refused", err=True)
             sys.exit(1)
@@ -105,7 +110,7 @@ def result(jid: str, wait: float | None, as_json: bool) -> None:
     if as_json:
         print_json(record.public())
         return
-    console = Console()
+    console = make_console()
     console.print(
         f"[bold]{record.id}[/]  {record.kind}  {record.target}" + (f"  {record.item}" if record.item else "")
     )
@@ -138,7 +143,7 @@ def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> No
     if as_json:
         print_json([r.public() for r in records])
         return
-    Console().print(_table(records))
+    make_console().print(_table(records))
 
 
 def _table(records: list[Record]) -> Table:
@@ -211,7 +216,7 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
 
     rt = runtime()
     client = Client(runtime=rt)
-    console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 160)
+    console = make_console(stderr=as_json)
     results = client.enqueue_file(file, force=force)
     refused = [r for r in results if not r.ok]
     for r in refused:

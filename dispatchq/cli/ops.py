@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dispatchq import keys
+from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.errors import UserError
 from dispatchq.model import STATUSES
@@ -112,7 +113,7 @@ def status(as_json: bool) -> None:
     if as_json:
         print_json(data)
         return
-    console = Console()
+    console = make_console()
     console.print(f"[bold]redis[/]: {data['redis']} (v{data['redis_version']})")
     table = Table("tier", "queued", "workers", "answered")
     for tier in ("code", "typed", "session"):
@@ -202,7 +203,7 @@ def settings_cmd(as_json: bool) -> None:
     table = Table("variable", "value", "meaning")
     for name, entry in data.items():
         table.add_row(name, str(entry["value"]), entry["description"] or "")
-    Console().print(table)
+    make_console().print(table)
 
 
 _DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""dispatchq benchmarks, each against bare RQ (or the naive way) in the same run, as a ratio.
+
+    python3 ops/dev.py bench                  # all of them
+    python3 ops/dev.py bench foundation -n 20000
+    python3 ops/dev.py bench typed resume
+
+Every side is a whole process started from here (start-up included, amortised by N), on
+one Redis server started for the run. Results are printed and written to
+bench/results/<name>.json. Timing lives here, never in the test suite.
+
+- foundation: JSON Lines batch enqueue (`dispatchq enqueue -`) against a script calling RQ's
+  `enqueue` N times (target >= 5x), and code-tier judgements/s (`dispatchq worker code
+  --burst`) against a bare RQ `SimpleWorker` running N no-op jobs (target >= 2x).
+- typed: k judgements over s distinct states through the typed worker against the loopback
+  fake of the TypeSafe API: provider requests (target: s) and judgements/s, against the
+  same judgements one request each.
+- resume: lift instant -> first spawn, median over several lifts (target <= 1 s), and
+  spawns while the window was closed (target 0), with real worker and scheduler processes
+  and a fake session command; against an RQ worker resumed by a poller (`rq resume` every
+  5 s, the shortest interval tools in use today poll at).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dispatchq.connection import EmbeddedRedis  # noqa: E402
+
+PY = sys.executable
+RESULTS = ROOT / "bench" / "results"
+
+BARE_RQ = r"""
+import sys, time
+import redis
+from rq import Queue, SimpleWorker
+from bench.noop import noop
+conn = redis.Redis(unix_socket_path=sys.argv[2])
+q = Queue("bench-bare", connection=conn)
+if sys.argv[1] == "enqueue":
+    for i in range(int(sys.argv[3])):
+        q.enqueue(noop, i, result_ttl=0)
+else:
+    SimpleWorker([q], connection=conn).work(burst=True, logging_level="WARNING")
+"""
+
+
+class Bench:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.server = EmbeddedRedis(workdir / "redis")
+        self.server.ensure_running()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCHQ_", "TYPESAFE_"))}
+        self.env.update(
+            DISPATCHQ_DATA_DIR=str(self.server.data_dir),
+            DISPATCHQ_CONFIG=str(workdir / "dispatchq.yaml"),
+            DISPATCHQ_CHECKOUT_ROOTS=str(workdir),
+            PYTHONPATH=str(ROOT),
+        )
+        self.redis = self.server.client()
+
+    def close(self) -> None:
+        self.server.stop()
+
+    def config(self, text: str) -> None:
+        (self.workdir / "dispatchq.yaml").write_text(text)
+
+    def timed(
+        self, argv: list[str], *, stdin: Path | None = None, env: dict[str, str] | None = None
+    ) -> float:
+        """Wall time of one whole process (start-up included)."""
+        started = time.perf_counter()
+        with open(stdin or os.devnull, "rb") as handle:
+            done = subprocess.run(
+                argv,
+                stdin=handle,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env or self.env,
+                cwd=ROOT,
+            )
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[:4])} failed: {done.stderr.decode()[-2000:]}")
+        return elapsed
+
+    def dispatchq(self, *args: str) -> list[str]:
+        return [PY, "-m", "dispatchq.cli", *args]
+
+
+def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def foundation(bench: Bench, n: int) -> dict[str, Any]:
+    bench.config("kinds:\n  noop:\n    check: jobs.examples:noop\n")
+    jsonl = bench.workdir / "noop.jsonl"
+    write_jsonl(jsonl, [{"kind": "noop", "target": f"bench/{i}", "state": {"i": i}} for i in range(n)])
+    bench.redis.flushall()
+    rq_enqueue = bench.timed([PY, "-c", BARE_RQ, "enqueue", str(bench.server.socket_path), str(n)])
+    dq_enqueue = bench.timed(bench.dispatchq("enqueue", "-"), stdin=jsonl)
+    rq_work = bench.timed([PY, "-c", BARE_RQ, "work", str(bench.server.socket_path)])
+    dq_work = bench.timed(bench.dispatchq("worker", "code", "--burst", "--quiet"))
+    answered = int(bench.redis.get("dispatchq:stats:answered:code") or 0)
+    if answered != n:
+        raise SystemExit(f"expected {n} judgements answered by the code tier, found {answered}")
+    out = {
+        "n": n,
+        "enqueue": {
+            "dispatchq_per_s": n / dq_enqueue,
+            "bare_rq_per_s": n / rq_enqueue,
+            "ratio": rq_enqueue / dq_enqueue,
+            "target_ratio": 5.0,
+        },
+        "code_tier": {
+            "dispatchq_per_s": n / dq_work,
+            "bare_rq_per_s": n / rq_work,
+            "ratio": rq_work / dq_work,
+            "target_ratio": 2.0,
+        },
+    }
+    return out
+
+
+def typed(bench: Bench, k: int, s: int) -> dict[str, Any]:
+    from tests.fakes.typesafe_api import FakeTypeSafeProcess
+
+    bench.config(
+        "kinds:\n"
+        "  actionable:\n"
+        "    questions:\n"
+        '      actionable: {type: noul, instructions: "Does this ask for a code change?"}\n'
+        "    answer: actionable\n"
+        "    escalate: needs-triage\n"
+    )
+    jsonl = bench.workdir / "typed.jsonl"
+    write_jsonl(
+        jsonl,
+        [
+            {"kind": "actionable", "target": f"bench#{i}", "item": f"c{i}", "state": {"pr": i % s}}
+            for i in range(k)
+        ],
+    )
+    results: dict[str, Any] = {"k": k, "s": s}
+    with FakeTypeSafeProcess(
+        {"answers": {"actionable": {"type": "noul", "noul": 0.95}}}, workdir=bench.workdir
+    ) as api:
+        env = dict(bench.env, TYPESAFE_API_KEY="test-key", TYPESAFE_BASE_URL=api.url)
+        # The naive side: every judgement its own request (one question per request).
+        for label, cap in (("batched", "64"), ("one_request_each", "1")):
+            bench.redis.flushall()
+            api.reset()
+            run_env = dict(env, DISPATCHQ_TYPED_MAX_QUESTIONS=cap)
+            bench.timed(bench.dispatchq("enqueue", "-"), stdin=jsonl, env=run_env)
+            elapsed = bench.timed(bench.dispatchq("worker", "typed", "--burst", "--quiet"), env=run_env)
+            answered = int(bench.redis.get("dispatchq:stats:answered:typed") or 0)
+            if answered != k:
+                raise SystemExit(f"{label}: expected {k} typed answers, found {answered}")
+            requests = api.request_count
+            results[label] = {
+                "requests": requests,
+                "requests_per_judgement": requests / k,
+                "judgements_per_s": k / elapsed,
+                "seconds": elapsed,
+            }
+    results["ratio"] = (
+        results["batched"]["judgements_per_s"] / results["one_request_each"]["judgements_per_s"]
+    )
+    results["target_requests"] = s
+    return results
+
+
+def resume(bench: Bench, lifts: int) -> dict[str, Any]:
+    spawn_log = bench.workdir / "spawns.log"
+    bench.config('kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n')
+    env = dict(
+        bench.env,
+        DISPATCHQ_SESSION_COMMAND=(
+            f"{PY} {ROOT / 'bench' / 'timed_session.py'} {spawn_log} -p --output-format stream-json --verbose"
+        ),
+        DISPATCHQ_PROBE_GRACE="1",
+    )
+    bench.redis.flushall()
+    worker = subprocess.Popen(bench.dispatchq("worker", "session", "--quiet"), env=env, cwd=ROOT)
+    scheduler = subprocess.Popen(
+        bench.dispatchq("scheduler"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    latencies: list[float] = []
+    closed_spawns = 0
+    try:
+        for i in range(lifts):
+            spawn_log.write_text("")
+            lift = time.time() + 3.0
+            until = (
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(lift)) + f".{int(lift % 1 * 1e6):06d}+00:00"
+            )
+            bench.timed(bench.dispatchq("window", "close", "--until", until, "--reason", "bench"), env=env)
+            bench.timed(bench.dispatchq("enqueue", "--kind", "ask", "--target", f"lift-{i}"), env=env)
+            deadline = time.time() + 30
+            while time.time() < deadline and not spawn_log.read_text().strip():
+                time.sleep(0.005)
+            first = spawn_log.read_text().strip().splitlines()
+            if not first:
+                raise SystemExit("no session was spawned after the lift")
+            spawned_at = float(json.loads(first[0])["time"])
+            if spawned_at < lift:
+                closed_spawns += 1
+            latencies.append(spawned_at - lift)
+            time.sleep(0.5)
+    finally:
+        for proc in (worker, scheduler):
+            proc.terminate()
+            proc.wait(timeout=30)
+    return {
+        "lifts": lifts,
+        "median_lift_to_spawn_s": statistics.median(latencies),
+        "max_lift_to_spawn_s": max(latencies),
+        "latencies_s": latencies,
+        "spawns_while_closed": closed_spawns,
+        "target_s": 1.0,
+        "poller_baseline_median_s": 2.5,
+        "ratio_vs_5s_poller": 2.5 / max(statistics.median(latencies), 1e-3),
+    }
+
+
+def report(name: str, data: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2))
+    print(f"\n== {name}")
+    print(json.dumps(data, indent=2))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume"])
+    parser.add_argument("-n", type=int, default=20_000, help="judgements for the foundation benchmark")
+    parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
+    parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
+    parser.add_argument("--lifts", type=int, default=5, help="lifts for the resume benchmark")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="dispatchq-bench-"))
+    bench = Bench(workdir)
+    runs: dict[str, Callable[[], dict[str, Any]]] = {
+        "foundation": lambda: foundation(bench, args.n),
+        "typed": lambda: typed(bench, args.k, args.s),
+        "resume": lambda: resume(bench, args.lifts),
+    }
+    try:
+        for name in args.which:
+            if name not in runs:
+                parser.error(f"unknown benchmark {name!r} (choose from {', '.join(runs)})")
+            report(name, runs[name]())
+    finally:
+        bench.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
