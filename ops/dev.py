@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Set up and run dispatchq from a fresh clone, with nothing but python3.
+
+    python3 ops/dev.py demo     # the main job, end to end, on the embedded Redis
+    python3 ops/dev.py test     # the whole test suite (what CI runs)
+    python3 ops/dev.py bench    # the benchmarks (bench/README.md)
+
+Each command first makes `.venv` (if needed) and installs dispatchq into it with its
+dev extra; the install is skipped when pyproject.toml has not changed since.
+Standard library only: this runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".dispatchq-installed"
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+
+
+def run(argv: list[str], **kwargs: object) -> int:
+    return subprocess.call(argv, **kwargs)  # type: ignore[arg-type]
+
+
+def setup() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"dispatchq needs Python 3.11 or newer (this is {sys.version.split()[0]})")
+    if not (BIN / "python").exists():
+        say(f"creating {VENV}")
+        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text().strip() == digest:
+        return
+    say("installing dispatchq and its dev tools into .venv (once; repeated only when pyproject.toml changes)")
+    pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    for args in (["install", "--upgrade", "pip"], ["install", "-e", f"{ROOT}[dev]"]):
+        done = subprocess.run([*pip, *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout + done.stderr)
+            sys.exit(f"pip {' '.join(args)} failed (exit {done.returncode})")
+    STAMP.write_text(digest)
+
+
+def demo() -> int:
+    """Run examples/judgements.jsonl through every tier on a fresh embedded Redis."""
+    data = Path(tempfile.mkdtemp(prefix="dispatchq-demo-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHQ_")}
+    env["DISPATCHQ_DATA_DIR"] = str(data)
+    env["DISPATCHQ_CONFIG"] = str(ROOT / "examples" / "dispatchq.yaml")
+    env["DISPATCHQ_CHECKOUT_ROOTS"] = str(ROOT)
+    dispatchq = str(BIN / "dispatchq")
+    say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
+    try:
+        code = run([dispatchq, "run", str(ROOT / "examples" / "judgements.jsonl")], env=env, cwd=ROOT)
+        say("dispatchq status")
+        run([dispatchq, "status"], env=env, cwd=ROOT)
+    finally:
+        run([dispatchq, "redis", "stop"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        shutil.rmtree(data, ignore_errors=True)
+    return code
+
+
+def test(args: list[str]) -> int:
+    say("ruff check")
+    if run([str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"], cwd=ROOT):
+        return 1
+    say("pytest (2 processes)")
+    return run([str(BIN / "python"), "-m", "pytest", "-n", "2", "-q", *args], cwd=ROOT)
+
+
+def bench(args: list[str]) -> int:
+    return run([str(BIN / "python"), str(ROOT / "bench" / "run.py"), *args], cwd=ROOT)
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "bench", "setup"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    setup()
+    command, rest = sys.argv[1], sys.argv[2:]
+    if command == "demo":
+        return demo()
+    if command == "test":
+        return test(rest)
+    if command == "bench":
+        return bench(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
