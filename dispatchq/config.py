@@ -112,6 +112,43 @@ class Kind:
         return (self.answer,) if self.answer else ()
 
 
+class Kinds(dict[str, Kind]):
+    """The user's kinds, plus dispatchq's built-in kinds found by name but never listed.
+
+    The decision gate's analyst, restater and fixer are defined in code (their prompts and
+    hooks are part of the product), yet workers look a judgement's kind up by name like any
+    other. So `[]`, `get` and `in` also find the built-ins, while iterating, `len` and `==`
+    see only what the config file declared: a listing of "your kinds" stays yours.
+    """
+
+    def __init__(self, kinds: dict[str, Kind] | None = None, builtin: dict[str, Kind] | None = None) -> None:
+        super().__init__(kinds or {})
+        self.builtin: dict[str, Kind] = dict(builtin or {})
+
+    def __getitem__(self, name: str) -> Kind:
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        if name in self.builtin:
+            return self.builtin[name]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self.builtin
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+def builtin_kinds() -> dict[str, Kind]:
+    """Kinds dispatchq defines in code (the decision gate's sessions)."""
+    from dispatchq.gate import builtin_kinds as gate_kinds
+
+    return gate_kinds()
+
+
 @dataclass(frozen=True)
 class Config:
     kinds: dict[str, Kind]
@@ -396,10 +433,20 @@ def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = T
     raw_kinds = data.get("kinds") or {}
     if not isinstance(raw_kinds, dict):
         raise ConfigError("kinds: must be a mapping of kind name to definition")
-    kinds = {
-        str(name): load_kind(str(name), raw, base_dir, import_checks=import_checks)
-        for name, raw in raw_kinds.items()
-    }
+    builtin = builtin_kinds()
+    for name in raw_kinds:
+        if str(name) in builtin:
+            raise ConfigError(
+                f"kinds.{name}: the name is reserved for dispatchq's built-in decision-gate kind; "
+                "choose another name"
+            )
+    kinds = Kinds(
+        {
+            str(name): load_kind(str(name), raw, base_dir, import_checks=import_checks)
+            for name, raw in raw_kinds.items()
+        },
+        builtin,
+    )
     triage = None
     if data.get("triage") is not None:
         from dispatchq import rules
@@ -422,7 +469,7 @@ def load_config(path: Path, *, import_checks: bool = True, required: bool = True
     if not path.exists():
         if required:
             raise ConfigError(f"{path}: config file not found (set DISPATCHQ_CONFIG or create it)")
-        return Config(kinds={}, path=None)
+        return Config(kinds=Kinds({}, builtin_kinds()), path=None)
     yaml = YAML(typ="safe", pure=True)
     try:
         data = yaml.load(path.read_text(encoding="utf-8"))

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from dispatchq.errors import UserError
 from dispatchq.settings import Settings
@@ -49,7 +51,13 @@ class EmbeddedRedis:
         if len(str(preferred)) <= MAX_SOCKET_PATH - 8:
             return preferred
         digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"dispatchq-{os.getuid()}-{digest}.sock"
+        name = f"dispatchq-{os.getuid()}-{digest}.sock"
+        # TMPDIR may itself be deep (a CI runner's, a sandbox's): fall back to /tmp then.
+        for base in (tempfile.gettempdir(), "/tmp"):  # noqa: S108
+            candidate = Path(base) / name
+            if len(str(candidate)) <= MAX_SOCKET_PATH:
+                break
+        return candidate
 
     @property
     def pid_path(self) -> Path:
@@ -66,7 +74,9 @@ class EmbeddedRedis:
         if not self.socket_path.exists():
             return False
         try:
-            return bool(self.client(socket_connect_timeout=1, socket_timeout=2).ping())
+            # One attempt: a stale socket left by a crash must not cost redis-py's retry backoff.
+            probe = self.client(socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+            return bool(probe.ping())
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return False
 
@@ -85,8 +95,14 @@ class EmbeddedRedis:
         """
         if self.is_running():
             return self.socket_path
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as lock:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            lock = open(self.lock_path, "a+")  # noqa: SIM115 (closed by the `with` below)
+        except OSError as error:
+            raise RedisUnavailable(
+                f"DISPATCHQ_DATA_DIR: cannot use {self.data_dir} for the embedded Redis: {error.strerror}"
+            ) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 if self.is_running():
@@ -159,8 +175,10 @@ class EmbeddedRedis:
         if not self.is_running():
             return False
         pid = self.pid()
+        # No retries: the server closing the connection is SHUTDOWN succeeding, and redis-py's
+        # default retry policy would spend ~4 s reconnecting to a socket that is gone.
         with contextlib.suppress(redis.ConnectionError):
-            self.client().shutdown(save=True)
+            self.client(retry=Retry(NoBackoff(), 0)).shutdown(save=True)
         if pid is not None:
             _wait_gone(pid, 10.0)
         return True
@@ -173,7 +191,13 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A daemonized server's parent is init, which may reap it only a second later: a zombie
+    # has exited (its files are flushed and its socket removed), so it counts as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def _is_redis(pid: int) -> bool:

@@ -153,6 +153,11 @@ class Settings(BaseSettings):
         5, ge=1, description="Provider attempts (after the SDK's own retries) before a judgement moves up."
     )
     typed_timeout: float = Field(10.0, gt=0, description="Timeout of one provider HTTP request.")
+    typed_cache_ttl: int = Field(
+        30 * DAY,
+        ge=1,
+        description="How long cached provider answers serve re-delivered judgements (default 30 days).",
+    )
     retry_horizon: int = Field(
         30, ge=0, description="A burst run waits for delayed retries due within this many seconds."
     )

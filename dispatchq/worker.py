@@ -34,6 +34,13 @@ class DispatchqWorker(SimpleWorker):
 
     heartbeat_grace = 60
 
+    @property
+    def dequeue_timeout(self) -> int:
+        # RQ runs maintenance (which retries jobs abandoned by a dead worker) only between
+        # dequeues, and an idle worker blocks in BLPOP for `worker_ttl - 15` (405 s): wake up
+        # at the recovery interval instead, or an abandoned job waits minutes for an idle worker.
+        return max(1, min(super().dequeue_timeout, int(self.maintenance_interval)))
+
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval + self.heartbeat_grace)
 
@@ -80,20 +87,40 @@ def make_worker(runtime: Runtime, tier: str, *, name: str | None = None) -> Disp
     return worker
 
 
-def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> bool:
-    """Run one tier's worker in this process until stopped (or, in burst, until idle)."""
+def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:
+    """Run one tier's worker in this process until stopped (or, in burst, until idle).
+
+    A burst typed worker does not strand the provider retries it scheduled: it waits for
+    those due within DISPATCHQ_RETRY_HORIZON, runs them, and returns how many are left
+    scheduled beyond it (0 otherwise).
+    """
+    import time as _time
+
     from dispatchq.environment import mark_non_dumpable
     from dispatchq.runtime import set_runtime
+    from dispatchq.scheduler import due_retries, release_due_retries
 
     mark_non_dumpable()
     set_runtime(runtime)
-    worker = make_worker(runtime, tier)
     level = "WARNING" if quiet else "INFO"
-    return bool(worker.work(burst=burst, logging_level=level, with_scheduler=False))
+    while True:
+        make_worker(runtime, tier).work(burst=burst, logging_level=level, with_scheduler=False)
+        if not burst or tier != "typed":
+            return 0
+        due, later = due_retries(runtime, runtime.settings.retry_horizon)
+        if due is None:
+            return later
+        _time.sleep(max(0.0, due - _time.time()))
+        release_due_retries(runtime)
 
 
 def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> None:
-    """RQ's failure callback: fail unfinished judgements once RQ gives up on the job."""
+    """RQ's failure callback, once RQ has no retries left for a job.
+
+    Failures are per judgement: when a job carrying several judgements dies for good
+    (one poison judgement can crash its worker every time), each unfinished judgement
+    is re-enqueued in a job of its own, so only the one that really fails, fails.
+    """
     if job.retries_left and job.retries_left > 0:
         return  # RQ will run the job again; the judgements are still safe
     func = job.func_name.rsplit(".", 1)[-1]
@@ -108,9 +135,15 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     if exc_value is not None and str(exc_value):
         why += f": {str(exc_value).splitlines()[0][:300]}"
     store = runtime.store
-    for record in store.get_many(list(job.args[0])):
-        if record is None or record.finished or getattr(record, "job", None) != job.id:
-            continue
+    left = [
+        r
+        for r in store.get_many(list(job.args[0]))
+        if r is not None and not r.finished and getattr(r, "job", None) == job.id
+    ]
+    if len(left) > 1:
+        runtime.dispatcher.requeue([r.id for r in left], f"{why}; retried alone")
+        return
+    for record in left:
         store.transition(
             record.id,
             "failed",

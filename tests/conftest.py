@@ -97,14 +97,15 @@ def run_cli(args: list[str], env: dict[str, str], *, input: str | None = None, t
 
 # --- helpers for the foundation's tests (settings, config, store, code tier, CLI, recovery) ------
 
-import json  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> Any:
     """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -158,12 +159,9 @@ def write_config(path: Path, text: str) -> Path:
 
 
 def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost", "-c",
-         "commit.gpgsign=false", *args],
-        capture_output=True, text=True, check=True,
-    )
-    return done.stdout
+    identity = ["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false"]
+    argv = ["git", "-C", str(repo), *identity, *args]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture
@@ -188,10 +186,6 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
     }
 
 
-def load_json(text: str) -> Any:
-    return json.loads(text)
-
-
 @pytest.fixture
 def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable[..., Any]]:
     """Build an in-process `Runtime` on the test's Redis: `make_runtime(DISPATCHQ_BATCH_SIZE="2")`.
@@ -207,3 +201,18 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
 
     yield make
     set_runtime(None)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting for init to reap it counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]

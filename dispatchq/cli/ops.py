@@ -31,7 +31,12 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
     """
     from dispatchq.worker import run_worker
 
-    run_worker(runtime(), tier, burst=burst, quiet=quiet)
+    left = run_worker(runtime(), tier, burst=burst, quiet=quiet)
+    if left:
+        click.echo(
+            f"{left} typed-tier retries are scheduled beyond DISPATCHQ_RETRY_HORIZON; they stay queued",
+            err=True,
+        )
 
 
 @click.command()
@@ -86,7 +91,7 @@ def collect_status(rt: Any) -> dict[str, Any]:
             "alive": scheduler_alive(rt),
             "scheduled_jobs": scheduler_for(rt).count(),
         },
-        "typed": {"keyless": rt.settings.typesafe_api_key is None},
+        "typed": _typed_status(rt),
     }
     try:
         from dispatchq.marker import status_section
@@ -102,6 +107,20 @@ def collect_status(rt: Any) -> dict[str, Any]:
     else:
         data["triage"] = triage_section(rt)
     return data
+
+
+def _typed_status(rt: Any) -> dict[str, Any]:
+    """Keyless when this process has no key, or when a typed worker said it ran without one.
+
+    The workers are the tier: an operator's shell holding a key must not hide that the
+    workers (started elsewhere, with another environment) answer nothing.
+    """
+    seen = rt.redis.get(keys.TYPED_KEYLESS)
+    host = seen.decode() if isinstance(seen, bytes) else seen
+    return {
+        "keyless": rt.settings.typesafe_api_key is None or host is not None,
+        "keyless_worker_host": host,
+    }
 
 
 @click.command()
@@ -141,7 +160,6 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
     markers = data.get("markers") or []
     if not markers:
         console.print("usage window: [green]open[/] (no marker)")
-        return
     for m in markers:
         if m.get("up"):
             left = max(0, int(m["lifts_at_epoch"] - time.time()))
@@ -155,6 +173,12 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
             console.print(f"usage window \\[{m['scope']}]: {m.get('state', 'open')}")
     if data.get("retrigger"):
         console.print(f"retrigger scheduled at {data['retrigger']}")
+    for entry in data.get("window_audit") or []:
+        console.print(
+            f"  {entry.get('at')}: window [{entry.get('scope')}] {entry.get('action')} "
+            f"by {entry.get('who')} (lifts at {entry.get('lifts_at')}): {entry.get('reason')}",
+            markup=False,
+        )
 
 
 @click.group()

@@ -1,0 +1,503 @@
+"""Config validation: every mistake is caught at load, as one error naming kind and field.
+
+Unit tests: no Redis. `parse_config` validates an already-parsed document; `load_config`
+reads YAML (1.2: `on`, `yes`, `no` stay strings).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatchq.config import Config, load_config, parse_config
+from dispatchq.errors import ConfigError, UserError
+from tests.conftest import write_check_module, write_config
+
+NOUL = {"type": "noul", "instructions": "Is it actionable?"}
+SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
+SESSION = {"prompt": "Decide {{ target }} given {{ state }}"}
+
+
+def config_of(kinds: dict[str, Any], tmp_path: Path | None = None) -> Config:
+    path = tmp_path / "dispatchq.yaml" if tmp_path is not None else None
+    return parse_config({"kinds": kinds}, path)
+
+
+def error_of(kinds: dict[str, Any], tmp_path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        config_of(kinds, tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert isinstance(caught.value, UserError)
+    return message
+
+
+def typed_kind(**extra: Any) -> dict[str, Any]:
+    return {"questions": {"actionable": NOUL}, "answer": "actionable", "escalate": "needs-triage", **extra}
+
+
+# --- a valid config ---------------------------------------------------------------------------
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          lockfile-conflict:
+            check: jobs.examples:lockfile_only
+          repair-main:
+            produce: [["ruff", "format", "."]]
+            verify: [["pytest", "-q"]]
+          comment-actionable:
+            effect: local
+            questions:
+              actionable: {type: noul, instructions: "Does this review comment ask for a code change?"}
+              severity:
+                {type: score, instructions: "How urgent is it?", criteria: [can wait, this week, today]}
+            answer: actionable
+            gateOn: [actionable, severity]
+            order: severity
+            escalate: session
+            session:
+              prompt: "Decide {{ target }} given {{ state }}"
+              args: ["--permission-mode", "plan"]
+              format: json
+        """,
+    )
+    config = load_config(path)
+    assert set(config.kinds) == {"lockfile-conflict", "repair-main", "comment-actionable"}
+    lock = config.kinds["lockfile-conflict"]
+    assert lock.check == "jobs.examples:lockfile_only" and callable(lock.check_fn)
+    assert lock.escalate == "needs-triage"  # no session block: a person decides
+    repair = config.kinds["repair-main"]
+    assert repair.produce == (("ruff", "format", "."),) and repair.verify == (("pytest", "-q"),)
+    comment = config.kinds["comment-actionable"]
+    assert comment.gate_on == ("actionable", "severity") and comment.order == "severity"
+    assert comment.session is not None and comment.session.format == "json"
+    assert comment.session.args == ("--permission-mode", "plan")
+    assert comment.questions["severity"].wire() == {
+        "type": "score",
+        "instructions": "How urgent is it?",
+        "criteria": ["can wait", "this week", "today"],
+    }
+
+
+def test_effect_comes_from_the_kind_and_defaults_to_local() -> None:
+    config = config_of({"a": typed_kind(), "b": typed_kind(effect="external")})
+    assert config.kinds["a"].effect == "local"
+    assert config.kinds["b"].effect == "external"
+
+
+def test_a_check_imports_from_the_config_files_directory(tmp_path: Path) -> None:
+    module = write_check_module(tmp_path, "def check(judgement):\n    return 'from-config-dir'\n")
+    before = list(sys.path)
+    config = config_of({"k": {"check": f"{module}:check"}}, tmp_path)
+    fn = config.kinds["k"].check_fn
+    assert fn is not None and fn(None) == "from-config-dir"
+    assert sys.path == before  # the directory is on the path only while importing
+
+
+def test_missing_file_and_optional_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.yaml")
+    assert load_config(tmp_path / "absent.yaml", required=False).kinds == {}
+
+
+def test_empty_file_is_an_empty_config(tmp_path: Path) -> None:
+    assert load_config(write_config(tmp_path / "dispatchq.yaml", "")).kinds == {}
+
+
+# --- YAML --------------------------------------------------------------------------------------
+
+
+def test_yaml_syntax_error_reports_file_line_and_column(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          k:
+            check: "jobs.examples:noop
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:")
+    line, column = message.removeprefix(f"{path}:").split(":")[:2]
+    assert line.isdigit() and column.isdigit()
+
+
+def test_yaml_duplicate_key_is_an_error_with_its_line(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "dispatchq.yaml", "kinds:\n  k:\n    check: a:b\n    check: c:d\n")
+    with pytest.raises(ConfigError, match=r":4:\d+: .*duplicate key"):
+        load_config(path)
+
+
+def test_yaml_1_2_keeps_on_yes_no_as_strings(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          on:
+            questions:
+              pick: {type: choice, instructions: yes, criteria: {yes: agree, no: disagree, off: abstain}}
+            answer: pick
+            escalate: needs-triage
+        """,
+    )
+    config = load_config(path)
+    assert list(config.kinds) == ["on"]  # YAML 1.1 would have made this key True
+    question = config.kinds["on"].questions["pick"]
+    assert question.instructions == "yes"
+    assert list(question.criteria) == ["yes", "no", "off"]
+
+
+def test_yaml_1_2_a_value_yes_is_not_a_boolean(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          k:
+            questions: {q: {type: noul, instructions: "?"}}
+            answer: q
+            escalate: yes
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "kinds.k.escalate" in str(caught.value)
+    assert "'yes'" in str(caught.value) and "True" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("2024-01-01", "date"), (".nan", "nan"), (".inf", "inf")])
+def test_a_value_json_cannot_spell_is_a_config_error_naming_the_field(
+    tmp_path: Path, value: str, shown: str
+) -> None:
+    path = write_config(
+        tmp_path / "dispatchq.yaml",
+        f"""
+        kinds:
+          k:
+            questions: {{q: {{type: noul, instructions: {value}}}}}
+            answer: q
+            escalate: needs-triage
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith("kinds.k.questions.q.instructions: ")
+    assert shown in str(caught.value)
+
+
+# --- structure and unknown keys ------------------------------------------------------------------
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        parse_config(["kinds"])
+
+
+def test_unknown_top_level_key() -> None:
+    with pytest.raises(ConfigError, match=r"^kindz: unknown top-level key"):
+        parse_config({"kindz": {}})
+
+
+def test_unknown_kind_key_names_kind_and_field() -> None:
+    assert error_of({"k": typed_kind(gate_on=["actionable"])}).startswith("kinds.k.gate_on: unknown key")
+
+
+def test_unknown_question_key() -> None:
+    kind = typed_kind(questions={"actionable": {**NOUL, "instruction": "typo"}})
+    assert error_of({"k": kind}).startswith("kinds.k.questions.actionable.instruction: unknown key")
+
+
+def test_unknown_session_key() -> None:
+    kind = {"session": {**SESSION, "promt": "typo"}}
+    assert error_of({"k": kind}).startswith("kinds.k.session.promt: unknown key")
+
+
+def test_kind_name_characters() -> None:
+    assert error_of({"bad kind!": typed_kind()}).startswith("kinds.bad kind!: ")
+
+
+def test_kind_must_be_a_mapping() -> None:
+    assert error_of({"k": "jobs.examples:noop"}).startswith("kinds.k: must be a mapping")
+
+
+def test_kind_declaring_no_tier() -> None:
+    assert error_of({"k": {"effect": "local"}}).startswith("kinds.k: declares no tier")
+
+
+def test_effect_must_be_local_or_external() -> None:
+    assert error_of({"k": typed_kind(effect="global")}).startswith("kinds.k.effect: ")
+
+
+# --- the code tier --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check", "fragment"),
+    [
+        ("no_such_module_dq:check", "cannot import 'no_such_module_dq'"),
+        ("jobs.examples:no_such_function", "has no callable 'no_such_function'"),
+        ("jobs.examples.lockfile_only", "is not module:function"),
+        ("jobs.examples:LOCKFILES", "has no callable 'LOCKFILES'"),
+    ],
+)
+def test_a_check_that_does_not_import(check: str, fragment: str) -> None:
+    message = error_of({"k": {"check": check}})
+    assert message.startswith("kinds.k.check: ")
+    assert fragment in message
+
+
+def test_a_check_module_that_raises_on_import(tmp_path: Path) -> None:
+    module = write_check_module(tmp_path, "raise RuntimeError('broken at import')\n")
+    message = error_of({"k": {"check": f"{module}:check"}}, tmp_path)
+    assert message.startswith("kinds.k.check: ")
+    assert "RuntimeError" in message and "broken at import" in message
+
+
+def test_a_check_must_be_text() -> None:
+    assert error_of({"k": {"check": ["jobs.examples", "noop"]}}).startswith("kinds.k.check: ")
+
+
+def test_checks_are_not_imported_when_asked_not_to() -> None:
+    config = parse_config({"kinds": {"k": {"check": "no_such_module_dq:check"}}}, import_checks=False)
+    assert config.kinds["k"].check_fn is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ({"produce": [["make"]]}, "kinds.k.verify"),
+        ({"verify": [["make", "test"]]}, "kinds.k.produce"),
+        ({"produce": "make", "verify": [["make"]]}, "kinds.k.produce"),
+        ({"produce": [], "verify": [["make"]]}, "kinds.k.produce"),
+        ({"produce": [["make"]], "verify": [[]]}, "kinds.k.verify[0]"),
+        ({"produce": [["make", 1]], "verify": [["make"]]}, "kinds.k.produce[0]"),
+        ({"produce": [["make"]], "verify": ["make test"]}, "kinds.k.verify[0]"),
+        ({"check": "jobs.examples:noop", "produce": [["make"]], "verify": [["make"]]}, "kinds.k.produce"),
+    ],
+)
+def test_produce_and_verify_rules(kind: dict[str, Any], field: str) -> None:
+    assert error_of({"k": kind}).startswith(f"{field}: ")
+
+
+# --- the typed tier: questions the SDK would reject --------------------------------------------------
+
+
+def test_question_type_must_be_noul_choice_or_score() -> None:
+    kind = typed_kind(questions={"actionable": {"type": "boolean", "instructions": "?"}})
+    message = error_of({"k": kind})
+    assert message.startswith("kinds.k.questions.actionable.type: ")
+    assert "noul, choice or score" in message
+
+
+def test_question_id_characters() -> None:
+    kind = typed_kind(questions={"1st": NOUL}, answer="1st")
+    assert error_of({"k": kind}).startswith("kinds.k.questions.1st: ")
+
+
+def test_noul_needs_instructions_or_described_outcome() -> None:
+    kind = typed_kind(questions={"actionable": {"type": "noul"}})
+    assert error_of({"k": kind}).startswith("kinds.k.questions.actionable.instructions: ")
+    described = typed_kind(
+        questions={"actionable": {"type": "noul", "criteria": {"true": "asks for a change"}}}
+    )
+    assert config_of({"k": described}).kinds["k"].questions["actionable"].type == "noul"
+
+
+def test_noul_criteria_only_true_and_false() -> None:
+    kind = typed_kind(questions={"actionable": {**NOUL, "criteria": {"true": "x", "maybe": "y"}}})
+    assert error_of({"k": kind}).startswith("kinds.k.questions.actionable.criteria: ")
+
+
+def choice_kind(options: int) -> dict[str, Any]:
+    criteria = {f"label{i}": f"option {i}" for i in range(options)}
+    return typed_kind(
+        questions={"pick": {"type": "choice", "instructions": "?", "criteria": criteria}}, answer="pick"
+    )
+
+
+def test_choice_allows_255_options_and_no_more() -> None:
+    assert len(config_of({"k": choice_kind(255)}).kinds["k"].questions["pick"].criteria) == 255
+    message = error_of({"k": choice_kind(256)})
+    assert message.startswith("kinds.k.questions.pick.criteria: ")
+    assert "255" in message
+
+
+def test_choice_needs_options() -> None:
+    assert error_of({"k": choice_kind(0)}).startswith("kinds.k.questions.pick.criteria: ")
+
+
+@pytest.mark.parametrize("levels", [2, 10])
+def test_score_allows_2_to_10_levels(levels: int) -> None:
+    kind = typed_kind(
+        questions={"s": {"type": "score", "instructions": "?", "criteria": [f"l{i}" for i in range(levels)]}},
+        answer="s",
+    )
+    assert len(config_of({"k": kind}).kinds["k"].questions["s"].criteria) == levels
+
+
+@pytest.mark.parametrize("criteria", [["only"], [f"l{i}" for i in range(11)], {"a": 1, "b": 2}, None])
+def test_score_outside_2_to_10_levels(criteria: Any) -> None:
+    kind = typed_kind(
+        questions={"s": {"type": "score", "instructions": "?", "criteria": criteria}}, answer="s"
+    )
+    message = error_of({"k": kind})
+    assert message.startswith("kinds.k.questions.s.criteria: ")
+    assert "2 to 10" in message
+
+
+def test_answer_naming_no_question() -> None:
+    message = error_of({"k": typed_kind(answer="actionabel")})
+    assert message.startswith("kinds.k.answer: names no question")
+
+
+def test_answer_required_with_questions_unless_ordering_only() -> None:
+    kind = {"questions": {"actionable": NOUL}, "escalate": "needs-triage"}
+    assert error_of({"k": kind}).startswith("kinds.k.answer: required")
+    ordering_only = {"questions": {"severity": SCORE}, "order": "severity", "session": SESSION}
+    assert config_of({"k": ordering_only}).kinds["k"].answer is None
+
+
+@pytest.mark.parametrize(
+    ("gate_on", "fragment"),
+    [(["actionable", "nope"], "'nope' names no question"), ([], "non-empty list"), ("actionable", "list")],
+)
+def test_gate_on_must_name_questions(gate_on: Any, fragment: str) -> None:
+    message = error_of({"k": typed_kind(gateOn=gate_on)})
+    assert message.startswith("kinds.k.gateOn: ")
+    assert fragment in message
+
+
+def test_gate_defaults_to_the_answer_question() -> None:
+    config = config_of(
+        {
+            "plain": typed_kind(),
+            "gated": typed_kind(questions={"actionable": NOUL, "severity": SCORE}, gateOn=["severity"]),
+        }
+    )
+    assert config.kinds["plain"].gate_questions == ("actionable",)
+    assert config.kinds["gated"].gate_questions == ("severity",)
+
+
+def test_order_rules() -> None:
+    base = {
+        "questions": {"actionable": NOUL, "severity": SCORE},
+        "answer": "actionable",
+        "escalate": "needs-triage",
+    }
+    assert config_of({"k": {**base, "order": "severity"}}).kinds["k"].order == "severity"
+    assert error_of({"k": {**base, "order": "nope"}}).startswith("kinds.k.order: 'nope' names no question")
+    assert error_of({"k": {**base, "order": "actionable"}}).startswith("kinds.k.order: must name a score")
+    choice = {"type": "choice", "instructions": "?", "criteria": {"low": "l", "high": "h"}}
+    plain_choice = {**base, "questions": {"actionable": NOUL, "tier": choice}, "order": "tier"}
+    assert error_of({"k": plain_choice}).startswith("kinds.k.order: must name a score")
+    ranked = {
+        **base,
+        "questions": {"actionable": NOUL, "tier": {**choice, "priority": {"low": 1, "high": 5}}},
+    }
+    kind = config_of({"k": {**ranked, "order": "tier"}}).kinds["k"]
+    assert kind.questions["tier"].priority == {"low": 1.0, "high": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("question", "field"),
+    [
+        ({**SCORE, "priority": {"today": 1}}, "kinds.k.questions.q.priority"),
+        (
+            {"type": "choice", "instructions": "?", "criteria": {"a": "x"}, "priority": {"b": 1}},
+            "kinds.k.questions.q.priority.b",
+        ),
+        (
+            {"type": "choice", "instructions": "?", "criteria": {"a": "x"}, "priority": {"a": "high"}},
+            "kinds.k.questions.q.priority.a",
+        ),
+        (
+            {"type": "choice", "instructions": "?", "criteria": {"a": "x"}, "priority": {"a": True}},
+            "kinds.k.questions.q.priority.a",
+        ),
+    ],
+)
+def test_priority_map_rules(question: dict[str, Any], field: str) -> None:
+    kind = typed_kind(questions={"q": question}, answer="q")
+    assert error_of({"k": kind}).startswith(f"{field}: ")
+
+
+# --- the session tier --------------------------------------------------------------------------------
+
+
+def test_unknown_prompt_placeholder() -> None:
+    message = error_of({"k": {"session": {"prompt": "Decide {{ target }} for {{ owner }}"}}})
+    assert message.startswith("kinds.k.session.prompt: unknown placeholder")
+    assert "owner" in message
+
+
+def test_known_placeholders_and_literal_braces() -> None:
+    prompt = "{{target}} {{ item }} {{ state }} {{ context }} and {literal} braces"
+    assert config_of({"k": {"session": {"prompt": prompt}}}).kinds["k"].session is not None
+
+
+def test_escalate_session_needs_a_session_block() -> None:
+    message = error_of({"k": typed_kind(escalate="session")})
+    assert message.startswith("kinds.k.escalate: ")
+    assert "session block" in message
+
+
+def test_escalate_must_be_session_or_needs_triage() -> None:
+    assert error_of({"k": typed_kind(escalate="human")}).startswith("kinds.k.escalate: ")
+
+
+def test_escalate_defaults_to_session_when_there_is_one() -> None:
+    kind = {"questions": {"actionable": NOUL}, "answer": "actionable", "session": SESSION}
+    assert config_of({"k": kind}).kinds["k"].escalate == "session"
+
+
+@pytest.mark.parametrize(
+    ("session", "field"),
+    [
+        ({"prompt": ""}, "kinds.k.session.prompt"),
+        ({"args": ["--x"]}, "kinds.k.session.prompt"),
+        ({**SESSION, "args": "--permission-mode plan"}, "kinds.k.session.args"),
+        ({**SESSION, "format": "yaml"}, "kinds.k.session.format"),
+        ({**SESSION, "model": 4}, "kinds.k.session.model"),
+        ("just a prompt", "kinds.k.session"),
+    ],
+)
+def test_session_block_rules(session: Any, field: str) -> None:
+    assert error_of({"k": {"session": session}}).startswith(f"{field}: ")
+
+
+def test_session_model_is_passed_as_an_argument() -> None:
+    kind = config_of({"k": {"session": {**SESSION, "model": "opus"}}}).kinds["k"]
+    assert kind.session is not None
+    assert kind.session.model == "opus" and kind.session.args[-2:] == ("--model", "opus")
+
+
+# --- the kind's digest (part of the content key) ---------------------------------------------------
+
+
+def test_digest_changes_with_any_edit_of_the_kind_and_only_that_kind() -> None:
+    before = config_of({"a": typed_kind(), "b": typed_kind()})
+    edited = config_of(
+        {"a": typed_kind(questions={"actionable": {**NOUL, "instructions": "Reworded?"}}), "b": typed_kind()}
+    )
+    assert before.kinds["a"].digest != edited.kinds["a"].digest
+    assert before.kinds["b"].digest == edited.kinds["b"].digest
+
+
+def test_digest_ignores_key_order() -> None:
+    one = config_of({"a": {"questions": {"q": NOUL}, "answer": "q", "escalate": "needs-triage"}})
+    two = config_of({"a": {"escalate": "needs-triage", "answer": "q", "questions": {"q": NOUL}}})
+    assert one.kinds["a"].digest == two.kinds["a"].digest
+
+
+def test_unknown_kind_lookup_lists_the_known_ones() -> None:
+    config = config_of({"b": typed_kind(), "a": typed_kind()})
+    with pytest.raises(ConfigError, match=r"unknown kind 'zzz' \(known: a, b\)"):
+        config.kind("zzz")

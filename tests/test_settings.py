@@ -1,0 +1,195 @@
+"""Settings: one object built at the edge; every bad value is one line naming its variable.
+
+Unit tests: no Redis. `load_settings(mapping)` reads only the mapping it is handed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dispatchq.errors import SettingsError, UserError
+from dispatchq.settings import DAY, Settings, env_name, load_settings, redact_url
+
+REDIS_PASSWORD = "hunter2-redis-pw"
+TYPESAFE_KEY = "ts-live-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Settings read an optional `.env` in the working directory: never the repository's.
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults() -> None:
+    s = load_settings({})
+    assert s.redis_url is None
+    assert s.embedded
+    assert s.result_ttl == 7 * DAY
+    assert s.config == Path("dispatchq.yaml")
+    assert s.checkout_roots == [Path.cwd().resolve()]
+    assert s.appendfsync == "everysec"
+    assert s.typesafe_api_key is None
+
+
+def test_reads_only_the_mapping_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHQ_RESULT_TTL", "5")
+    assert load_settings({}).result_ttl == 7 * DAY
+    assert load_settings({"DISPATCHQ_RESULT_TTL": "9"}).result_ttl == 9
+    # ...and with no mapping, the process environment.
+    assert load_settings().result_ttl == 5
+
+
+def test_values_are_parsed_from_the_environment() -> None:
+    s = load_settings(
+        {
+            "DISPATCHQ_RESULT_TTL": "42",
+            "DISPATCHQ_APPENDFSYNC": "always",
+            "DISPATCHQ_BATCH_SIZE": "7",
+            "DISPATCHQ_GATE_EXTERNAL": "0.9",
+            "DISPATCHQ_SESSION_DENY_ENV": " FOO , BAR_* ,,",
+            "DISPATCHQ_CONFIG": "/etc/dq.yaml",
+        }
+    )
+    assert (s.result_ttl, s.appendfsync, s.batch_size, s.gate_external) == (42, "always", 7, 0.9)
+    assert s.session_deny_env == ["FOO", "BAR_*"]
+    assert s.config == Path("/etc/dq.yaml")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("DISPATCHQ_RESULT_TTL", "abc"),
+        ("DISPATCHQ_RESULT_TTL", "0"),
+        ("DISPATCHQ_APPENDFSYNC", "sometimes"),
+        ("DISPATCHQ_BATCH_SIZE", "0"),
+        ("DISPATCHQ_BATCH_SIZE", "100000"),
+        ("DISPATCHQ_GATE_LOCAL", "1.5"),
+        ("DISPATCHQ_HEARTBEAT_INTERVAL", "fast"),
+        ("DISPATCHQ_TYPED_TIMEOUT", "-1"),
+        ("DISPATCHQ_TIMEZONE", "Mars/Olympus_Mons"),
+        ("DISPATCHQ_SESSION_COMMAND", 'claude "unclosed'),
+        ("DISPATCHQ_SESSION_COMMAND", "   "),
+        ("DISPATCHQ_CHECKOUT_ROOTS", os.pathsep),
+    ],
+)
+def test_an_invalid_value_is_one_line_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({variable: value})
+    message = str(caught.value)
+    assert message.startswith(f"{variable}: ")
+    assert "\n" not in message
+    assert isinstance(caught.value, UserError)  # the CLI prints it as one line, exit 2
+
+
+def test_redis_url_password_is_redacted_everywhere() -> None:
+    url = f"redis://worker:{REDIS_PASSWORD}@redis.internal:6380/2"
+    s = load_settings({"DISPATCHQ_REDIS_URL": url, "TYPESAFE_API_KEY": TYPESAFE_KEY})
+    assert not s.embedded
+    assert s.redis_url is not None and s.redis_url.get_secret_value() == url
+    assert s.describe_redis() == "redis://worker:***@redis.internal:6380/2"
+    shown = str(s.public())
+    assert REDIS_PASSWORD not in shown and TYPESAFE_KEY not in shown
+    assert s.public()["DISPATCHQ_REDIS_URL"]["value"] == "redis://worker:***@redis.internal:6380/2"
+    assert s.public()["TYPESAFE_API_KEY"]["value"] == "**********"
+    assert REDIS_PASSWORD not in repr(s) and TYPESAFE_KEY not in repr(s)
+    assert REDIS_PASSWORD not in str(s) and TYPESAFE_KEY not in str(s)
+
+
+def test_a_settings_error_never_carries_a_secret() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(
+            {
+                "DISPATCHQ_REDIS_URL": f"redis://:{REDIS_PASSWORD}@h/0",
+                "TYPESAFE_API_KEY": TYPESAFE_KEY,
+                "DISPATCHQ_RESULT_TTL": "soon",
+            }
+        )
+    assert str(caught.value).startswith("DISPATCHQ_RESULT_TTL: ")
+    assert REDIS_PASSWORD not in str(caught.value) and TYPESAFE_KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://user:pw@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:pw@host/0", "redis://:***@host/0"),
+        ("rediss://user:p%40ss@host/0", "rediss://user:***@host/0"),
+        ("redis://user:p@ss@host/0", "redis://user:***@host/0"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_url_never_echoes_an_unparseable_url() -> None:
+    assert "pw" not in redact_url("redis://user:pw@[::1/0")
+
+
+def test_secret_from_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "typesafe.key"
+    key_file.write_text(f"  {TYPESAFE_KEY}\n")
+    url_file = tmp_path / "redis.url"
+    url_file.write_text(f"redis://:{REDIS_PASSWORD}@h/0\n")
+    token_file = tmp_path / "gh.token"
+    token_file.write_text("ghp_abc\n")
+    s = load_settings(
+        {
+            "TYPESAFE_API_KEY_FILE": str(key_file),
+            "DISPATCHQ_REDIS_URL_FILE": str(url_file),
+            "DISPATCHQ_GITHUB_TOKEN_FILE": str(token_file),
+        }
+    )
+    assert s.typesafe_api_key is not None and s.typesafe_api_key.get_secret_value() == TYPESAFE_KEY
+    assert s.redis_url is not None and s.redis_url.get_secret_value() == f"redis://:{REDIS_PASSWORD}@h/0"
+    assert s.github_token is not None and s.github_token.get_secret_value() == "ghp_abc"
+
+
+def test_a_variable_set_directly_wins_over_its_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "typesafe.key"
+    key_file.write_text("from-file")
+    s = load_settings({"TYPESAFE_API_KEY": "from-env", "TYPESAFE_API_KEY_FILE": str(key_file)})
+    assert s.typesafe_api_key is not None and s.typesafe_api_key.get_secret_value() == "from-env"
+
+
+def test_missing_secret_file_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"TYPESAFE_API_KEY_FILE": str(tmp_path / "absent.key")})
+    assert str(caught.value).startswith("TYPESAFE_API_KEY_FILE: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_empty_secret_file_is_an_error_not_a_missing_key(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    with pytest.raises(SettingsError, match=r"^TYPESAFE_API_KEY_FILE: .*empty"):
+        load_settings({"TYPESAFE_API_KEY_FILE": str(empty)})
+
+
+def test_checkout_roots_are_split_resolved_and_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    raw = os.pathsep.join([str(tmp_path / "a"), "", "~/code", "rel/dir", str(tmp_path / "link")])
+    s = load_settings({"DISPATCHQ_CHECKOUT_ROOTS": raw})
+    assert s.checkout_roots == [
+        (tmp_path / "a").resolve(),
+        (tmp_path / "home" / "code").resolve(),
+        (tmp_path / "rel" / "dir").resolve(),
+        (tmp_path / "a").resolve(),  # a symlinked root resolves to where it points
+    ]
+
+
+def test_every_field_has_an_environment_variable_and_a_description() -> None:
+    s = load_settings({})
+    public = s.public()
+    assert set(public) == {env_name(f) for f in Settings.model_fields}
+    assert all(entry["description"] for entry in public.values())
+    assert env_name("typesafe_api_key") == "TYPESAFE_API_KEY"
+    assert env_name("result_ttl") == "DISPATCHQ_RESULT_TTL"
