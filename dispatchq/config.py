@@ -171,15 +171,12 @@ def placeholders(template: str) -> list[str]:
 
 @contextmanager
 def _on_path(directory: Path) -> Iterator[None]:
+    # The directory stays on the path: a check may import its own helpers from there
+    # when it runs, long after the config was loaded.
     entry = str(directory)
-    added = entry not in sys.path
-    if added:
+    if entry not in sys.path:
         sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        if added and entry in sys.path:
-            sys.path.remove(entry)
+    yield
 
 
 def import_check(spec: str, base_dir: Path) -> Callable[..., Any]:

@@ -38,14 +38,21 @@ DAY = 86_400
 SECRET_ENV = ("DISPATCHQ_REDIS_URL", "TYPESAFE_API_KEY", "DISPATCHQ_GITHUB_TOKEN")
 
 
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dispatchq_environ", default=None)
+
+def _env() -> Mapping[str, str]:
+    """The environment `load_settings` was handed (defaults must read it too, not os.environ)."""
+    return _ENVIRON.get() or os.environ
+
+
 def _default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = _env().get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "dispatchq"
 
 
 def _local_timezone() -> str:
     """The machine's zone name, which is what Claude Code prints reset times in."""
-    tz = os.environ.get("TZ", "").lstrip(":")
+    tz = _env().get("TZ", "").lstrip(":")
     if tz and "/" in tz:
         return tz
     try:
@@ -55,8 +62,6 @@ def _local_timezone() -> str:
     marker = "zoneinfo/"
     return target.split(marker, 1)[1] if marker in target else "UTC"
 
-
-_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dispatchq_environ", default=None)
 
 
 class _MappingEnvSource(EnvSettingsSource):

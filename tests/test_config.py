@@ -92,13 +92,20 @@ def test_effect_comes_from_the_kind_and_defaults_to_local() -> None:
     assert config.kinds["b"].effect == "external"
 
 
-def test_a_check_imports_from_the_config_files_directory(tmp_path: Path) -> None:
-    module = write_check_module(tmp_path, "def check(judgement):\n    return 'from-config-dir'\n")
-    before = list(sys.path)
-    config = config_of({"k": {"check": f"{module}:check"}}, tmp_path)
-    fn = config.kinds["k"].check_fn
-    assert fn is not None and fn(None) == "from-config-dir"
-    assert sys.path == before  # the directory is on the path only while importing
+def test_a_check_imports_from_the_config_files_directory_also_when_it_runs(tmp_path: Path) -> None:
+    """A check may import its own helpers from the config's directory at call time."""
+    (tmp_path / "helper_for_checks.py").write_text("VALUE = 'from-a-helper'\n")
+    module = write_check_module(
+        tmp_path, "def check(judgement):\n    import helper_for_checks\n    return helper_for_checks.VALUE\n"
+    )
+    try:
+        config = config_of({"k": {"check": f"{module}:check"}}, tmp_path)
+        fn = config.kinds["k"].check_fn
+        assert fn is not None and fn(None) == "from-a-helper"
+    finally:
+        sys.modules.pop("helper_for_checks", None)
+        if str(tmp_path.resolve()) in sys.path:
+            sys.path.remove(str(tmp_path.resolve()))
 
 
 def test_missing_file_and_optional_file(tmp_path: Path) -> None:
