@@ -13,9 +13,10 @@ re-enqueued (nothing is ever stranded as "queued"), expired records leave the in
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
@@ -38,9 +39,14 @@ def scheduler_for(runtime: Runtime) -> Scheduler:
 
 
 def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
-    """Run `ids` through the typed tier again after `delay` seconds, holding no worker."""
+    """Run `ids` through the typed tier again after `delay` seconds, holding no worker.
+
+    rq-scheduler keeps whole seconds and truncates, which could run a retry up to a second
+    before the provider said to: the instant is rounded up instead.
+    """
+    when = math.ceil(time.time() + max(delay, 0.0))
     return scheduler_for(runtime).enqueue_at(
-        datetime.now(UTC) + timedelta(seconds=max(delay, 0.0)),
+        datetime.fromtimestamp(when, UTC),
         "jobs.tiers.typed",
         ids,
         queue_name=keys.queue_name("typed"),

@@ -40,6 +40,7 @@ SECRET_ENV = ("DISPATCHQ_REDIS_URL", "TYPESAFE_API_KEY", "DISPATCHQ_GITHUB_TOKEN
 
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dispatchq_environ", default=None)
 
+
 def _env() -> Mapping[str, str]:
     """The environment `load_settings` was handed (defaults must read it too, not os.environ)."""
     return _ENVIRON.get() or os.environ
@@ -61,7 +62,6 @@ def _local_timezone() -> str:
         return "UTC"
     marker = "zoneinfo/"
     return target.split(marker, 1)[1] if marker in target else "UTC"
-
 
 
 class _MappingEnvSource(EnvSettingsSource):

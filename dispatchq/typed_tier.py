@@ -74,7 +74,9 @@ def _cache_put(runtime: Runtime, content_key: str, model: str | None, answered: 
     runtime.redis.set(
         keys.typed_cache(content_key, model),
         json.dumps(answered.to_json()),
-        ex=runtime.settings.result_ttl,
+        # Not the record's TTL: a judgement re-delivered after its record expired (so no
+        # longer a live duplicate) is exactly what the cache is for.
+        ex=runtime.settings.typed_cache_ttl,
     )
 
 
@@ -161,9 +163,32 @@ def _claim_siblings(runtime: Runtime, claimed: list[Claimed]) -> list[Claimed]:
     return siblings
 
 
+def _still_carried(runtime: Runtime, ids: Sequence[str]) -> list[str]:
+    """The ids whose record still names the running RQ job as the one that carries it.
+
+    Another job may have taken a judgement as a sibling and, on provider trouble, put it
+    under a scheduled retry job: its original job must leave it to wait for the advised
+    delay instead of asking again at once.
+    """
+    from rq import get_current_job
+
+    job = get_current_job()
+    if job is None:  # called outside RQ (tests, benchmarks): the caller owns the ids
+        return list(ids)
+    pipe = runtime.redis.pipeline(transaction=False)
+    for jid in ids:
+        pipe.hget(keys.record(jid), "job")
+    owners = pipe.execute()
+    return [
+        jid
+        for jid, owner in zip(ids, owners, strict=True)
+        if not owner or (owner.decode() if isinstance(owner, bytes) else owner) == job.id
+    ]
+
+
 def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     """Ask the provider about one job's judgements (batched by state) and act on the band."""
-    claimed = runtime.store.claim(ids, "typed")
+    claimed = runtime.store.claim(_still_carried(runtime, ids), "typed")
     if not claimed:
         return 0
     claimed += _claim_siblings(runtime, claimed)
@@ -189,8 +214,10 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
             continue
         questions = {qid: q.wire() for qid, q in kind.questions.items()}
         asks.append(Ask(c.id, c.input.get("state"), questions))
-    if provider.keyless:
+    if provider.keyless:  # `dispatchq status` reports the tier keyless while this is set
         runtime.redis.set(keys.TYPED_KEYLESS, runtime.settings.host, ex=3600)
+    elif runtime.redis.get(keys.TYPED_KEYLESS) in (runtime.settings.host, runtime.settings.host.encode()):
+        runtime.redis.delete(keys.TYPED_KEYLESS)  # this host has a key now
     retries: dict[float, list[str]] = {}
     if asks:
         before = provider.calls

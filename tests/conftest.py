@@ -81,8 +81,14 @@ def dq_env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], env: dict[str, str], *, input: str | None = None, timeout: float = 120,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    input: str | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the real `dispatchq` CLI in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "dispatchq.cli", *args],
