@@ -73,8 +73,8 @@ class SessionSpec:
     args: tuple[str, ...] = ()
     format: str = "text"
     model: str | None = None  # the model this kind's session runs, when it names one
-    # Code that runs around the spawn (`before_spawn`, `after_session`): set by built-in
-    # kinds such as the decision gate's fixer, never from YAML.
+    # Code that runs around the spawn (`before_spawn`, `render_prompt`, `after_session`,
+    # `not_spawned`): set by built-in kinds such as the decision gate's, never from YAML.
     hooks: Any = field(default=None, compare=False, repr=False)
 
 
@@ -144,8 +144,12 @@ class Kinds(dict[str, Kind]):
 
 def builtin_kinds() -> dict[str, Kind]:
     """Kinds dispatchq defines in code (the decision gate's sessions)."""
-    from dispatchq.gate import builtin_kinds as gate_kinds
-
+    try:
+        from dispatchq.gate import builtin_kinds as gate_kinds
+    except ModuleNotFoundError as error:  # a tree that does not carry the gate yet
+        if error.name != "dispatchq.gate":
+            raise
+        return {}
     return gate_kinds()
 
 

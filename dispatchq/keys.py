@@ -140,3 +140,9 @@ def findings_approval(repo_id: str, finding_id: str) -> str:
 def findings_lock(repo_id: str) -> str:
     """Lock key making fixer dispatch sequential per repository across workers."""
     return f"{PREFIX}:findings:dispatch-lock:{repo_id}"
+
+
+def findings_attempt(repo_id: str, finding_id: str, attempt: int) -> str:
+    """Hash: one fixer attempt's own state (the before-observation, the marker it replaced,
+    a resumable session, the outcome), so every start of the job can read where it stands."""
+    return f"{PREFIX}:findings:attempt:{repo_id}:{finding_id}:{attempt}"

@@ -264,7 +264,7 @@ def retrigger(runtime: Runtime, scope: str, lifts_at: float) -> str:
     return "lifted: one probe goes first"
 
 
-def window_open(runtime: Runtime, scope: str, *, why: str) -> bool:
+def window_open(runtime: Runtime, scope: str, *, why: str, who: str = "probe") -> bool:
     """A probe (or an operator) showed the window open: remove the marker, release everyone."""
     redis = runtime.redis
     marker = get(runtime, scope)
@@ -275,7 +275,7 @@ def window_open(runtime: Runtime, scope: str, *, why: str) -> bool:
     pipe.publish(keys.WAKE_CHANNEL, f"open:{scope}")
     deleted = pipe.execute()[0]
     if marker is not None:
-        _audit(runtime, scope, "opened", marker, who="probe", reason=why)
+        _audit(runtime, scope, "opened", marker, who=who, reason=why)
         _release_waiting(runtime)
     if marker is not None and marker.retrigger:
         schedule_retrigger(runtime, scope)  # cancels the now-pointless job
@@ -331,7 +331,7 @@ def open_window(runtime: Runtime, *, who: str | None = None, scope: str | None =
     opened = []
     for marker in all_markers(runtime):
         if scope is None or marker.scope == scope:
-            window_open(runtime, marker.scope, why=f"opened by operator {who}")
+            window_open(runtime, marker.scope, why=f"opened by operator {who}", who=f"operator {who}")
             opened.append(marker.scope)
     return opened
 

@@ -123,12 +123,14 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
     earliest: float | None = None
     why = "waiting for the probe session to show the window open"
     kinds: dict[str, str] = {}
+    statuses: dict[str, str] = {}
     ids = [member.split(":", 1)[1] for _, member, _ in candidates]
     pipe = redis.pipeline(transaction=False)
     for jid in ids:
-        pipe.hget(keys.record(jid), "in")
-    for jid, raw in zip(ids, pipe.execute(), strict=True):
+        pipe.hmget(keys.record(jid), "in", "status")
+    for jid, (raw, status) in zip(ids, pipe.execute(), strict=True):
         kinds[jid] = json.loads(raw)["kind"] if raw else ""
+        statuses[jid] = _s(status) if status else ""
     claim = redis.register_script(_LINE_CLAIM)
     for (_, member, line), jid in zip(candidates, ids, strict=True):
         model = _model_of(runtime, kinds[jid])
@@ -137,6 +139,8 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
             lift = max(m.lifts_at for m in closed)
             earliest = lift if earliest is None else min(earliest, lift)
             why = closed[0].message or f"usage window closed ({closed[0].kind})"
+            if statuses[jid] == "queued":
+                _hold(runtime, jid, closed)
             continue
         probes = []
         lost = False
@@ -156,6 +160,24 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
             marker.end_probe(runtime, scope, slot)
     marker.release_slot(runtime, slot)
     return Wait(why, earliest)
+
+
+def _hold(runtime: Runtime, jid: str, closed: list[marker.Marker]) -> None:
+    """Show why a judgement that joined the line while the window was closed is held back."""
+    reason = marker.waiting_reason(max(closed, key=lambda m: m.lifts_at))
+    runtime.store.transition(jid, "waiting", expect=["queued"], fields={"reason": reason})
+
+
+def _hold_paused(runtime: Runtime) -> None:
+    """Every queued session judgement a closed marker holds back shows `waiting`, with why."""
+    markers = [m for m in marker.all_markers(runtime) if m.closed()]
+    if not markers:
+        return
+    for record in _held(runtime):
+        if record.status == "queued":
+            closed = marker.blocking(markers, _model_of(runtime, record.kind))
+            if closed:
+                _hold(runtime, record.id, closed)
 
 
 class SessionWorker(DispatchqWorker):
@@ -250,6 +272,7 @@ def burst(runtime: Runtime) -> bool:
     before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
     worker = make_worker(runtime, "session")
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
+    _hold_paused(runtime)  # beyond the admission lookahead too: `run` names why each one waits
     after = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
     return after != before
 
@@ -366,9 +389,16 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
     )
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else _session_dir(runtime, record.id)
-    prompt = render_prompt(
-        kind.session.prompt,
-        {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
+    # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
+    # own way and keeps its own lines outside the frame); every other kind is rendered here.
+    custom = getattr(hooks, "render_prompt", None) if hooks is not None else None
+    prompt = (
+        custom(runtime, record)
+        if custom is not None
+        else render_prompt(
+            kind.session.prompt,
+            {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
+        )
     )
     opened = threading.Event()
 
@@ -426,6 +456,8 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
         for other in _held(runtime):
             if other.status == "queued":
                 store.transition(other.id, "waiting", expect=["queued"], fields={"reason": reason})
+        if hooks is not None and hasattr(hooks, "not_spawned"):
+            hooks.not_spawned(runtime, record, reason)  # undo what before_spawn prepared
         return "missing executable"
     runtime.redis.incr(keys.STATS_SESSIONS_SPAWNED)
     outcome = read_outcome(

@@ -33,8 +33,15 @@ FAKE_CLAUDE_READ_ENVIRON  comma-separated pids, or `ppid` / `gppid`: try to read
                        /proc/<pid>/environ; results go to FAKE_CLAUDE_ENVIRON_REPORT as JSON
                        {pid: {"ok": bool, "environ": {...}} | {"ok": false, "error": "..."}}
 FAKE_CLAUDE_SPAWN_LOG  a path: one line appended per spawn (pid and scenario)
+FAKE_CLAUDE_PROMPT_LOG a path: one JSON line appended per spawn, {"argv": [...], "stdin": prompt}
 FAKE_CLAUDE_PLAN       a JSON file holding a list of step objects; each spawn takes the first
-                       step (under a lock) and it overrides the variables above
+                       step (under a lock) and it overrides the variables above. A step with
+                       "match" (a string, or a list of strings that must all occur) is taken only
+                       by a spawn whose prompt contains it: the first step that fits is taken
+FAKE_CLAUDE_EDITS      JSON list of edits applied in the cwd before the result (a fixer that
+                       "edits files as told"): {"path": P, "write": TEXT} | {"path": P,
+                       "replace": [OLD, NEW]} | {"path": P, "append": TEXT} | {"path": P,
+                       "delete": true}; in a plan step, "edits" holds the list itself
 FAKE_CLAUDE_EXIT       force the exit code
 """
 
@@ -62,7 +69,15 @@ DEFAULT_MESSAGES = {
 }
 
 
-def take_plan_step() -> dict:
+def fits(step: dict, prompt: str) -> bool:
+    match = step.get("match")
+    if match is None:
+        return True
+    wanted = [match] if isinstance(match, str) else list(match)
+    return all(str(w) in prompt for w in wanted)
+
+
+def take_plan_step(prompt: str = "") -> dict:
     path = os.environ.get(PREFIX + "PLAN")
     if not path:
         return {}
@@ -72,14 +87,17 @@ def take_plan_step() -> dict:
             steps = json.load(handle)
         except ValueError:
             steps = []
-        step = steps.pop(0) if steps else {}
+        index = next((i for i, step in enumerate(steps) if fits(step, prompt)), None)
+        step = steps.pop(index) if index is not None else {}
         handle.seek(0)
         handle.truncate()
         json.dump(steps, handle)
     return step
 
 
-STEP = take_plan_step()
+# The prompt arrives on stdin, closed by the launcher; read first so a step can match it.
+PROMPT = sys.stdin.read() if __name__ == "__main__" else ""
+STEP = take_plan_step(PROMPT)
 
 
 def setting(name: str, default: str | None = None) -> str | None:
@@ -174,7 +192,7 @@ def main() -> int:
     fmt = opts["format"]
     scenario = setting("SCENARIO", "answer") or "answer"
     session_id = opts["resume"] or setting("SESSION_ID") or str(uuid.uuid4())
-    prompt = sys.stdin.read()
+    prompt = PROMPT
 
     if setting("IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -182,6 +200,10 @@ def main() -> int:
     if spawn_log:
         with open(spawn_log, "a", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()} {scenario}\n")
+    prompt_log = setting("PROMPT_LOG")
+    if prompt_log:
+        with open(prompt_log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"argv": sys.argv, "stdin": prompt}) + "\n")
     if setting("ENV_DUMP"):
         write_json(setting("ENV_DUMP"), startup_environ())
     if setting("READ_ENVIRON") and setting("ENVIRON_REPORT"):
@@ -244,6 +266,7 @@ def main() -> int:
     if scenario != "limit":  # the text-only limit stands for versions that printed no such event
         out(rate_limit_event(session_id, "rejected" if rejected else "allowed", resets_at, rate_type))
 
+    apply_edits(setting("EDITS"))
     wait_for = setting("WAIT_FOR")
     if wait_for:
         limit = time.monotonic() + float(setting("WAIT_TIMEOUT", "30") or 30)
@@ -290,6 +313,32 @@ def main() -> int:
     if code is not None:
         return int(code)
     return 1 if result["is_error"] else 0
+
+
+def apply_edits(spec: str | None) -> None:
+    """Edit files in the cwd as told (a stand-in fixer); paths are relative to the cwd."""
+    if not spec:
+        return
+    for edit in json.loads(spec):
+        path = edit["path"]
+        if edit.get("delete"):
+            if os.path.lexists(path):
+                os.unlink(path)
+            continue
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        if "write" in edit:
+            text = edit["write"]
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            if "replace" in edit:
+                old, new = edit["replace"]
+                text = text.replace(old, new)
+            if "append" in edit:
+                text += edit["append"]
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
 
 
 def rate_limit_event(session_id: str, status: str, resets_at: int, rate_type: str | None) -> dict:

@@ -8,8 +8,17 @@ why not), its decision state and every grammar violation with its line number; i
 exits 1 when there is any violation, so it can gate a CI step. `pin` computes the
 `**Decision-pin:**` line the live decision would get now, and never writes it.
 
-Neither command writes anything, to the report or to the store. The stages that do
-(`run`, `sweep`, `dispatch`) are added to this same group.
+Neither command writes anything, to the report or to the store. The stages that do:
+
+    dispatchq findings run REPORT [--repo DIR] [--json]       the whole gate (stages 0-4)
+    dispatchq findings sweep REPORT [--repo DIR] [--json]     stages 0-2: analysis and the sweep
+    dispatchq findings dispatch REPORT [--repo DIR] [--json]  stages 3-4 over decided findings
+
+`sweep` and `run` take answers only from an interactive terminal: with none, they write
+nothing more, say how many findings were left undecided and exit 3. `dispatch` asks nothing
+and is safe to run unattended. Sessions are session-tier judgements run in this process
+(in burst, like `dispatchq run`), or by a running `dispatchq worker session`; a closed usage
+window leaves them waiting in line (exit 1) and a later run picks them up.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -129,6 +139,97 @@ def pin(report: Path, finding_id: str, repo: Path | None, as_json: bool) -> None
         click.echo("the recorded pin matches", err=True)
     else:
         click.echo("the recorded pin differs", err=True)
+
+
+def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) -> Any:
+    """A Gate on this report, with the session tier's built-in kinds and this terminal."""
+    from dispatchq.cli import settings
+    from dispatchq.config import load_config
+    from dispatchq.environment import mark_non_dumpable
+    from dispatchq.gate import Gate, Terminal
+    from dispatchq.runtime import Runtime, set_runtime
+
+    root = repository(repo)
+    read_report(report)  # a missing or unreadable report is a one-line error
+    s = settings()
+    mark_non_dumpable()  # this process runs sessions: keep them out of its memory and environ
+    rt = Runtime.build(s, config=load_config(s.config, required=False))
+    set_runtime(rt)
+    stream = sys.stderr if as_json else sys.stdout
+    terminal = Terminal(sys.stdin, stream) if interactive and Terminal.interactive() else None
+
+    def out(text: str) -> None:
+        stream.write(text + "\n")
+        stream.flush()
+
+    return Gate(rt, report, root, terminal=terminal, out=out)
+
+
+def _finish(gate: Any, as_json: bool) -> None:
+    summary = gate.summary
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2, ensure_ascii=False))
+    else:
+        for line in summary.lines():
+            click.echo(line)
+    if summary.aborted:
+        sys.exit(3)
+    if summary.waiting:
+        sys.exit(1)
+
+
+def _interrupted(gate: Any) -> None:
+    gate.summary.aborted = "interrupted: nothing more was written; run again to resume"
+    gate.summary.undecided = len(gate.undecided())
+
+
+@findings.command("run")
+@_REPORT
+@_REPO
+@_JSON
+def run(report: Path, repo: Path | None, as_json: bool) -> None:
+    """The whole gate on REPORT: location pre-check, analysis, the sweep, dispatch, grading.
+
+    Answers come only from an interactive terminal. Decided findings are replayed, never
+    asked again; a dispatch whose outcome is unknown is verified before anything else.
+    """
+    gate = _gate(report, repo, as_json, interactive=True)
+    try:
+        gate.run()
+    except KeyboardInterrupt:
+        _interrupted(gate)
+    _finish(gate, as_json)
+
+
+@findings.command("sweep")
+@_REPORT
+@_REPO
+@_JSON
+def sweep(report: Path, repo: Path | None, as_json: bool) -> None:
+    """Stages 0-2 on REPORT: locations, analysts, and a person's decision per finding."""
+    gate = _gate(report, repo, as_json, interactive=True)
+    try:
+        gate.decide()
+        gate.finish()
+    except KeyboardInterrupt:
+        _interrupted(gate)
+    _finish(gate, as_json)
+
+
+@findings.command("dispatch")
+@_REPORT
+@_REPO
+@_JSON
+def dispatch(report: Path, repo: Path | None, as_json: bool) -> None:
+    """Stages 3-4 on REPORT's decided findings: fixers, verification, grading (asks nothing)."""
+    gate = _gate(report, repo, as_json, interactive=False)
+    try:
+        aside = gate.dispatch()
+        for fid in aside:
+            gate.summary.notes.append(f"{fid} was set aside: `dispatchq findings sweep` decides it again")
+    except KeyboardInterrupt:
+        _interrupted(gate)
+    _finish(gate, as_json)
 
 
 def register(main: click.Group) -> None:
