@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,11 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from dispatchq.runtime import Runtime
+
+def _new_id() -> str:
+    """128 random bits as hex: a judgement or job id (uuid4's randomness, without its overhead)."""
+    return os.urandom(16).hex()
+
 
 #: Judgements written per MULTI; keeps any one transaction (and Lua call) short.
 WRITE_CHUNK = 1000
@@ -186,7 +190,7 @@ class Dispatcher:
         elif kind.produce:
             raise UserError(f"kind {kind.name} produces and verifies in a checkout: give context.checkout")
         ckey = content_key(judgement, kind.digest, fingerprint)
-        return Prepared(uuid.uuid4().hex, judgement, kind, ckey, entry_tier(kind), host, force)
+        return Prepared(_new_id(), judgement, kind, ckey, entry_tier(kind), host, force)
 
     def submit(self, prepared: Sequence[Prepared]) -> list[tuple[str, bool]]:
         """Write records and their jobs; returns (id, created) in input order.
@@ -213,7 +217,7 @@ class Dispatcher:
             # produce/verify judgements each get their own job: each may take minutes.
             for start in range(0, len(members), size):
                 batch = members[start : start + size]
-                job_id = uuid.uuid4().hex
+                job_id = _new_id()
                 for p in batch:
                     job_of[p.id] = job_id
                 plans.append((tier, host, [p.id for p in batch], job_id))
@@ -239,7 +243,7 @@ class Dispatcher:
         if any(p.tier == "session" for p in chunk):
             pipe.publish(keys.WAKE_CHANNEL, "work")
         results = pipe.execute()
-        return self.rt.store.parse_created(results[0])
+        return self.rt.store.parse_created(results[0], entries)
 
     # --- moves between tiers ----------------------------------------------------------------
     def commit(self, moves: Moves) -> None:
@@ -277,7 +281,7 @@ class Dispatcher:
             self._join_state_groups(ids, pipe)
             for start in range(0, len(ids), self.settings.batch_size):
                 batch = ids[start : start + self.settings.batch_size]
-                job_id = uuid.uuid4().hex
+                job_id = _new_id()
                 for jid in batch:
                     pipe.hset(keys.record(jid), "job", job_id)
                 self._enqueue_job("typed", None, batch, pipe, job_id)
@@ -314,7 +318,7 @@ class Dispatcher:
                 store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
                 pipe.publish(keys.WAKE_CHANNEL, "work")
             else:
-                job_id = uuid.uuid4().hex
+                job_id = _new_id()
                 pipe.hset(keys.record(record.id), "job", job_id)
                 self._enqueue_job(record.tier, record.host, [record.id], pipe, job_id)
             pipe.execute()

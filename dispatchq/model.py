@@ -10,10 +10,11 @@ on. RQ executes work; these records are the source of truth, and they outlive RQ
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import time
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Status = Literal["queued", "running", "answered", "waiting", "needs-triage", "failed", "cancelled"]
@@ -36,9 +37,26 @@ LADDER: tuple[str, ...] = ("code", "typed", "session")
 Effect = Literal["local", "external"]
 
 
+def _check_finite(value: Any, depth: int = 0) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} has no JSON spelling")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            _check_finite(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_finite(item, depth + 1)
+    elif value is not None and not isinstance(value, str | int | bool):
+        raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
 def canonical_json(value: Any) -> str:
     """One byte-exact spelling of a JSON value, so equal content hashes equally."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    _check_finite(value)
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def sha256_hex(text: str) -> str:
@@ -78,7 +96,7 @@ class JudgementIn(BaseModel):
         # Python's json reads NaN and Infinity (and 1e999 as inf), which JSON has no spelling
         # for: refuse them here, with the field named, rather than crash the content key.
         try:
-            canonical_json(value)
+            _check_finite(value)
         except (TypeError, ValueError) as error:
             raise ValueError(f"not plain JSON data ({error})") from None
         return value

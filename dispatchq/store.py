@@ -27,26 +27,28 @@ P = keys.PREFIX
 
 # ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
 # (one argument rather than 10 per entry: packing arguments costs more than cjson).
+# Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
+# (everything new) then costs no reply at all. Index writes are batched per call.
 _ENQUEUE = """
 local now = ARGV[1]
 local entries = cjson.decode(ARGV[2])
-local out = {}
+local out, new_ids, scored, keys = {}, {}, {}, {}
+local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
 for i = 1, #entries do
   local e = entries[i]
   local id, ckey, force, line = e[1], e[2], e[3], e[4]
   local kkey = '$P:key:' .. ckey
-  local existing = redis.call('GET', kkey)
+  local existing = keys[kkey] or redis.call('GET', kkey)
   local dup = false
   if existing and force == '0' then
     local st = redis.call('HGET', '$P:j:' .. existing, 'status')
     if st and st ~= 'failed' and st ~= 'cancelled' then dup = true end
   end
   if dup then
+    table.insert(out, i)
     table.insert(out, existing)
-    table.insert(out, 0)
   else
-    local rkey = '$P:j:' .. id
-    local seq = redis.call('INCR', '$P:seq')
+    seq = seq + 1
     local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]',
                   'in', e[5], 'tier', e[6], 'effect', e[7], 'host', e[8], 'job', e[9]}
     if line ~= '' then
@@ -55,14 +57,19 @@ for i = 1, #entries do
       table.insert(args, 'lmember'); table.insert(args, member)
       redis.call('ZADD', line, 0, member)
     end
-    redis.call('HSET', rkey, unpack(args))
+    redis.call('HSET', '$P:j:' .. id, unpack(args))
     if e[10] ~= '' then redis.call('SADD', e[10], id) end
     redis.call('SET', kkey, id)
-    redis.call('SADD', '$P:by-status:queued', id)
-    redis.call('ZADD', '$P:ids', now, id)
-    table.insert(out, id)
-    table.insert(out, 1)
+    keys[kkey] = id
+    table.insert(new_ids, id)
+    table.insert(scored, now)
+    table.insert(scored, id)
   end
+end
+for i = 1, #new_ids, 500 do
+  local last = math.min(i + 499, #new_ids)
+  redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
+  redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
 end
 return out
 """.replace("$P", P)
@@ -223,11 +230,15 @@ class Store:
         if pipe is not None:
             self._enqueue(args=args, client=pipe)
             return None
-        return self.parse_created(self._enqueue(args=args))
+        return self.parse_created(self._enqueue(args=args), entries)
 
     @staticmethod
-    def parse_created(raw: list[Any]) -> list[tuple[str, bool]]:
-        return [(_s(raw[i]), int(raw[i + 1]) == 1) for i in range(0, len(raw), 2)]
+    def parse_created(raw: list[Any], entries: Sequence[NewRecord]) -> list[tuple[str, bool]]:
+        """(id, created) per entry, from the script's list of duplicates."""
+        duplicates = {int(raw[i]) - 1: _s(raw[i + 1]) for i in range(0, len(raw), 2)}
+        return [
+            (duplicates[i], False) if i in duplicates else (entry.id, True) for i, entry in enumerate(entries)
+        ]
 
     def claim(self, ids: Sequence[str], tier: str, *, strict: bool = False) -> list[Claimed]:
         """Mark the claimable ones running.
