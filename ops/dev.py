@@ -35,7 +35,7 @@ def run(argv: list[str], **kwargs: object) -> int:
 
 
 def setup() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script runs under any python3
         sys.exit(f"dispatchq needs Python 3.11 or newer (this is {sys.version.split()[0]})")
     if not (BIN / "python").exists():
         say(f"creating {VENV}")

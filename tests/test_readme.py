@@ -40,7 +40,7 @@ def test_every_procfile_process_is_a_real_command() -> None:
     from dispatchq.cli import COMMANDS
 
     for line in (ROOT / "Procfile").read_text().splitlines():
-        name, command = line.split(":", 1)
+        _name, command = line.split(":", 1)
         argv = command.split()
         assert argv[0] == "dispatchq", line
         assert argv[1] in COMMANDS, line
