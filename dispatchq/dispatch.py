@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from dispatchq.runtime import Runtime
 
+
 def _new_id() -> str:
     """128 random bits as hex: a judgement or job id (uuid4's randomness, without its overhead)."""
     return os.urandom(16).hex()
