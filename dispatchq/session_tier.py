@@ -125,14 +125,20 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
     kinds: dict[str, str] = {}
     statuses: dict[str, str] = {}
     ids = [member.split(":", 1)[1] for _, member, _ in candidates]
+    not_before: dict[str, float] = {}
     pipe = redis.pipeline(transaction=False)
     for jid in ids:
-        pipe.hmget(keys.record(jid), "in", "status")
-    for jid, (raw, status) in zip(ids, pipe.execute(), strict=True):
+        pipe.hmget(keys.record(jid), "in", "status", "not_before")
+    for jid, (raw, status, later) in zip(ids, pipe.execute(), strict=True):
         kinds[jid] = json.loads(raw)["kind"] if raw else ""
         statuses[jid] = _s(status) if status else ""
+        not_before[jid] = float(later) if later else 0.0
     claim = redis.register_script(_LINE_CLAIM)
     for (_, member, line), jid in zip(candidates, ids, strict=True):
+        if not_before[jid] > now:  # backing off after a transient throttle
+            earliest = not_before[jid] if earliest is None else min(earliest, not_before[jid])
+            why = "backing off after a transient throttle"
+            continue
         model = _model_of(runtime, kinds[jid])
         closed = marker.blocking(markers, model, now)
         if closed:
@@ -507,8 +513,11 @@ def _account(
         attempts = store.incr_attempts(record.id)
         if attempts >= MAX_TRANSIENT:
             return _fail(runtime, record, f"throttled {attempts} times: {outcome.text[:300]}", meta)
-        time.sleep(min(5.0 * 2 ** (attempts - 1), 120.0))
-        _requeue_front(runtime, record, f"transient throttle, retrying: {outcome.text[:200]}")
+        # Back off without holding a worker or a slot: admission skips it until then.
+        not_before = time.time() + min(5.0 * 2 ** (attempts - 1), 120.0)
+        when = time.strftime("%H:%M:%S", time.gmtime(not_before))
+        why = f"transient throttle, retrying after {when} UTC: {outcome.text[:200]}"
+        _requeue_front(runtime, record, why, status="waiting", not_before=repr(not_before))
         return "throttled"
     if outcome.kind == "error":
         return _retry_or_fail(runtime, record, f"session failed: {outcome.text[:500]}", meta)

@@ -608,6 +608,31 @@ def test_a_missing_executable_waits_with_its_reason_and_costs_no_retry(harness: 
     assert all(harness.record(jid).attempts == 0 for jid in ids)
 
 
+def test_a_transient_throttle_backs_off_without_a_marker_then_is_asked_again(harness: Harness) -> None:
+    """A throttle that is not the usage limit: no marker, no worker held, retried after a back-off."""
+    harness.plan({"scenario": "transient"}, {"scenario": "answer", "answer": "after the throttle"})
+    jobs = harness.tmp / "jobs.jsonl"
+    jobs.write_text('{"kind": "ask", "target": "throttled"}\n')
+
+    done = harness.cli("run", str(jobs), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (judgement,) = json.loads(done.stdout)["judgements"]
+    assert judgement["status"] == "waiting" and "transient throttle" in judgement["reason"]
+    assert harness.marker() is None  # a throttle sets no marker
+    record = harness.record(judgement["id"])
+    assert record.attempts == 1
+    not_before = float(harness.redis.hget(keys.record(record.id), "not_before"))
+    assert not_before > time.time()
+    assert harness.cli("run", str(jobs), "--json").returncode == 0
+    assert harness.spawns() == 1  # not asked again before its back-off ends
+
+    harness.redis.hset(keys.record(record.id), "not_before", repr(time.time() - 1))
+    done = harness.cli("run", str(jobs), "--json")
+    (judgement,) = json.loads(done.stdout)["judgements"]
+    assert (judgement["status"], judgement["value"]) == ("answered", "after the throttle")
+    assert harness.spawns() == 2
+
+
 def test_run_while_the_window_is_closed_names_why_and_exits_zero(harness: Harness) -> None:
     assert harness.cli("window", "close", "--until", "2h", "--reason", "mine").returncode == 0
     jobs = harness.tmp / "jobs.jsonl"

@@ -151,6 +151,14 @@ def status(as_json: bool) -> None:
     alive = "[green]alive[/]" if sched["alive"] else "[red]not running[/] (start `dispatchq scheduler`)"
     console.print(f"scheduler: {alive}; {sched['scheduled_jobs']} scheduled jobs")
     _print_markers(console, data)
+    sessions = data.get("sessions") or {}
+    if sessions:
+        console.print(
+            f"sessions: {len(sessions.get('running') or {})} running, {sessions.get('spawned', 0)} spawned, "
+            f"{sessions.get('refused_at_spawn', 0)} refused at spawn"
+        )
+        for host, why in (sessions.get("blocked") or {}).items():
+            console.print(f"  [yellow]sessions cannot start on {host}[/]: {why}")
     if "triage" in data:
         t = data["triage"]
         console.print(f"triage: last runs {t}")
