@@ -103,6 +103,16 @@ def _probability(value: object, where: str) -> float:
     return float(value)
 
 
+def wire_question(answer_type: str, instructions: Any = None, criteria: Any = None) -> dict[str, Any]:
+    """A question as the SDK sends it (`QuestionModel`): only the keys that are set."""
+    out: dict[str, Any] = {"type": answer_type}
+    if instructions is not None:
+        out["instructions"] = instructions
+    if criteria is not None:
+        out["criteria"] = criteria
+    return out
+
+
 def meets(confidence: float, threshold: float) -> bool:
     """Inclusive gate comparison, robust to float error in derived confidences."""
     return round(confidence, _PLACES) >= round(threshold, _PLACES)

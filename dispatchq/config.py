@@ -23,6 +23,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from dispatchq.answers import wire_question
 from dispatchq.errors import ConfigError
 from dispatchq.model import canonical_json, sha256_hex
 
@@ -59,12 +60,7 @@ class Question:
 
     def wire(self) -> dict[str, Any]:
         """The question as the SDK sends it (dispatchq's own keys removed)."""
-        out: dict[str, Any] = {"type": self.type}
-        if self.instructions is not None:
-            out["instructions"] = self.instructions
-        if self.criteria is not None:
-            out["criteria"] = self.criteria
-        return out
+        return wire_question(self.type, self.instructions, self.criteria)
 
 
 @dataclass(frozen=True)
@@ -168,6 +164,14 @@ class Config:
             raise ConfigError(f"unknown kind {name!r} (known: {known})") from None
 
 
+def _refuse_unknown(where: str, raw: dict[str, Any], allowed: set[str]) -> None:
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
 def placeholders(template: str) -> list[str]:
     """The `{{ name }}` placeholders a prompt uses (single braces are literal text)."""
     return [m.group(1) for m in _PLACEHOLDER.finditer(template)]
@@ -220,11 +224,7 @@ def _question(kind: str, qid: str, raw: Any) -> Question:
         raise ConfigError(f"{where}: question ids are letters, digits and _ (not starting with a digit)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping with a type")
-    unknown = set(raw) - QUESTION_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(QUESTION_KEYS))})"
-        )
+    _refuse_unknown(where, raw, QUESTION_KEYS)
     qtype = raw.get("type")
     instructions = raw.get("instructions")
     criteria = raw.get("criteria")
@@ -265,11 +265,7 @@ def _session(kind: str, raw: Any) -> SessionSpec:
     where = f"kinds.{kind}.session"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping with a prompt")
-    unknown = set(raw) - SESSION_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(SESSION_KEYS))})"
-        )
+    _refuse_unknown(where, raw, SESSION_KEYS)
     prompt = raw.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f"{where}.prompt: required, a text with {{{{ target }}}}-style placeholders")
@@ -321,11 +317,7 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
         raise ConfigError(f"{where}: kind names are letters, digits, '.', '_' and '-'")
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping")
-    unknown = set(raw) - KIND_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(KIND_KEYS))})"
-        )
+    _refuse_unknown(where, raw, KIND_KEYS)
     # The kind's digest (part of every content key) hashes the definition as JSON: a YAML
     # date or .nan would crash that hash with a traceback instead of a config error.
     not_json = _first_non_json(raw, where)

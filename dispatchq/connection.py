@@ -115,7 +115,7 @@ class EmbeddedRedis:
 
     def _clear_stale(self) -> None:
         pid = self.pid()
-        if pid is not None and _alive(pid) and _is_redis(pid):
+        if pid is not None and process_alive(pid) and _is_redis(pid):
             # A server that no longer answers (wedged): stop it before starting anew.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -184,7 +184,8 @@ class EmbeddedRedis:
         return True
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -209,7 +210,7 @@ def _is_redis(pid: int) -> bool:
 
 def _wait_gone(pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and process_alive(pid):
         time.sleep(0.02)
 
 

@@ -34,6 +34,7 @@ from dispatchq.answers import (
     meets,
     min_confidence,
     noul_gate_as_probability,
+    wire_question,
 )
 from dispatchq.errors import ConfigError, UserError
 
@@ -336,12 +337,7 @@ class Question:
 
     def wire(self) -> dict[str, Any]:
         """The SDK's question dictionary (`typesafe_sdk` QuestionModel), dispatchq keys removed."""
-        out: dict[str, Any] = {"type": self.type}
-        if self.instructions is not None:
-            out["instructions"] = self.instructions
-        if self.criteria is not None:
-            out["criteria"] = self.criteria
-        return out
+        return wire_question(self.type, self.instructions, self.criteria)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from dispatchq.connection import EmbeddedRedis  # noqa: E402
+from dispatchq.connection import EmbeddedRedis, process_alive  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,14 +211,4 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
 
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie waiting for init to reap it counts as exited)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+    return process_alive(pid)
