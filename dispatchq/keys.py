@@ -83,6 +83,12 @@ def marker(scope: str) -> str:
     return f"{PREFIX}:marker:{scope}"
 
 
+def retrigger_lock(scope: str) -> str:
+    """Lock held while the one retrigger of a scope is (re)scheduled."""
+    return f"{PREFIX}:marker:{scope}:retrigger-lock"
+
+
+SESSION_LINES_PATTERN = f"{PREFIX}:session:line*"  # SCAN pattern matching every host's line
 MARKER_SCOPES = f"{PREFIX}:marker:scopes"  # set of scopes that have a marker record
 MARKER_AUDIT = f"{PREFIX}:marker:audit"  # capped list of marker changes (who, when, why)
 

@@ -226,7 +226,7 @@ def schedule_retrigger(runtime: Runtime, scope: str) -> str | None:
     from dispatchq.scheduler import scheduler_for
 
     redis = runtime.redis
-    lock = redis.lock(f"{keys.marker(scope)}:retrigger-lock", timeout=10, blocking_timeout=10)
+    lock = redis.lock(keys.retrigger_lock(scope), timeout=10, blocking_timeout=10)
     with lock:
         marker = get(runtime, scope)
         scheduler = scheduler_for(runtime)
@@ -356,7 +356,7 @@ def audit_log(runtime: Runtime, limit: int = 10) -> list[dict[str, Any]]:
 
 
 def _line_records(runtime: Runtime) -> list[Any]:
-    lines = [_s(k) or "" for k in runtime.redis.scan_iter(match=f"{keys.session_line()}*")]
+    lines = [_s(k) or "" for k in runtime.redis.scan_iter(match=keys.SESSION_LINES_PATTERN)]
     ids: list[str] = []
     for line in lines:
         ids += runtime.store.line_ids(line)
