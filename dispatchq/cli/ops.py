@@ -161,7 +161,14 @@ def status(as_json: bool) -> None:
             console.print(f"  [yellow]sessions cannot start on {host}[/]: {why}")
     if "triage" in data:
         t = data["triage"]
-        console.print(f"triage: last runs {t}")
+        if not t.get("runs"):
+            console.print("triage: no runs yet")
+        else:
+            counts = ", ".join(f"{k} {v}" for k, v in sorted((t.get("counts") or {}).items())) or "nothing planned"
+            console.print(
+                f"triage: last {t['runs']} runs ({counts}); last at {t.get('last_run')}; "
+                f"{t.get('needs_triage', 0)} events marked needs-triage"
+            )
 
 
 def _print_markers(console: Console, data: dict[str, Any]) -> None:
