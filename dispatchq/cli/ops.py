@@ -164,9 +164,12 @@ def status(as_json: bool) -> None:
         if not t.get("runs"):
             console.print("triage: no runs yet")
         else:
-            counts = ", ".join(f"{k} {v}" for k, v in sorted((t.get("counts") or {}).items())) or "nothing planned"
+            tally = sorted((t.get("counts") or {}).items())
+            counts = ", ".join(f"{k} {v}" for k, v in tally) or "nothing planned"
+            last = t.get("last_run")
+            when = datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M UTC") if last else "-"
             console.print(
-                f"triage: last {t['runs']} runs ({counts}); last at {t.get('last_run')}; "
+                f"triage: last {t['runs']} runs ({counts}); last at {when}; "
                 f"{t.get('needs_triage', 0)} events marked needs-triage"
             )
 
