@@ -762,7 +762,27 @@ def _as_user() -> dict[str, Any]:
     return {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
 
 
-def _python_for(run_as: dict[str, Any], pythonpath: str, cwd: Path) -> str:
+def _readable_copy(root: Path) -> tuple[Path, Path]:
+    """A copy of the code and its packages the unprivileged user can read.
+
+    CI may clone the repository (and make its venv) under a directory only root can enter;
+    the test must still run there, not skip, so it brings what it needs along.
+    """
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    code = root / "code"
+    for name in ("dispatchq", "jobs"):
+        shutil.copytree(REPO / name, code / name, ignore=ignore)
+    (code / "tests").mkdir()
+    shutil.copy2(FAKE, code / "tests" / "fake_claude.py")
+    packages = root / "packages"
+    shutil.copytree(sysconfig.get_paths()["purelib"], packages, ignore=ignore, symlinks=True)
+    for path in (root / "code", root / "packages"):
+        for entry in [path, *path.rglob("*")]:
+            entry.chmod(entry.stat().st_mode | (0o755 if entry.is_dir() else 0o644))
+    return code, packages
+
+
+def _python_for(run_as: dict[str, Any], pythonpath: str, cwd: Path) -> str | None:
     probe = "import dispatchq.cli, dispatchq.worker, dispatchq.scheduler, dispatchq.session_tier"
     for candidate in dict.fromkeys([sys.executable, "/usr/bin/python3", shutil.which("python3") or ""]):
         if not candidate:
@@ -783,7 +803,7 @@ def _python_for(run_as: dict[str, Any], pythonpath: str, cwd: Path) -> str:
             ok = False
         if ok:
             return candidate
-    pytest.skip("no python the unprivileged user can run dispatchq with (repo and venv must be readable)")
+    return None
 
 
 @pytest.fixture
@@ -808,8 +828,16 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
     shim = root / "shim"
     shim.mkdir()
     (shim / "async_timeout.py").write_text("from asyncio import timeout  # noqa: F401\n")
+    fake = FAKE
     pythonpath = os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], str(shim)])
     python = _python_for(run_as, pythonpath, root)
+    if python is None:
+        code, packages = _readable_copy(root)
+        fake = code / "tests" / "fake_claude.py"
+        pythonpath = os.pathsep.join([str(code), str(packages), str(shim)])
+        python = _python_for(run_as, pythonpath, root)
+    if python is None:
+        pytest.skip("no python interpreter the unprivileged user may run")
 
     secrets = {
         "TYPESAFE_API_KEY": "tsk-" + uuid.uuid4().hex,
@@ -864,7 +892,7 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
             "DISPATCHQ_DATA_DIR": str(root / "data"),
             "DISPATCHQ_CONFIG": str(root / "dispatchq.yaml"),
             "DISPATCHQ_CHECKOUT_ROOTS": str(root),
-            "DISPATCHQ_SESSION_COMMAND": f"{python} {FAKE} {FAKE_ARGS}",
+            "DISPATCHQ_SESSION_COMMAND": f"{python} {fake} {FAKE_ARGS}",
             "CLAUDE_CODE_OAUTH_TOKEN": credential,
             "FAKE_CLAUDE_PLAN": str(root / "out" / "plan.json"),
             **secrets,
