@@ -461,15 +461,7 @@ class FixerJob:
             self._log_dispatch(before, after)
         plan = self._verify(finding)
         if plan is not None and plan.passed:
-            result = grade(
-                entries=grading_entries(finding, self.root),
-                before=before,
-                after=after,
-                plan=plan,
-                errored=False,
-                attempt=self.attempt,
-                today=self.today,
-            )
+            result = self._grade(finding, before, after, plan, errored=False)
             return self._write_grade(finding, result, extra={"verified_first": True}, transition=True)
         retired = self.record.record_interrupted(self.fid, self.attempt)
         outcome = {"outcome": "interrupted", "retired": retired, "verified_first": True}
@@ -563,15 +555,7 @@ class FixerJob:
         finding = self.record.read().finding(self.fid)
         plan = self._verify(finding)
         errored = outcome.kind != "answer" or bool(getattr(result, "timed_out", False))
-        graded = grade(
-            entries=grading_entries(finding, self.root),
-            before=before,
-            after=after,
-            plan=plan,
-            errored=errored,
-            attempt=self.attempt,
-            today=self.today,
-        )
+        graded = self._grade(finding, before, after, plan, errored=errored)
         extra = {"fixer_said": (outcome.text or "")[:2000], "session": outcome.kind}
         self._write_grade(finding, graded, extra=extra, transition=False, unpinned=bool(own.get("unpinned")))
 
@@ -603,6 +587,20 @@ class FixerJob:
         plan = run_plan(checks, self.root, approved=approvals.predicate(checks))
         self.log("verification:\n" + "".join(r.log for r in plan.results))
         return plan
+
+    def _grade(
+        self, finding: Finding, before: Any, after: Any, plan: PlanResult | None, *, errored: bool
+    ) -> Any:
+        """The record's grading for this attempt (one call, whether verified first or after a session)."""
+        return grade(
+            entries=grading_entries(finding, self.root),
+            before=before,
+            after=after,
+            plan=plan,
+            errored=errored,
+            attempt=self.attempt,
+            today=self.today,
+        )
 
     def _log_dispatch(self, before: Observation, after: Observation) -> None:
         store = self.record.store
