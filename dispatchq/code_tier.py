@@ -185,7 +185,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
             moves.answer(c.id, "code", outcome.value, outcome.reason, raw=outcome.raw)
         elif outcome.status == "up":
             fields = {"raw": outcome.raw} if outcome.raw is not None else {}
-            moves.move_up(c.id, kind, "code", outcome.reason, host=host, fields=fields)
+            moves.move_up(c.id, kind, "code", outcome.reason, host=host, fields=fields, state=judgement.state)
         else:
             moves.fail(c.id, "code", outcome.reason)
     runtime.dispatcher.commit(moves)

@@ -60,6 +60,7 @@ class Moves:
     up: list[tuple[str, Kind, str, TrailEntry, dict[str, Any], str | None, float | None]] = field(
         default_factory=list
     )
+    states: dict[str, Any] = field(default_factory=dict)
 
     def answer(
         self,
@@ -99,10 +100,15 @@ class Moves:
         host: str | None,
         priority: float | None = None,
         fields: dict[str, Any] | None = None,
+        state: Any = None,
         **trail_extra: Any,
     ) -> None:
+        """`state` is the judgement's state when the caller has it in hand (it saves the
+        commit a read to index a judgement entering the typed tier by state)."""
         trail = TrailEntry(tier=from_tier, outcome="moved-up", why=why, **trail_extra)
         self.up.append((jid, kind, from_tier, trail, dict(fields or {}), host, priority))
+        if state is not None:
+            self.states[jid] = state
 
     def __len__(self) -> int:
         return len(self.finished) + len(self.up)
@@ -255,8 +261,8 @@ class Dispatcher:
         pipe = self._transaction()
         for jid, status, trail, fields in moves.finished:
             store.transition(jid, status, expect=["running"], trail=trail, fields=fields, pipe=pipe)
-        typed_batches: dict[str | None, list[str]] = defaultdict(list)
         wake = False
+        to_typed: list[str] = []
         for jid, kind, from_tier, trail, fields, host, priority in moves.up:
             to = next_tier(kind, from_tier)
             assert RANK[to] > RANK[from_tier]
@@ -266,7 +272,7 @@ class Dispatcher:
                     jid, "needs-triage", expect=["running"], trail=trail, fields=fields, pipe=pipe
                 )
             elif to == "typed":
-                typed_batches[None].append(jid)
+                to_typed.append(jid)
                 fields = {**fields, "tier": "typed"}
                 if priority is not None:
                     fields["priority"] = priority
@@ -278,26 +284,31 @@ class Dispatcher:
                 store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
                 store.add_to_line(jid, keys.session_line(host), priority, pipe=pipe)
                 wake = True
-        for ids in typed_batches.values():
-            self._join_state_groups(ids, pipe)
-            for start in range(0, len(ids), self.settings.batch_size):
-                batch = ids[start : start + self.settings.batch_size]
-                job_id = _new_id()
-                for jid in batch:
-                    pipe.hset(keys.record(jid), "job", job_id)
-                self._enqueue_job("typed", None, batch, pipe, job_id)
+        if to_typed:
+            self._join_state_groups(to_typed, moves.states, pipe)
+        for start in range(0, len(to_typed), self.settings.batch_size):
+            batch = to_typed[start : start + self.settings.batch_size]
+            job_id = _new_id()
+            for jid in batch:
+                pipe.hset(keys.record(jid), "job", job_id)
+            self._enqueue_job("typed", None, batch, pipe, job_id)
         if wake:
             pipe.publish(keys.WAKE_CHANNEL, "work")
         pipe.execute()
 
-    def _join_state_groups(self, ids: list[str], pipe: Pipeline) -> None:
+    def _join_state_groups(self, ids: list[str], known: dict[str, Any], pipe: Pipeline) -> None:
         """Index judgements entering the typed tier by state, for cross-job batching."""
-        reader = self.rt.redis.pipeline(transaction=False)
-        for jid in ids:
-            reader.hget(keys.record(jid), "in")
-        for jid, raw in zip(ids, reader.execute(), strict=True):
-            if raw:
-                pipe.sadd(keys.typed_state(state_digest(json.loads(raw).get("state"))), jid)
+        states = {jid: known[jid] for jid in ids if jid in known}
+        unknown = [jid for jid in ids if jid not in known]
+        if unknown:
+            reader = self.rt.redis.pipeline(transaction=False)
+            for jid in unknown:
+                reader.hget(keys.record(jid), "in")
+            for jid, raw in zip(unknown, reader.execute(), strict=True):
+                if raw:
+                    states[jid] = json.loads(raw).get("state")
+        for jid, state in states.items():
+            pipe.sadd(keys.typed_state(state_digest(state)), jid)
 
     def requeue(self, ids: Iterable[str], why: str) -> int:
         """Put judgements back at their current tier (`retry`, reconcile, a dead job)."""
