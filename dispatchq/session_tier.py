@@ -57,18 +57,6 @@ MAX_TRANSIENT = 5
 MAX_ERRORS = 2
 BLOCKED_RECHECK = 30.0
 
-_LINE_CLAIM = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-local st = redis.call('HGET', KEYS[2], 'status')
-if not st or (st ~= 'queued' and st ~= 'waiting') then return 0 end
-local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
-redis.call('SREM', '$P:by-status:' .. st, id)
-redis.call('SADD', '$P:by-status:running', id)
-redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
-redis.call('HDEL', KEYS[2], 'reason')
-return 1
-""".replace("$P", keys.PREFIX)
-
 
 @dataclass
 class Admission:
@@ -133,7 +121,6 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
         kinds[jid] = json.loads(raw)["kind"] if raw else ""
         statuses[jid] = _s(status) if status else ""
         not_before[jid] = float(later) if later else 0.0
-    claim = redis.register_script(_LINE_CLAIM)
     for (_, member, line), jid in zip(candidates, ids, strict=True):
         if not_before[jid] > now:  # backing off after a transient throttle
             earliest = not_before[jid] if earliest is None else min(earliest, not_before[jid])
@@ -160,7 +147,7 @@ def admit(runtime: Runtime, holder: str) -> Admission | Wait:
             for scope in probes:
                 marker.end_probe(runtime, scope, slot)
             continue
-        if claim(keys=[line, keys.record(jid)], args=[member, repr(time.time())]):
+        if runtime.store.claim_from_line(line, member, jid):
             return Admission(jid, slot, probes)
         for scope in probes:
             marker.end_probe(runtime, scope, slot)

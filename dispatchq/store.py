@@ -159,6 +159,20 @@ end
 return 1
 """.replace("$P", P)
 
+# Take a judgement out of a session line and mark it running, only if it is still there
+# and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
+_LINE_CLAIM = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+local st = redis.call('HGET', KEYS[2], 'status')
+if not st or (st ~= 'queued' and st ~= 'waiting') then return 0 end
+local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
+redis.call('SREM', '$P:by-status:' .. st, id)
+redis.call('SADD', '$P:by-status:running', id)
+redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
+redis.call('HDEL', KEYS[2], 'reason')
+return 1
+""".replace("$P", P)
+
 # Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
 # KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
 # Members at one score sort bytewise: '-' sorts before every digit, so front members go first
@@ -216,6 +230,7 @@ class Store:
         self._claim = client.register_script(_CLAIM)
         self._transition = client.register_script(_TRANSITION)
         self._line_add = client.register_script(_LINE_ADD)
+        self._line_claim = client.register_script(_LINE_CLAIM)
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
@@ -321,6 +336,10 @@ class Store:
         self._line_add(
             keys=[keys.record(jid), line], args=[repr(score), "1" if front else "0"], client=client
         )
+
+    def claim_from_line(self, line: str, member: str, jid: str) -> bool:
+        """Admit one judgement from a session line: out of the line and running, atomically."""
+        return bool(self._line_claim(keys=[line, keys.record(jid)], args=[member, repr(time.time())]))
 
     def set_fields(self, jid: str, **fields: Any) -> None:
         self.redis.hset(keys.record(jid), mapping={k: _encode_field(k, v) for k, v in fields.items()})
