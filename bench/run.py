@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dispatchq.connection import EmbeddedRedis  # noqa: E402
+from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
 RESULTS = ROOT / "bench" / "results"

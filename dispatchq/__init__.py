@@ -4,7 +4,7 @@ Producers use `Client`; `Judgement`/`JudgementIn` and `Record` are the typed mod
 of what goes in and what comes out.
 """
 
-from dispatchq.model import Judgement, JudgementIn, Record, TrailEntry
+from dispatchq.core.judgement import Judgement, JudgementIn, Record, TrailEntry
 
 __all__ = ["Client", "Judgement", "JudgementIn", "Record", "TrailEntry"]
 

@@ -2,7 +2,7 @@
 
     client = Client()                      # settings from the environment
     jid = client.enqueue("comment-actionable", "acme/app#12", state={...})
-    record = client.result(jid, wait=30)   # a dispatchq.model.Record
+    record = client.result(jid, wait=30)   # a dispatchq.core.judgement.Record
 
 The CLI's `enqueue` and `run` go through the same methods, so a producer in Python
 and one piping JSON Lines get exactly the same validation and idempotency.
@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dispatchq.core.judgement import FINISHED, JudgementIn, Record
 from dispatchq.errors import UserError
-from dispatchq.model import FINISHED, JudgementIn, Record
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings
 

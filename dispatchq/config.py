@@ -23,9 +23,9 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from dispatchq.answers import wire_question
+from dispatchq.core.answers import wire_question
+from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.errors import ConfigError
-from dispatchq.model import canonical_json, sha256_hex
 
 KIND_KEYS = {
     "check",
@@ -141,9 +141,9 @@ class Kinds(dict[str, Kind]):
 def builtin_kinds() -> dict[str, Kind]:
     """Kinds dispatchq defines in code (the decision gate's sessions)."""
     try:
-        from dispatchq.gate import builtin_kinds as gate_kinds
+        from dispatchq.findings.gate import builtin_kinds as gate_kinds
     except ModuleNotFoundError as error:  # a tree that does not carry the gate yet
-        if error.name != "dispatchq.gate":
+        if error.name != "dispatchq.findings.gate":
             raise
         return {}
     return gate_kinds()
@@ -442,7 +442,7 @@ def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = T
     )
     triage = None
     if data.get("triage") is not None:
-        from dispatchq import rules
+        from dispatchq.triage import rules
 
         triage = rules.load_triage(data["triage"], base_dir)
     return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import redis
 
 from dispatchq.config import Config, load_config
-from dispatchq.connection import connect
 from dispatchq.settings import Settings, load_settings
-from dispatchq.store import Store
+from dispatchq.storage.connection import connect
+from dispatchq.storage.store import Store
 
 if TYPE_CHECKING:
-    from dispatchq.dispatch import Dispatcher
+    from dispatchq.queue.dispatch import Dispatcher
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Runtime:
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
-        from dispatchq.dispatch import Dispatcher
+        from dispatchq.queue.dispatch import Dispatcher
 
         return Dispatcher(self)
 

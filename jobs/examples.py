@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatchq.model import Judgement
+from dispatchq.core.judgement import Judgement
 
 LOCKFILES = ("poetry.lock", "package-lock.json", "yarn.lock", "uv.lock", "Cargo.lock", "pnpm-lock.yaml")
 

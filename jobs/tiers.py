@@ -8,25 +8,25 @@ from dispatchq.runtime import get_runtime
 
 
 def code(ids: list[str]) -> int:
-    from dispatchq.code_tier import process_batch
+    from dispatchq.tiers.code import process_batch
 
     return process_batch(get_runtime(), ids)
 
 
 def typed(ids: list[str]) -> int:
-    from dispatchq.typed_tier import process_batch
+    from dispatchq.tiers.typed import process_batch
 
     return process_batch(get_runtime(), ids)
 
 
 def session(jid: str, slot: str, probes: list[str] | None = None) -> str:
-    from dispatchq.session_tier import run_claimed
+    from dispatchq.tiers.session import run_claimed
 
     return run_claimed(get_runtime(), jid, slot, probes)
 
 
 def retrigger(scope: str, lifts_at: float) -> str:
-    from dispatchq.marker import retrigger as fire
+    from dispatchq.window.marker import retrigger as fire
 
     return fire(get_runtime(), scope, lifts_at)
 
@@ -37,13 +37,13 @@ def on_job_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tra
     Only when RQ has no retries left do the job's unfinished judgements fail, each
     with the reason, visibly: a judgement is never silently dropped.
     """
-    from dispatchq.worker import job_failed
+    from dispatchq.queue.worker import job_failed
 
     job_failed(get_runtime(), job, exc_type, exc_value)
 
 
 def triage(event: dict[str, Any], mode: str | None = None) -> dict[str, Any]:
     """`dispatchq triage --enqueue`: runs on the typed queue."""
-    from dispatchq.typed_tier import run_triage
+    from dispatchq.tiers.typed import run_triage
 
     return run_triage(get_runtime(), event, mode)

@@ -36,7 +36,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from dispatchq.connection import EmbeddedRedis, process_alive  # noqa: E402
+from dispatchq.storage.connection import EmbeddedRedis, process_alive  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from dispatchq.checks import Check
-from dispatchq.record import PinResult, Record, RecordStore
-from dispatchq.report import Decision
+from dispatchq.findings.boundary import Check
+from dispatchq.findings.record import PinResult, Record, RecordStore
+from dispatchq.findings.report import Decision
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "fake_claude.py"

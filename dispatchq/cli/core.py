@@ -17,8 +17,8 @@ from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
+from dispatchq.core.judgement import FINISHED, STATUSES, Record
 from dispatchq.errors import UserError
-from dispatchq.model import FINISHED, STATUSES, Record
 
 TABLE_LIMIT = 200
 
@@ -63,7 +63,7 @@ def enqueue(
     status is 1 if any line was refused.
     """
     from dispatchq.client import Client
-    from dispatchq.dispatch import parse_json_arg
+    from dispatchq.queue.dispatch import parse_json_arg
 
     client = Client(runtime=runtime())
     if source is not None:
@@ -212,7 +212,7 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
     handled or waits for a reason it names.
     """
     from dispatchq.client import Client
-    from dispatchq.worker import drain
+    from dispatchq.queue.worker import drain
 
     rt = runtime()
     client = Client(runtime=rt)

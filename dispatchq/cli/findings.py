@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from dispatchq.record import (
+from dispatchq.findings.record import (
     check_location,
     compute_pin,
     finding_state,
@@ -38,7 +38,7 @@ from dispatchq.record import (
     inspect_finding,
     specs_for,
 )
-from dispatchq.report import LOCATION, read_report
+from dispatchq.findings.report import LOCATION, read_report
 
 _REPORT = click.argument("report", type=click.Path(path_type=Path, dir_okay=True))
 _REPO = click.option(
@@ -145,8 +145,8 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
     from dispatchq.config import load_config
-    from dispatchq.environment import mark_non_dumpable
-    from dispatchq.gate import Gate, Terminal
+    from dispatchq.findings.gate import Gate, Terminal
+    from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.runtime import Runtime, set_runtime
 
     root = repository(repo)

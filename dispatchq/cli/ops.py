@@ -15,8 +15,8 @@ from rich.table import Table
 from dispatchq import keys
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
+from dispatchq.core.judgement import STATUSES
 from dispatchq.errors import UserError
-from dispatchq.model import STATUSES
 
 
 @click.command()
@@ -29,7 +29,7 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
     Code and session workers take host-bound work (judgements naming a checkout on
     this host, DISPATCHQ_HOST) and unbound work; typed workers take any.
     """
-    from dispatchq.worker import run_worker
+    from dispatchq.queue.worker import run_worker
 
     left = run_worker(runtime(), tier, burst=burst, quiet=quiet)
     if left:
@@ -45,7 +45,7 @@ def scheduler(burst: bool) -> None:
     """Run rq-scheduler's loop and the control queue (retriggers), one tick per second."""
     import logging
 
-    from dispatchq.scheduler import run_scheduler
+    from dispatchq.queue.scheduler import run_scheduler
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     run_scheduler(runtime(config=False), burst=burst)
@@ -55,7 +55,7 @@ def collect_status(rt: Any) -> dict[str, Any]:
     """Everything `dispatchq status` shows, as data (the JSON form is this dict)."""
     from rq import Worker
 
-    from dispatchq.scheduler import scheduler_alive, scheduler_for
+    from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 
     redis = rt.redis
     dispatcher = rt.dispatcher
@@ -94,14 +94,14 @@ def collect_status(rt: Any) -> dict[str, Any]:
         "typed": _typed_status(rt),
     }
     try:
-        from dispatchq.marker import status_section
+        from dispatchq.window.marker import status_section
     except ImportError:  # the session tier is not installed in this build
         data["marker"] = {"up": False, "lifts_at": None, "kind": None, "message": None}
         data["markers"] = []
     else:
         data.update(status_section(rt))
     try:
-        from dispatchq.triage import status_section as triage_section
+        from dispatchq.triage.engine import status_section as triage_section
     except ImportError:
         pass
     else:
@@ -207,7 +207,7 @@ def redis() -> None:
 @redis.command(name="stop")
 def redis_stop() -> None:
     """Stop the embedded server gracefully (its append-only file keeps every judgement)."""
-    from dispatchq.connection import embedded_for
+    from dispatchq.storage.connection import embedded_for
 
     s = settings()
     if not s.embedded:
@@ -220,7 +220,7 @@ def redis_stop() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def redis_status(as_json: bool) -> None:
     """Which server is in use, and whether the embedded one is running."""
-    from dispatchq.connection import embedded_for
+    from dispatchq.storage.connection import embedded_for
 
     s = settings()
     data: dict[str, Any] = {"redis": s.describe_redis(), "embedded": s.embedded}
@@ -288,7 +288,7 @@ def window() -> None:
 @click.option("--reason", default="", help="Why (shown in status and the audit).")
 def window_close(until: str, reason: str) -> None:
     """Close the window: no session starts until then (audited in status)."""
-    from dispatchq import marker
+    from dispatchq.window import marker
 
     rt = runtime(config=False)
     when = parse_until(until, rt.settings.timezone)
@@ -301,7 +301,7 @@ def window_close(until: str, reason: str) -> None:
 @window.command(name="open")
 def window_open() -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
-    from dispatchq import marker
+    from dispatchq.window import marker
 
     opened = marker.open_window(runtime(config=False))
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")

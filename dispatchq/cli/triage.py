@@ -24,9 +24,7 @@ import click
 import redis
 
 from dispatchq.errors import ConfigError, UserError
-from dispatchq.executors import Executor, build_executor
-from dispatchq.rules import MODES, Event, Mode, TriageConfig, lint
-from dispatchq.triage import (
+from dispatchq.triage.engine import (
     AnswersFrom,
     Ask,
     RunBudget,
@@ -36,6 +34,8 @@ from dispatchq.triage import (
     replay,
     triage,
 )
+from dispatchq.triage.executors import Executor, build_executor
+from dispatchq.triage.rules import MODES, Event, Mode, TriageConfig, lint
 
 # --- wiring: where the config, Redis, the executor's credentials and the provider come from.
 
@@ -68,7 +68,7 @@ def _executor(config: TriageConfig, client: redis.Redis) -> Executor:
 def _provider_ask() -> Ask:
     """The typed tier's provider (keyless: every question asked, none answered, no request)."""
     from dispatchq.cli import runtime
-    from dispatchq.typed_tier import provider_ask, provider_for
+    from dispatchq.tiers.typed import provider_ask, provider_for
 
     return provider_ask(provider_for(runtime(config=False)))
 
@@ -161,8 +161,8 @@ def triage_command(
         if answers_file is not None:
             raise click.UsageError("--answers is for evaluating now; an enqueued event asks the provider")
         from dispatchq.cli import runtime
-        from dispatchq.rules import decision_key
-        from dispatchq.typed_tier import enqueue_triage
+        from dispatchq.tiers.typed import enqueue_triage
+        from dispatchq.triage.rules import decision_key
 
         job_id = enqueue_triage(runtime(), _read_json(event_file, "event file"), mode)
         decision = decision_key(event, config)

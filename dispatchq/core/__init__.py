@@ -1,0 +1,1 @@
+"""The pure model: judgements and records, answers, ladder moves, prompts. No I/O."""

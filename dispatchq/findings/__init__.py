@@ -1,0 +1,1 @@
+"""The decision record for findings: report and plan grammars, boundary, record, gate."""

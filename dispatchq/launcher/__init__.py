@@ -1,0 +1,1 @@
+"""Spawning one headless session safely, and the environment every child gets."""

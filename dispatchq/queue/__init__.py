@@ -1,0 +1,1 @@
+"""Hand-off to RQ: dispatch, workers, the scheduler (the only RQ code)."""

@@ -1,0 +1,383 @@
+"""Admission and hand-off: from a producer's judgement to the queue of the tier that runs it.
+
+Records and RQ jobs are written in one MULTI, so a judgement is never recorded as
+queued without a job to run it, and a job never runs without its record. RQ jobs
+carry batches of judgement ids; each judgement keeps its own record and failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rq import Callback, Queue, Retry
+
+from dispatchq import git, keys
+from dispatchq.config import Kind
+from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.core.ladder import RANK, entry_tier, next_tier
+from dispatchq.errors import UserError
+from dispatchq.storage.store import NewRecord
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+
+    from dispatchq.runtime import Runtime
+
+
+def _new_id() -> str:
+    """128 random bits as hex: a judgement or job id (uuid4's randomness, without its overhead)."""
+    return os.urandom(16).hex()
+
+
+#: Judgements written per MULTI; keeps any one transaction (and Lua call) short.
+WRITE_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated judgement, ready to be written."""
+
+    id: str
+    judgement: JudgementIn
+    kind: Kind
+    content_key: str
+    tier: str
+    host: str | None
+    force: bool = False
+
+
+@dataclass
+class Moves:
+    """The outcomes of one worker batch, committed together in one MULTI."""
+
+    finished: list[tuple[str, str, TrailEntry, dict[str, Any]]] = field(default_factory=list)
+    up: list[tuple[str, Kind, str, TrailEntry, dict[str, Any], str | None, float | None]] = field(
+        default_factory=list
+    )
+    states: dict[str, Any] = field(default_factory=dict)
+
+    def answer(
+        self,
+        jid: str,
+        tier: str,
+        value: Any,
+        why: str,
+        *,
+        confidence: float | None = None,
+        reason: str | None = None,
+        raw: Any = None,
+        **trail_extra: Any,
+    ) -> None:
+        fields: dict[str, Any] = {
+            "tier": tier,
+            "value": value,
+            "confidence": confidence,
+            "reason": reason or why,
+        }
+        if raw is not None:
+            fields["raw"] = raw
+        self.finished.append(
+            (jid, "answered", TrailEntry(tier=tier, outcome="answered", why=why, **trail_extra), fields)
+        )
+
+    def fail(self, jid: str, tier: str, reason: str, **trail_extra: Any) -> None:
+        trail = TrailEntry(tier=tier, outcome="failed", why=reason, **trail_extra)
+        self.finished.append((jid, "failed", trail, {"tier": tier, "reason": reason}))
+
+    def move_up(
+        self,
+        jid: str,
+        kind: Kind,
+        from_tier: str,
+        why: str,
+        *,
+        host: str | None,
+        priority: float | None = None,
+        fields: dict[str, Any] | None = None,
+        state: Any = None,
+        **trail_extra: Any,
+    ) -> None:
+        """`state` is the judgement's state when the caller has it in hand (it saves the
+        commit a read to index a judgement entering the typed tier by state)."""
+        trail = TrailEntry(tier=from_tier, outcome="moved-up", why=why, **trail_extra)
+        self.up.append((jid, kind, from_tier, trail, dict(fields or {}), host, priority))
+        if state is not None:
+            self.states[jid] = state
+
+    def __len__(self) -> int:
+        return len(self.finished) + len(self.up)
+
+
+class Dispatcher:
+    """Validates judgements and hands them to tiers, for producers and workers alike."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.settings = runtime.settings
+        self._queues: dict[str, Queue] = {}
+
+    # --- queues ---------------------------------------------------------------------------
+    def queue(self, tier: str, host: str | None = None) -> Queue:
+        name = keys.queue_name(tier, host)
+        if name not in self._queues:
+            self._queues[name] = Queue(name, connection=self.rt.redis)
+        return self._queues[name]
+
+    def queues_for(self, tier: str) -> list[Queue]:
+        """What a worker on this host listens to: the host-bound queue first."""
+        if tier == "typed":
+            return [self.queue("typed")]
+        return [self.queue(tier, self.settings.host), self.queue(tier)]
+
+    def job_timeout(self, tier: str) -> int:
+        s = self.settings
+        return {"code": s.code_job_timeout, "typed": s.typed_job_timeout}.get(tier, s.session_timeout + 120)
+
+    def _enqueue_job(self, tier: str, host: str | None, ids: list[str], pipe: Pipeline, job_id: str) -> None:
+        self.queue(tier, host if tier != "typed" else None).enqueue_call(
+            f"jobs.tiers.{tier}",
+            args=(ids,),
+            timeout=self.job_timeout(tier),
+            result_ttl=0,
+            failure_ttl=self.settings.result_ttl,
+            job_id=job_id,
+            retry=Retry(max=self.settings.job_retries) if self.settings.job_retries else None,
+            on_failure=Callback("jobs.tiers.on_job_failure"),
+            description=f"dispatchq {tier} x{len(ids)}",
+            pipeline=pipe,
+        )
+
+    def _transaction(self) -> Pipeline:
+        """A MULTI pipeline, opened explicitly so RQ can add its enqueue commands to it."""
+        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe.multi()
+        return pipe
+
+    # --- admission --------------------------------------------------------------------------
+    def check_checkout(self, checkout: str) -> Path:
+        """A judgement's checkout must be an existing directory under a checkout root."""
+        path = Path(checkout)
+        if not path.is_absolute():
+            raise UserError(f"context.checkout: {checkout!r} must be an absolute path")
+        resolved = path.resolve()
+        roots = self.settings.checkout_roots
+        if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
+            shown = os.pathsep.join(str(r) for r in roots)
+            raise UserError(
+                f"context.checkout: {checkout} is outside DISPATCHQ_CHECKOUT_ROOTS ({shown}); refused"
+            )
+        if not resolved.is_dir():
+            raise UserError(f"context.checkout: {checkout} is not a directory")
+        return resolved
+
+    def prepare(
+        self, judgement: JudgementIn, *, force: bool = False, fingerprints: dict[Path, str] | None = None
+    ) -> Prepared:
+        kind = self.rt.config.kind(judgement.kind)
+        host = None
+        fingerprint = None
+        if judgement.checkout is not None:
+            checkout = self.check_checkout(judgement.checkout)
+            host = self.settings.host
+            cache = fingerprints if fingerprints is not None else {}
+            if checkout not in cache:
+                if git.toplevel(checkout) is None:
+                    if kind.produce:
+                        raise UserError(f"context.checkout: {checkout} is not a git repository")
+                    cache[checkout] = "not-a-repo"
+                else:
+                    cache[checkout] = git.fingerprint(checkout)
+            fingerprint = cache[checkout]
+        elif kind.produce:
+            raise UserError(f"kind {kind.name} produces and verifies in a checkout: give context.checkout")
+        ckey = content_key(judgement, kind.digest, fingerprint)
+        return Prepared(_new_id(), judgement, kind, ckey, entry_tier(kind), host, force)
+
+    def submit(self, prepared: Sequence[Prepared]) -> list[tuple[str, bool]]:
+        """Write records and their jobs; returns (id, created) in input order.
+
+        A duplicate (same content key, live judgement) returns the existing id and
+        creates nothing. Candidate ids of duplicates may appear in a job's batch; the
+        job finds no record for them and does nothing.
+        """
+        out: list[tuple[str, bool]] = []
+        for start in range(0, len(prepared), WRITE_CHUNK):
+            out += self._submit_chunk(prepared[start : start + WRITE_CHUNK])
+        return out
+
+    def _submit_chunk(self, chunk: Sequence[Prepared]) -> list[tuple[str, bool]]:
+        groups: dict[tuple[str, str | None], list[Prepared]] = defaultdict(list)
+        entries = []
+        job_of: dict[str, str] = {}
+        for p in chunk:
+            if p.tier in ("code", "typed"):
+                groups[(p.tier, p.host)].append(p)
+        plans: list[tuple[str, str | None, list[str], str]] = []
+        for (tier, host), members in groups.items():
+            size = 1 if tier == "code" and members[0].kind.produce else self.settings.batch_size
+            # produce/verify judgements each get their own job: each may take minutes.
+            for start in range(0, len(members), size):
+                batch = members[start : start + size]
+                job_id = _new_id()
+                for p in batch:
+                    job_of[p.id] = job_id
+                plans.append((tier, host, [p.id for p in batch], job_id))
+        for p in chunk:
+            entries.append(
+                NewRecord(
+                    p.id,
+                    p.content_key,
+                    "1" if p.force else "0",
+                    keys.session_line(p.host) if p.tier == "session" else "",
+                    p.judgement.model_dump_json(),
+                    p.tier,
+                    p.kind.effect,
+                    p.host or "",
+                    job_of.get(p.id, ""),
+                    keys.typed_state(state_digest(p.judgement.state)) if p.tier == "typed" else "",
+                )
+            )
+        pipe = self._transaction()
+        self.rt.store.create_many(entries, pipe=pipe)
+        for tier, host, ids, job_id in plans:
+            self._enqueue_job(tier, host, ids, pipe, job_id)
+        if any(p.tier == "session" for p in chunk):
+            pipe.publish(keys.WAKE_CHANNEL, "work")
+        results = pipe.execute()
+        return self.rt.store.parse_created(results[0], entries)
+
+    # --- moves between tiers ----------------------------------------------------------------
+    def commit(self, moves: Moves) -> None:
+        """Apply a batch's outcomes: finished records and hand-offs, atomically."""
+        if not len(moves):
+            return
+        store = self.rt.store
+        pipe = self._transaction()
+        for jid, status, trail, fields in moves.finished:
+            store.transition(jid, status, expect=["running"], trail=trail, fields=fields, pipe=pipe)
+        wake = False
+        to_typed: list[str] = []
+        for jid, kind, from_tier, trail, fields, host, priority in moves.up:
+            to = next_tier(kind, from_tier)
+            assert RANK[to] > RANK[from_tier]
+            if to == "needs-triage":
+                fields = {**fields, "tier": "needs-triage", "reason": trail.why}
+                store.transition(
+                    jid, "needs-triage", expect=["running"], trail=trail, fields=fields, pipe=pipe
+                )
+            elif to == "typed":
+                to_typed.append(jid)
+                fields = {**fields, "tier": "typed"}
+                if priority is not None:
+                    fields["priority"] = priority
+                store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
+            else:
+                fields = {**fields, "tier": "session"}
+                if priority is not None:
+                    fields["priority"] = priority
+                store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
+                store.add_to_line(jid, keys.session_line(host), priority, pipe=pipe)
+                wake = True
+        if to_typed:
+            self._join_state_groups(to_typed, moves.states, pipe)
+        for start in range(0, len(to_typed), self.settings.batch_size):
+            batch = to_typed[start : start + self.settings.batch_size]
+            job_id = _new_id()
+            for jid in batch:
+                pipe.hset(keys.record(jid), "job", job_id)
+            self._enqueue_job("typed", None, batch, pipe, job_id)
+        if wake:
+            pipe.publish(keys.WAKE_CHANNEL, "work")
+        pipe.execute()
+
+    def _join_state_groups(self, ids: list[str], known: dict[str, Any], pipe: Pipeline) -> None:
+        """Index judgements entering the typed tier by state, for cross-job batching."""
+        states = {jid: known[jid] for jid in ids if jid in known}
+        unknown = [jid for jid in ids if jid not in known]
+        if unknown:
+            reader = self.rt.redis.pipeline(transaction=False)
+            for jid in unknown:
+                reader.hget(keys.record(jid), "in")
+            for jid, raw in zip(unknown, reader.execute(), strict=True):
+                if raw:
+                    states[jid] = json.loads(raw).get("state")
+        for jid, state in states.items():
+            pipe.sadd(keys.typed_state(state_digest(state)), jid)
+
+    def requeue(self, ids: Iterable[str], why: str) -> int:
+        """Put judgements back at their current tier (`retry`, reconcile, a dead job)."""
+        store = self.rt.store
+        count = 0
+        for record in store.get_many(list(ids)):
+            if record is None or record.tier not in ("code", "typed", "session"):
+                continue
+            pipe = self._transaction()
+            store.transition(
+                record.id,
+                "queued",
+                expect=[record.status],
+                trail=TrailEntry(tier=record.tier, outcome="requeued", why=why),
+                delete=["value", "confidence", "reason"],
+                pipe=pipe,
+            )
+            if record.tier == "session":
+                store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
+                pipe.publish(keys.WAKE_CHANNEL, "work")
+            else:
+                job_id = _new_id()
+                pipe.hset(keys.record(record.id), "job", job_id)
+                self._enqueue_job(record.tier, record.host, [record.id], pipe, job_id)
+            pipe.execute()
+            count += 1
+        return count
+
+    def retry(self, jid: str) -> None:
+        """Re-judge on purpose, from the kind's entry tier, keeping the trail."""
+        record = self.rt.store.get(jid)
+        if record is None:
+            raise UserError(f"no judgement {jid}")
+        if record.status in ("queued", "running"):
+            raise UserError(f"judgement {jid} is {record.status}; nothing to retry")
+        kind = self.rt.config.kind(record.kind)
+        tier = entry_tier(kind)
+        self.rt.store.set_fields(jid, tier=tier)
+        self.requeue([jid], "retry requested")
+
+    def cancel(self, jid: str) -> bool:
+        record = self.rt.store.get(jid)
+        if record is None:
+            raise UserError(f"no judgement {jid}")
+        if record.finished:
+            return False
+        return bool(
+            self.rt.store.transition(
+                jid,
+                "cancelled",
+                trail=TrailEntry(tier=record.tier or "?", outcome="cancelled", why="cancelled by request"),
+                fields={"reason": "cancelled by request"},
+            )
+        )
+
+
+def parse_json_arg(text: str, what: str) -> Any:
+    """`--state`/`--context` take JSON or @file; a bad value names the option."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise UserError(f"{what}: cannot read {path}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{what}: {path} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(
+            f"{what}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        ) from None

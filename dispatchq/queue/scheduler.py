@@ -1,0 +1,167 @@
+"""`dispatchq scheduler`: rq-scheduler's loop plus the small control queue, in one process.
+
+Timed work is rq-scheduler's: the retrigger at the instant a usage limit lifts, and
+typed-tier retries re-enqueued after a provider's advised delay (so no worker sits
+holding a job while it waits). The retrigger goes to the `control` queue, which this
+process executes itself at a one-second interval, so it never waits behind a paused
+session queue or a code backlog, and the Procfile needs no extra process.
+
+The same loop keeps the house in order: records whose RQ job vanished are
+re-enqueued (nothing is ever stranded as "queued"), expired records leave the indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
+from rq_scheduler import Scheduler
+
+from dispatchq import keys
+
+if TYPE_CHECKING:
+    from dispatchq.runtime import Runtime
+
+log = logging.getLogger("dispatchq.queue.scheduler")
+
+TICK = 1.0
+HEARTBEAT_TTL = 10
+
+
+def scheduler_for(runtime: Runtime) -> Scheduler:
+    return Scheduler(queue_name=keys.CONTROL_QUEUE, connection=runtime.redis, interval=TICK)
+
+
+def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
+    """Run `ids` through the typed tier again after `delay` seconds, holding no worker.
+
+    rq-scheduler keeps whole seconds and truncates, which could run a retry up to a second
+    before the provider said to: the instant is rounded up instead.
+    """
+    when = math.ceil(time.time() + max(delay, 0.0))
+    return scheduler_for(runtime).enqueue_at(
+        datetime.fromtimestamp(when, UTC),
+        "jobs.tiers.typed",
+        ids,
+        queue_name=keys.queue_name("typed"),
+        timeout=runtime.settings.typed_job_timeout,
+        job_result_ttl=0,
+        job_description=f"dispatchq typed retry x{len(ids)}",
+    )
+
+
+def due_retries(runtime: Runtime, horizon: float) -> tuple[float | None, int]:
+    """(earliest scheduled typed retry due within `horizon` seconds or None, count due later)."""
+    scheduler = scheduler_for(runtime)
+    now = time.time()
+    earliest = None
+    later = 0
+    for job, when in scheduler.get_jobs(with_times=True):
+        if job.origin != keys.queue_name("typed"):
+            continue
+        at = when.replace(tzinfo=UTC).timestamp() if when.tzinfo is None else when.timestamp()
+        if at - now <= horizon:
+            earliest = at if earliest is None else min(earliest, at)
+        else:
+            later += 1
+    return earliest, later
+
+
+def release_due_retries(runtime: Runtime) -> int:
+    """Move every due scheduled job to its queue now (what the scheduler loop does each tick)."""
+    scheduler = scheduler_for(runtime)
+    jobs = list(scheduler.get_jobs_to_queue())
+    for job in jobs:
+        scheduler.enqueue_job(job)
+    return len(jobs)
+
+
+def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
+    """Re-enqueue queued code/typed judgements whose RQ job no longer exists or has ended.
+
+    The MULTI in `dispatch` makes this rare; it is the backstop that makes "never a
+    dropped judgement" true even after an operator deletes RQ keys by hand.
+    """
+    store = runtime.store
+    now = time.time()
+    stranded = []
+    for record in store.get_many(store.ids("queued")):
+        if record is None or record.tier not in ("code", "typed"):
+            continue
+        if record.updated_at and now - record.updated_at < min_age:
+            continue
+        job_id = getattr(record, "job", None)
+        status = None
+        if job_id:
+            try:
+                status = Job.fetch(job_id, connection=runtime.redis).get_status()
+            except Exception:
+                status = None
+        if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+            continue
+        if job_id and _scheduled(runtime, job_id):
+            continue
+        stranded.append(record.id)
+    if stranded:
+        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued")
+    return len(stranded)
+
+
+def _scheduled(runtime: Runtime, job_id: str) -> bool:
+    return job_id in scheduler_for(runtime)
+
+
+def scheduler_alive(runtime: Runtime) -> bool:
+    return bool(runtime.redis.exists(keys.SCHEDULER_HEARTBEAT))
+
+
+def run_scheduler(runtime: Runtime, *, burst: bool = False, tick: float = TICK) -> None:
+    """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs."""
+    from dispatchq.launcher.environment import mark_non_dumpable
+    from dispatchq.runtime import set_runtime
+
+    mark_non_dumpable()
+    set_runtime(runtime)
+    scheduler = scheduler_for(runtime)
+    control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis)
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    last_maintenance = 0.0
+    log.info("dispatchq scheduler started (tick %.1fs)", tick)
+    while not stopping:
+        started = time.monotonic()
+        runtime.redis.set(keys.SCHEDULER_HEARTBEAT, repr(time.time()), ex=HEARTBEAT_TTL)
+        if scheduler.acquire_lock():
+            try:
+                scheduler.enqueue_jobs()
+            finally:
+                scheduler.remove_lock()
+        if control.count:
+            worker = SimpleWorker([control], connection=runtime.redis)
+            worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
+            signal.signal(signal.SIGINT, stop)  # the burst worker installed its own handlers
+            signal.signal(signal.SIGTERM, stop)
+        if time.monotonic() - last_maintenance >= runtime.settings.recovery_interval:
+            last_maintenance = time.monotonic()
+            try:
+                reconcile(runtime)
+                runtime.store.prune()
+            except Exception:
+                log.exception("maintenance failed; will try again")
+        if burst:
+            break
+        elapsed = time.monotonic() - started
+        time.sleep(max(0.0, tick - elapsed))
+    runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)

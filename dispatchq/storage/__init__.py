@@ -1,0 +1,1 @@
+"""Every Redis read and write: the connection, the store, its Lua scripts, locks."""

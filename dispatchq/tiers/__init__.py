@@ -1,0 +1,1 @@
+"""The three tiers that answer judgements: code, typed (TypeSafe's Jev), session."""

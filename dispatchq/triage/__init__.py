@@ -1,0 +1,1 @@
+"""The rules engine: rules and the resolution table (pure), the engine, executors."""

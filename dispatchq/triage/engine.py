@@ -1,0 +1,726 @@
+"""The triage engine: one entry point that the CLI and the typed worker both call.
+
+`triage()` asks only what it does not already know, stores the answers under the
+decision key, resolves the table (`dispatchq.triage.rules`), performs what resolved to
+`apply`, and records the run. Where the answers come from is the caller's business:
+the `ask` callable is the provider (the typed tier), an answers file, or a keyless
+stand-in, so everything here runs in tests without a network.
+
+Why the pieces sit where they do:
+
+- Answers are stored before anything is performed, so a crash mid-run never costs a
+  second provider request. Errors, keyless runs and missing answers are not stored:
+  the next delivery asks again.
+- The mode is not in the decision key, so shadow → suggest → auto reuses every answer
+  and only the outcome is recomputed.
+- Nothing is performed in shadow mode, by construction (`apply` cannot resolve there)
+  and by a guard in `_perform`, so shadow writes nothing outside dispatchq's store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import redis
+
+from dispatchq import keys
+from dispatchq.core.answers import Answer, AnswerError
+from dispatchq.errors import UserError
+from dispatchq.triage.executors import Command, Executor, ExecutorError, Ledger, comment_marker
+from dispatchq.triage.rules import (
+    ActionSpec,
+    Entry,
+    Event,
+    Knowledge,
+    Mode,
+    RuleError,
+    TriageConfig,
+    canonical_json,
+    decision_key,
+    resolve,
+)
+
+log = logging.getLogger(__name__)
+
+AnswersFrom = Literal["provider", "file"]
+RUNS_KEPT = 200
+
+# ------------------------------------------------------------------------------------ asking
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """What the provider said about the questions it was handed.
+
+    - `answers`: question id → Answer, for the questions it answered.
+    - `unanswered`: asked but nothing came back, id → why (`keyless`, `provider error
+      (TypeSafeRateLimitError)`, `dropped`...). Row 4, `no_answers`.
+    - `over_budget`: not asked because a budget of the caller's own (the hourly one of
+      enqueued triage) was spent. Row 3, `budget_exhausted`.
+    - `requests`: provider requests made (a batched request counts 1, a cache hit 0);
+      the engine charges them to its budget.
+
+    A question handed over but absent from all three counts as asked and dropped.
+    """
+
+    answers: Mapping[str, Answer] = field(default_factory=dict)
+    unanswered: Mapping[str, str] = field(default_factory=dict)
+    over_budget: frozenset[str] = frozenset()
+    requests: int = 0
+
+
+#: `ask(state, questions) -> AskResult`: `state` is the event's `state` (what the
+#: provider judges), `questions` maps question ids to SDK question dicts
+#: (`{"type": "noul", "instructions": ...}`), ready for `TypeSafeClient.system_one`.
+#: Called at most once per `triage()` call, only with questions not already stored,
+#: and never when the budget is spent.
+Ask = Callable[[Any, Mapping[str, dict[str, Any]]], AskResult]
+
+
+def keyless_ask(state: Any, questions: Mapping[str, dict[str, Any]]) -> AskResult:
+    """No key, no request: every question is asked and comes back empty."""
+    return AskResult(unanswered=dict.fromkeys(questions, "keyless"))
+
+
+def answers_file_ask(wire: Any, *, source: str = "answers file") -> Ask:
+    """An `ask` that reads the SDK's wire answers from a mapping (the `--answers` file).
+
+    Malformed answers are the person's mistake: UserError, before anything runs.
+    """
+    if not isinstance(wire, Mapping):
+        raise UserError(f"{source}: expected an object mapping question ids to answers")
+    parsed: dict[str, Answer] = {}
+    for qid, raw in wire.items():
+        try:
+            parsed[str(qid)] = Answer.from_wire(str(qid), raw)
+        except AnswerError as error:
+            raise UserError(f"{source}: {error}") from None
+
+    def ask(state: Any, questions: Mapping[str, dict[str, Any]]) -> AskResult:
+        found = {q: parsed[q] for q in questions if q in parsed}
+        missing = {q: f"not in the {source}" for q in questions if q not in parsed}
+        return AskResult(answers=found, unanswered=missing, requests=0)
+
+    return ask
+
+
+class Budget(Protocol):
+    """Provider requests a caller may still spend. Checked before asking, charged after."""
+
+    def available(self) -> bool: ...
+
+    def spend(self, requests: int) -> None: ...
+
+
+@dataclass
+class RunBudget:
+    """`triage.budget.requests` for one `dispatchq triage` invocation; None is unlimited."""
+
+    limit: int | None
+    spent: int = 0
+
+    @classmethod
+    def from_config(cls, config: TriageConfig) -> RunBudget:
+        return cls(config.budget_requests)
+
+    def available(self) -> bool:
+        return self.limit is None or self.spent < self.limit
+
+    def spend(self, requests: int) -> None:
+        self.spent += max(0, requests)
+
+
+class HourlyBudget:
+    """Provider requests enqueued triage may spend per clock hour, shared through Redis."""
+
+    def __init__(self, client: redis.Redis, limit: int, *, clock: Callable[[], float] = time.time) -> None:
+        self._redis = client
+        self.limit = limit
+        self._clock = clock
+
+    def _key(self) -> str:
+        return keys.triage_budget(time.strftime("%Y%m%d%H", time.gmtime(self._clock())))
+
+    def available(self) -> bool:
+        return int(self._redis.get(self._key()) or 0) < self.limit
+
+    def spend(self, requests: int) -> None:
+        if requests > 0:
+            key = self._key()
+            pipe = self._redis.pipeline()
+            pipe.incrby(key, requests)
+            pipe.expire(key, 7200)
+            pipe.execute()
+
+
+# ------------------------------------------------------------------------------------- store
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class StoredDecision:
+    """Everything needed to serve, replay or apply a decision without the provider."""
+
+    decision_id: str
+    event: Event
+    config_hash: str
+    answers: Mapping[str, Answer]
+    unanswered: Mapping[str, str]
+    over_budget: frozenset[str]
+    answers_from: AnswersFrom
+    result: Mapping[str, Any] | None
+    created: float
+    updated: float
+
+    def knowledge(self) -> Knowledge:
+        return Knowledge(dict(self.answers), dict(self.unanswered), self.over_budget)
+
+
+class TriageStore:
+    """Triage decisions in dispatchq's Redis: answers, last resolution, run counts.
+
+    One hash per decision key (`keys.triage_decision`), indexed by time in
+    `TRIAGE_EVENTS` for replay; recent runs' counts in a capped `TRIAGE_RUNS` list for
+    `dispatchq status`.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self.ledger = Ledger(client)
+
+    def load(self, decision_id: str) -> StoredDecision | None:
+        raw = self._redis.hgetall(keys.triage_decision(decision_id))
+        if not raw:
+            return None
+        data = {_text(k): _text(v) for k, v in raw.items()}
+        answers = {q: Answer.from_json(a) for q, a in json.loads(data.get("answers", "{}")).items()}
+        result = json.loads(data["result"]) if data.get("result") else None
+        return StoredDecision(
+            decision_id=decision_id,
+            event=Event.from_json(json.loads(data["event"])),
+            config_hash=data.get("config_hash", ""),
+            answers=answers,
+            unanswered=json.loads(data.get("unanswered", "{}")),
+            over_budget=frozenset(json.loads(data.get("over_budget", "[]"))),
+            answers_from=data.get("answers_from", "provider"),  # type: ignore[arg-type]
+            result=result,
+            created=float(data.get("created", 0)),
+            updated=float(data.get("updated", 0)),
+        )
+
+    def save_answers(
+        self,
+        decision_id: str,
+        event: Event,
+        config_hash: str,
+        knowledge: Knowledge,
+        answers_from: AnswersFrom,
+    ) -> None:
+        now = time.time()
+        key = keys.triage_decision(decision_id)
+        pipe = self._redis.pipeline()
+        pipe.hsetnx(key, "created", repr(now))
+        pipe.hset(
+            key,
+            mapping={
+                "event": canonical_json(event.to_json()),
+                "config_hash": config_hash,
+                "answers": canonical_json({q: a.to_json() for q, a in knowledge.answers.items()}),
+                "unanswered": canonical_json(dict(knowledge.unanswered)),
+                "over_budget": canonical_json(sorted(knowledge.over_budget)),
+                "answers_from": answers_from,
+                "updated": repr(now),
+            },
+        )
+        pipe.zadd(keys.TRIAGE_EVENTS, {decision_id: now})
+        pipe.execute()
+
+    def save_result(self, decision_id: str, result: Mapping[str, Any]) -> None:
+        self._redis.hset(keys.triage_decision(decision_id), "result", canonical_json(dict(result)))
+
+    def since(self, since: float | None = None) -> list[StoredDecision]:
+        ids = self._redis.zrangebyscore(keys.TRIAGE_EVENTS, since if since is not None else "-inf", "+inf")
+        records = [self.load(_text(i)) for i in ids]
+        return [r for r in records if r is not None]
+
+    def find(self, decision_id: str) -> StoredDecision:
+        """A decision by id or by an unambiguous prefix of at least 8 characters."""
+        wanted = decision_id.strip().lower()
+        record = self.load(wanted)
+        if record is not None:
+            return record
+        if len(wanted) >= 8:
+            ids = [_text(i) for i in self._redis.zrange(keys.TRIAGE_EVENTS, 0, -1)]
+            matches = [i for i in ids if i.startswith(wanted)]
+            if len(matches) == 1:
+                found = self.load(matches[0])
+                if found is not None:
+                    return found
+            if len(matches) > 1:
+                raise UserError(f"decision id {decision_id!r} is ambiguous ({len(matches)} decisions match)")
+        raise UserError(f"no triage decision {decision_id!r}")
+
+    def mark_needs_triage(self, decision_id: str, event: Event, label: str, mode: Mode) -> None:
+        record = {
+            "target": event.target,
+            "event": event.event,
+            "label": label,
+            "mode": mode,
+            "time": time.time(),
+        }
+        self._redis.hset(keys.TRIAGE_NEEDS_TRIAGE, decision_id, canonical_json(record))
+
+    def needs_triage(self) -> dict[str, dict[str, Any]]:
+        raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
+        return {_text(k): json.loads(_text(v)) for k, v in raw.items()}
+
+    def record_run(self, result: TriageResult) -> None:
+        line = {
+            "time": time.time(),
+            "decision_id": result.decision_id,
+            "event": result.event.event,
+            "target": result.event.target,
+            "mode": result.mode,
+            "requests": result.requests,
+            "counts": result.counts(),
+        }
+        pipe = self._redis.pipeline()
+        pipe.lpush(keys.TRIAGE_RUNS, canonical_json(line))
+        pipe.ltrim(keys.TRIAGE_RUNS, 0, RUNS_KEPT - 1)
+        pipe.execute()
+
+    def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        return [json.loads(_text(v)) for v in self._redis.lrange(keys.TRIAGE_RUNS, 0, max(0, limit - 1))]
+
+
+def outcome_counts(runs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Totals by reason code over runs (what `dispatchq status` shows for triage)."""
+    total: Counter[str] = Counter()
+    for run in runs:
+        total.update(run.get("counts", {}))
+    return dict(total)
+
+
+def status_section(runtime: Any, *, last: int = 20) -> dict[str, Any]:
+    """The triage part of `dispatchq status --json`: the last runs' counts by outcome.
+
+    Takes anything with a `.redis` client (the lead's Runtime), so it stays importable
+    without the settings machinery.
+    """
+    store = TriageStore(runtime.redis)
+    runs = store.recent_runs(last)
+    return {
+        "runs": len(runs),
+        "last_run": runs[0]["time"] if runs else None,
+        "counts": outcome_counts(runs),
+        "needs_triage": int(runtime.redis.hlen(keys.TRIAGE_NEEDS_TRIAGE)),
+    }
+
+
+# ------------------------------------------------------------------------------------ result
+
+
+@dataclass(frozen=True)
+class TriageResult:
+    decision_id: str
+    event: Event
+    mode: Mode
+    entries: tuple[Entry, ...]
+    errors: tuple[RuleError, ...] = ()
+    escalated: Mapping[str, Any] | None = None
+    requests: int = 0
+    asked: tuple[str, ...] = ()
+    reused: tuple[str, ...] = ()
+
+    @property
+    def applied(self) -> list[Entry]:
+        return [e for e in self.entries if e.outcome == "apply"]
+
+    @property
+    def suggested(self) -> list[Entry]:
+        return [e for e in self.entries if e.outcome == "suggest"]
+
+    @property
+    def suppressed(self) -> list[Entry]:
+        return [e for e in self.entries if e.outcome == "suppress"]
+
+    def counts(self) -> dict[str, int]:
+        counts = Counter(e.reason for e in self.entries)
+        if self.errors:
+            counts["if_error"] = len(self.errors)
+        if self.escalated:
+            counts["escalated"] = 1
+        return dict(counts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "event": self.event.event,
+            "target": self.event.target,
+            "mode": self.mode,
+            "applied": [e.to_json() for e in self.applied],
+            "suggested": [e.to_json() for e in self.suggested],
+            "suppressed": [e.to_json() for e in self.suppressed],
+            "errors": [e.to_json() for e in self.errors],
+            "escalated": dict(self.escalated) if self.escalated else None,
+            "requests": self.requests,
+            "asked": list(self.asked),
+            "reused": list(self.reused),
+        }
+
+    def render(self, config: TriageConfig | None = None) -> str:
+        """The person's view: suppressed is the product in shadow mode, so it is never hidden."""
+
+        def qtype(entry: Entry) -> str | None:
+            if config is None or entry.question not in config.questions:
+                return None
+            return config.questions[entry.question].type
+
+        lines = [
+            f"triage {self.event.event} {self.event.target}  mode {self.mode}"
+            f"  decision {self.decision_id[:16]}",
+            f"  provider requests: {self.requests}"
+            + (f"  asked: {', '.join(self.asked)}" if self.asked else "")
+            + (f"  answers reused: {', '.join(self.reused)}" if self.reused else ""),
+        ]
+        for title, entries in (
+            ("Applied", self.applied),
+            ("Suggested", self.suggested),
+            ("Suppressed", self.suppressed),
+        ):
+            lines.append(f"{title} ({len(entries)})")
+            lines.extend("  " + e.render(qtype(e)).replace("\n", "\n  ") for e in entries)
+        if self.errors:
+            lines.append(f"Errors ({len(self.errors)})")
+            lines.extend(f"  ! [{e.rule}] if: {e.message}" for e in self.errors)
+        if self.escalated:
+            lines.append(f"Escalated: {self.escalated.get('label')} ({self.escalated.get('executed')})")
+        if not self.entries and not self.errors:
+            lines.append("no rule planned an action for this event")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ engine
+
+
+def triage(
+    event: Event,
+    config: TriageConfig,
+    *,
+    ask: Ask,
+    store: TriageStore,
+    executor: Executor,
+    budget: Budget,
+    mode_override: Mode | None = None,
+    answers_from: AnswersFrom = "provider",
+) -> TriageResult:
+    """Triage one event: reuse stored answers, ask for the rest, resolve, act, record.
+
+    `answers_from="file"` is for `--answers`: the file is authoritative, so stored
+    answers are not reused, and what it says is stored marked as such so that a later
+    provider run asks the provider instead of trusting a what-if.
+    """
+    mode: Mode = mode_override or config.mode
+    needed = config.questions_for(event.event)
+    decision_id = decision_key(event, config)
+
+    stored = store.load(decision_id)
+    answers: dict[str, Answer] = {}
+    if stored is not None and answers_from == "provider" and stored.answers_from == "provider":
+        answers = {q: a for q, a in stored.answers.items() if q in needed}
+    reused = tuple(sorted(answers))
+
+    missing = sorted(needed - answers.keys())
+    unanswered: dict[str, str] = {}
+    over_budget: set[str] = set()
+    requests = 0
+    asked: tuple[str, ...] = ()
+    if missing and not budget.available():
+        over_budget = set(missing)
+    elif missing:
+        asked = tuple(missing)
+        result = _ask(ask, event, config, missing)
+        requests = max(0, int(result.requests))
+        budget.spend(requests)
+        for qid in missing:
+            answer = result.answers.get(qid)
+            expected = config.questions[qid].type
+            if answer is not None and answer.type == expected:
+                answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
+            elif answer is not None:
+                unanswered[qid] = f"answer is a {answer.type}, the question is a {expected}"
+            elif qid in result.over_budget:
+                over_budget.add(qid)
+            else:
+                unanswered[qid] = result.unanswered.get(qid, "dropped")
+
+    knowledge = Knowledge(answers, unanswered, frozenset(over_budget))
+    store.save_answers(decision_id, event, config.hash, knowledge, answers_from)
+
+    resolution = resolve(config, event, knowledge, executor=executor, mode=mode)
+    entries = tuple(
+        _perform(
+            e, decision_id=decision_id, event=event, config=config, store=store, executor=executor, mode=mode
+        )
+        if e.outcome == "apply"
+        else e
+        for e in resolution.entries
+    )
+
+    escalated: dict[str, Any] | None = None
+    if config.escalate and resolution.undecided:
+        store.mark_needs_triage(decision_id, event, config.escalate, mode)
+        escalated = {"label": config.escalate, "executed": "recorded in dispatchq's store"}
+        if mode != "shadow" and executor.supports("label.add"):
+            marker = Entry("(escalate)", ActionSpec("label.add", {"label": config.escalate}), "apply", "", "")
+            done = _perform(
+                marker,
+                decision_id=decision_id,
+                event=event,
+                config=config,
+                store=store,
+                executor=executor,
+                mode=mode,
+            )
+            escalated["executed"] = done.executed
+
+    result = TriageResult(
+        decision_id=decision_id,
+        event=event,
+        mode=mode,
+        entries=entries,
+        errors=resolution.errors,
+        escalated=escalated,
+        requests=requests,
+        asked=asked,
+        reused=reused,
+    )
+    store.save_result(decision_id, result.to_json())
+    store.record_run(result)
+    return result
+
+
+def _ask(ask: Ask, event: Event, config: TriageConfig, missing: list[str]) -> AskResult:
+    """Call the provider; a failure of any kind costs nothing but the answers (invariant 2)."""
+    questions = {q: config.questions[q].wire() for q in missing}
+    try:
+        return ask(event.state, questions)
+    except Exception as error:
+        # The type only: a provider's message could quote the request, or worse.
+        log.warning(
+            "triage %s: provider failed (%s); its questions count as unanswered",
+            event.target,
+            type(error).__name__,
+        )
+        return AskResult(unanswered=dict.fromkeys(missing, f"provider error ({type(error).__name__})"))
+
+
+def _command(entry: Entry, config: TriageConfig) -> Command:
+    action = entry.action
+    if action.op != "comment":
+        return Command.from_action(action)
+    template = action.template or ""
+    path = config.template_path(template)
+    if path is None or not path.is_file():
+        raise ExecutorError(f"template {template!r} does not exist")
+    body = path.read_text(encoding="utf-8")
+    return Command.from_action(action, body=body, marker=comment_marker(entry.rule, template))
+
+
+def _perform(
+    entry: Entry,
+    *,
+    decision_id: str,
+    event: Event,
+    config: TriageConfig,
+    store: TriageStore,
+    executor: Executor,
+    mode: Mode,
+) -> Entry:
+    """Perform one action unless the ledger says it was; ledger it only on success."""
+    if mode == "shadow":  # unreachable through the table; a guard so it stays that way
+        raise RuntimeError("shadow mode never performs an action")
+    fingerprint = Ledger.fingerprint(decision_id, entry.rule, entry.action, event.target)
+    done = store.ledger.get(fingerprint)
+    if done is not None:
+        return replace(entry, executed=f"already {done.get('status')} (ledger)")
+    try:
+        outcome = executor.perform(_command(entry, config), event.target)
+    except (ExecutorError, UserError, OSError) as error:
+        log.warning("triage %s [%s] %s failed: %s", event.target, entry.rule, entry.action.text(), error)
+        return replace(entry, executed=f"failed: {error}")
+    if outcome.status == "refused":
+        return replace(entry, executed=f"refused: {outcome.detail}")
+    store.ledger.record(
+        fingerprint,
+        {
+            "decision_id": decision_id,
+            "rule": entry.rule,
+            "target": event.target,
+            "action": entry.action.to_json(),
+            "executor": executor.name,
+            **outcome.to_json(),
+        },
+    )
+    return replace(entry, executed=f"{outcome.status}: {outcome.detail}")
+
+
+# -------------------------------------------------------------------------------- apply, replay
+
+
+def apply_suggested(
+    decision_id: str,
+    config: TriageConfig,
+    *,
+    store: TriageStore,
+    executor: Executor,
+    rules: Iterable[str] | None = None,
+) -> list[Entry]:
+    """Perform the suggested actions of a stored decision that a person accepted."""
+    if config.mode == "shadow":
+        raise UserError("triage.mode is shadow: nothing is written outside dispatchq's store")
+    record = store.find(decision_id)
+    if not record.result:
+        raise UserError(f"decision {record.decision_id[:16]} has not been resolved yet")
+    entries = [Entry.from_json(e) for e in record.result.get("suggested", [])]
+    wanted = set(rules or ())
+    if wanted:
+        entries = [e for e in entries if e.rule in wanted]
+    if not entries:
+        raise UserError(f"decision {record.decision_id[:16]} has no suggested action to apply")
+    done = [
+        _perform(
+            e,
+            decision_id=record.decision_id,
+            event=record.event,
+            config=config,
+            store=store,
+            executor=executor,
+            mode=config.mode,
+        )
+        for e in entries
+    ]
+    accepted = [*record.result.get("accepted", []), *(e.to_json() for e in done)]
+    store.save_result(record.decision_id, {**record.result, "accepted": accepted})
+    return done
+
+
+@dataclass(frozen=True)
+class ReplayChange:
+    """One action whose outcome would differ: before is what was stored, after the what-if."""
+
+    decision_id: str
+    event: Event
+    rule: str
+    action: ActionSpec
+    before: tuple[str, str] | None  # (outcome, reason); None: not planned then
+    after: tuple[str, str] | None  # None: not planned now
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "event": self.event.event,
+            "target": self.event.target,
+            "rule": self.rule,
+            "action": self.action.to_json(),
+            "before": list(self.before) if self.before else None,
+            "after": list(self.after) if self.after else None,
+        }
+
+    def render(self) -> str:
+        def show(side: tuple[str, str] | None) -> str:
+            return "—" if side is None else f"{side[0]} ({side[1]})"
+
+        return (
+            f"{self.event.target} {self.event.event} [{self.rule}] {self.action.text()}: "
+            f"{show(self.before)} -> {show(self.after)}"
+        )
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    decisions: int
+    changes: tuple[ReplayChange, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"decisions": self.decisions, "changes": [c.to_json() for c in self.changes]}
+
+
+def replay(
+    store: TriageStore,
+    config: TriageConfig,
+    *,
+    executor: Executor,
+    since: float | None = None,
+    mode: Mode | None = None,
+    gate_auto: float | None = None,
+) -> ReplayReport:
+    """Re-resolve stored events over stored answers under a what-if; no provider call.
+
+    Each event is taken once (its latest decision, across config edits). A question
+    the config now needs but nobody asked then resolves as `no_answers`.
+    """
+    what_if = config.with_overrides(mode=mode, gate_auto=gate_auto) if gate_auto is not None else config
+    use_mode: Mode = mode or what_if.mode
+    latest: dict[str, StoredDecision] = {}
+    for record in store.since(since):
+        identity = record.event.identity
+        if identity not in latest or record.updated >= latest[identity].updated:
+            latest[identity] = record
+
+    changes: list[ReplayChange] = []
+    for record in sorted(latest.values(), key=lambda r: r.updated):
+        knowledge = record.knowledge()
+        answers = {
+            q: a
+            for q, a in knowledge.answers.items()
+            if q in what_if.questions and what_if.questions[q].type == a.type
+        }
+        knowledge = replace(knowledge, answers=answers)
+        after = resolve(what_if, record.event, knowledge, executor=executor, mode=use_mode)
+        before_entries = [
+            Entry.from_json(e)
+            for part in ("applied", "suggested", "suppressed")
+            for e in (record.result or {}).get(part, [])
+        ]
+        before = {(e.rule, e.action.key()): e for e in before_entries}
+        now = {(e.rule, e.action.key()): e for e in after.entries}
+        for key in sorted(set(before) | set(now)):
+            old, new = before.get(key), now.get(key)
+            old_side = (old.outcome, old.reason) if old else None
+            new_side = (new.outcome, new.reason) if new else None
+            if old_side != new_side:
+                action = (new or old).action  # type: ignore[union-attr]
+                changes.append(
+                    ReplayChange(record.decision_id, record.event, key[0], action, old_side, new_side)
+                )
+    return ReplayReport(len(latest), tuple(changes))
+
+
+__all__ = [
+    "Ask",
+    "AskResult",
+    "Budget",
+    "HourlyBudget",
+    "ReplayChange",
+    "ReplayReport",
+    "RunBudget",
+    "StoredDecision",
+    "TriageResult",
+    "TriageStore",
+    "answers_file_ask",
+    "apply_suggested",
+    "keyless_ask",
+    "outcome_counts",
+    "replay",
+    "triage",
+]

@@ -1,0 +1,470 @@
+"""Executors carry resolved actions out; the ledger remembers what they carried out.
+
+Every executor re-reads the target before it writes and does nothing when the target
+is already in the wanted state, so a retried or redelivered action is harmless even
+when the ledger write after it was lost. Two more guarantees live here rather than in
+the engine, so that no caller can bypass them:
+
+- a label is removed only if dispatchq itself added it (the ledger's label set);
+- a comment carries a hidden marker, and a retry edits the marked comment instead of
+  posting a second one.
+
+The recording executor writes only to dispatchq's own Redis; it is what tests and
+dry runs use. The GitHub executor talks to the REST API with a token that is never
+shown: not in a repr, an error message or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import quote, urlsplit
+
+import httpx2
+import redis
+
+from dispatchq import keys
+from dispatchq.errors import DispatchqError, UserError
+from dispatchq.triage.rules import KNOWN_OPS, ActionSpec, canonical_json, sha256_hex
+
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
+
+Status = Literal["performed", "unchanged", "refused"]
+
+
+class ExecutorError(DispatchqError):
+    """The executor could not carry an action out (HTTP error, no token, bad target).
+
+    Its message is safe to print: the token is redacted before it is built.
+    """
+
+
+@dataclass(frozen=True)
+class Command:
+    """One action ready to perform: the op with its text already rendered."""
+
+    op: str
+    label: str | None = None
+    body: str | None = None
+    marker: str | None = None
+    assignees: tuple[str, ...] = ()
+    reason: str | None = None
+
+    @classmethod
+    def from_action(
+        cls, action: ActionSpec, *, body: str | None = None, marker: str | None = None
+    ) -> Command:
+        return cls(action.op, action.label, body, marker, action.assignees, action.reason)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What the executor did: wrote (`performed`), found it done (`unchanged`), or would not."""
+
+    status: Status
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"status": self.status, "detail": self.detail}
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What the engine needs from an executor.
+
+    `perform` must re-read the target before writing, return `unchanged` when the
+    target is already in that state, and raise ExecutorError (never another exception
+    type for an expected failure) when it cannot act.
+    """
+
+    name: str
+
+    def supports(self, op: str) -> bool: ...
+
+    def perform(self, action: Command, target: str) -> ActionResult: ...
+
+
+def comment_marker(rule: str, template: str) -> str:
+    """The hidden marker a rule's comment carries: one comment per rule and template."""
+    digest = sha256_hex(f"{rule}\0{template}")[:16]
+    return f"<!-- dispatchq:comment:{digest} -->"
+
+
+def comment_body(body: str, marker: str) -> str:
+    return f"{body.rstrip()}\n\n{marker}"
+
+
+# ------------------------------------------------------------------------------------ ledger
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class Ledger:
+    """Performed actions, written only after an executor succeeded.
+
+    An action's fingerprint covers the decision, the rule, the target and the action,
+    so a redelivered event finds its actions done and the executor is not called again.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    @staticmethod
+    def fingerprint(decision_id: str, rule: str, action: ActionSpec, target: str) -> str:
+        return sha256_hex(canonical_json([decision_id, rule, target, action.to_json()]))
+
+    def get(self, fingerprint: str) -> dict[str, Any] | None:
+        raw = self._redis.hget(keys.TRIAGE_LEDGER, fingerprint)
+        return None if raw is None else json.loads(_text(raw))
+
+    def record(self, fingerprint: str, entry: dict[str, Any]) -> None:
+        self._redis.hset(keys.TRIAGE_LEDGER, fingerprint, canonical_json({**entry, "time": time.time()}))
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [json.loads(_text(v)) for v in self._redis.hvals(keys.TRIAGE_LEDGER)]
+
+    def added_label(self, target: str, label: str) -> bool:
+        return bool(self._redis.sismember(keys.triage_labels_added(target), label))
+
+    def note_label_added(self, target: str, label: str) -> None:
+        self._redis.sadd(keys.triage_labels_added(target), label)
+
+    def note_label_removed(self, target: str, label: str) -> None:
+        self._redis.srem(keys.triage_labels_added(target), label)
+
+
+def _refuse_foreign_label(ledger: Ledger, target: str, label: str) -> ActionResult | None:
+    if ledger.added_label(target, label):
+        return None
+    return ActionResult("refused", f"label {label!r} was not added by dispatchq; it is never removed")
+
+
+# ------------------------------------------------------------------------- recording executor
+
+
+class RecordingExecutor:
+    """Performs actions on a model of the target kept in dispatchq's own store.
+
+    Writes go to `TRIAGE_RECORDED_STATE` (the model it re-reads) and `TRIAGE_RECORDED`
+    (one line per write), nothing else: this is the executor that can never touch the
+    outside world.
+    """
+
+    name = "recording"
+
+    def __init__(self, client: redis.Redis, *, ops: Iterable[str] | None = None) -> None:
+        self._redis = client
+        self._ops = frozenset(KNOWN_OPS if ops is None else ops)
+        self.ledger = Ledger(client)
+
+    def __repr__(self) -> str:
+        return f"RecordingExecutor(ops={sorted(self._ops)})"
+
+    def supports(self, op: str) -> bool:
+        return op in self._ops
+
+    def state(self, target: str) -> dict[str, Any]:
+        raw = self._redis.hget(keys.TRIAGE_RECORDED_STATE, target)
+        base: dict[str, Any] = {
+            "state": "open",
+            "labels": [],
+            "assignees": [],
+            "comments": {},
+            "locked": False,
+        }
+        return {**base, **json.loads(_text(raw))} if raw is not None else base
+
+    def seed(self, target: str, **state: Any) -> None:
+        """Put a target in a known state (tests, and replaying a real target's state)."""
+        self._redis.hset(keys.TRIAGE_RECORDED_STATE, target, canonical_json({**self.state(target), **state}))
+
+    def recorded(self) -> list[dict[str, Any]]:
+        return [json.loads(_text(v)) for v in self._redis.lrange(keys.TRIAGE_RECORDED, 0, -1)]
+
+    def perform(self, action: Command, target: str) -> ActionResult:
+        if not self.supports(action.op):
+            raise ExecutorError(f"the recording executor does not perform {action.op}")
+        current = self.state(target)
+        if action.op == "label.remove":
+            refused = _refuse_foreign_label(self.ledger, target, action.label or "")
+            if refused is not None:
+                return refused
+        wanted, detail = _recorded_change(current, action)
+        if wanted == current:
+            return ActionResult("unchanged", detail)
+        pipe = self._redis.pipeline()
+        pipe.hset(keys.TRIAGE_RECORDED_STATE, target, canonical_json(wanted))
+        pipe.rpush(
+            keys.TRIAGE_RECORDED,
+            canonical_json({"target": target, "op": action.op, "detail": detail, "time": time.time()}),
+        )
+        pipe.execute()
+        if action.op == "label.add":
+            self.ledger.note_label_added(target, action.label or "")
+        elif action.op == "label.remove":
+            self.ledger.note_label_removed(target, action.label or "")
+        return ActionResult("performed", detail)
+
+
+def _recorded_change(current: dict[str, Any], action: Command) -> tuple[dict[str, Any], str]:
+    state = json.loads(json.dumps(current))
+    op = action.op
+    if op == "label.add":
+        if action.label not in state["labels"]:
+            state["labels"] = sorted([*state["labels"], action.label])
+        return state, f"label {action.label}"
+    if op == "label.remove":
+        state["labels"] = [lbl for lbl in state["labels"] if lbl != action.label]
+        return state, f"label {action.label}"
+    if op == "comment":
+        marker = action.marker or ""
+        state["comments"] = {**state["comments"], marker: comment_body(action.body or "", marker)}
+        return state, f"comment {marker}"
+    if op in ("close", "reopen"):
+        state["state"] = "closed" if op == "close" else "open"
+        return state, state["state"]
+    if op == "assign":
+        state["assignees"] = sorted(set(state["assignees"]) | set(action.assignees))
+        return state, f"assignees {', '.join(action.assignees)}"
+    if op == "lock":
+        state["locked"] = True
+        return state, "locked"
+    if op == "delete-branch":
+        state["branch_deleted"] = True
+        return state, "branch deleted"
+    raise ExecutorError(f"the recording executor does not perform {op}")
+
+
+# ---------------------------------------------------------------------------- GitHub executor
+
+
+class _Token:
+    """A secret that prints as *** wherever it ends up (repr, f-string, traceback locals)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    __str__ = __repr__
+
+
+_TARGET = re.compile(
+    r"^(?P<owner>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38}))/(?P<repo>[A-Za-z0-9._-]{1,100})#(?P<number>[1-9][0-9]{0,9})$"
+)
+
+
+@dataclass(frozen=True)
+class IssueRef:
+    owner: str
+    repo: str
+    number: int
+
+    @classmethod
+    def parse(cls, target: str) -> IssueRef:
+        match = _TARGET.match(target)
+        if not match or match["repo"] in (".", ".."):
+            raise UserError(f"target {target[:200]!r} is not owner/repo#number")
+        return cls(match["owner"], match["repo"], int(match["number"]))
+
+    @property
+    def path(self) -> str:
+        return f"/repos/{self.owner}/{self.repo}/issues/{self.number}"
+
+
+class GitHubExecutor:
+    """Labels, comments, close/reopen and assignment through GitHub's REST API.
+
+    The token (`DISPATCHQ_GITHUB_TOKEN`) and the API base URL
+    (`DISPATCHQ_GITHUB_API_URL`) are passed in; settings read them. The token only
+    ever travels in the Authorization header, and every message built from a
+    response passes through `_redact` before it can be raised or printed.
+    """
+
+    name = "github"
+    OPS = frozenset({"label.add", "label.remove", "comment", "close", "reopen", "assign"})
+    MAX_COMMENT_PAGES = 20
+
+    def __init__(
+        self,
+        token: Any,
+        api_url: str = DEFAULT_GITHUB_API_URL,
+        *,
+        ledger: Ledger,
+        timeout: float = 10.0,
+    ) -> None:
+        secret = token.get_secret_value() if hasattr(token, "get_secret_value") else token
+        self._token = _Token(secret) if secret else None
+        parts = urlsplit(api_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+            raise UserError("DISPATCHQ_GITHUB_API_URL: expected an http(s) URL without credentials")
+        self.api_url = api_url.rstrip("/")
+        self.ledger = ledger
+        self._timeout = timeout
+        self._client: httpx2.Client | None = None
+
+    def __repr__(self) -> str:
+        return f"GitHubExecutor(api_url={self.api_url!r}, token={'***' if self._token else None})"
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def supports(self, op: str) -> bool:
+        return op in self.OPS
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _redact(self, text: str) -> str:
+        if self._token is not None and self._token.reveal():
+            text = text.replace(self._token.reveal(), "***")
+        return text
+
+    def _call(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        if self._token is None:
+            raise ExecutorError("DISPATCHQ_GITHUB_TOKEN is not set: the github executor cannot act")
+        if self._client is None:
+            self._client = httpx2.Client(timeout=self._timeout, follow_redirects=False)
+        headers = {
+            "Authorization": f"Bearer {self._token.reveal()}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": "dispatchq",
+        }
+        try:
+            response = self._client.request(
+                method, self.api_url + path, json=body, params=params, headers=headers
+            )
+        except httpx2.HTTPError as error:
+            raise ExecutorError(self._redact(f"{method} {path}: {type(error).__name__}: {error}")) from None
+        if response.status_code >= 300:
+            try:
+                message = str(response.json().get("message", ""))
+            except (ValueError, AttributeError):
+                message = response.text
+            message = " ".join(message.split())[:200]
+            raise ExecutorError(self._redact(f"{method} {path}: HTTP {response.status_code}: {message}"))
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise ExecutorError(f"{method} {path}: the response is not JSON") from None
+
+    # -- actions ---------------------------------------------------------------------------
+    def perform(self, action: Command, target: str) -> ActionResult:
+        if not self.supports(action.op):
+            raise ExecutorError(f"the github executor does not perform {action.op}")
+        try:
+            issue = IssueRef.parse(target)
+        except UserError as error:
+            raise ExecutorError(str(error)) from None
+        handler = {
+            "label.add": self._label_add,
+            "label.remove": self._label_remove,
+            "comment": self._comment,
+            "close": self._set_state,
+            "reopen": self._set_state,
+            "assign": self._assign,
+        }[action.op]
+        return handler(action, issue, target)
+
+    def _labels(self, issue: IssueRef) -> set[str]:
+        labels = self._call("GET", f"{issue.path}/labels", params={"per_page": 100})
+        return {str(item.get("name")) for item in labels or []}
+
+    def _label_add(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
+        label = action.label or ""
+        if label in self._labels(issue):
+            return ActionResult("unchanged", f"label {label} already present")
+        self._call("POST", f"{issue.path}/labels", body={"labels": [label]})
+        self.ledger.note_label_added(target, label)
+        return ActionResult("performed", f"label {label} added")
+
+    def _label_remove(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
+        label = action.label or ""
+        refused = _refuse_foreign_label(self.ledger, target, label)
+        if refused is not None:
+            return refused
+        if label not in self._labels(issue):
+            self.ledger.note_label_removed(target, label)
+            return ActionResult("unchanged", f"label {label} already absent")
+        self._call("DELETE", f"{issue.path}/labels/{quote(label, safe='')}")
+        self.ledger.note_label_removed(target, label)
+        return ActionResult("performed", f"label {label} removed")
+
+    def _comment(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
+        marker = action.marker
+        if not marker:
+            raise ExecutorError("a comment needs its dispatchq marker so a retry cannot post twice")
+        body = comment_body(action.body or "", marker)
+        existing = self._find_marked_comment(issue, marker)
+        if existing is None:
+            created = self._call("POST", f"{issue.path}/comments", body={"body": body})
+            return ActionResult("performed", f"comment {created.get('id') if created else ''} posted")
+        if existing.get("body") == body:
+            return ActionResult("unchanged", f"comment {existing.get('id')} already says this")
+        comment_id = int(existing["id"])
+        self._call(
+            "PATCH", f"/repos/{issue.owner}/{issue.repo}/issues/comments/{comment_id}", body={"body": body}
+        )
+        return ActionResult("performed", f"comment {comment_id} edited")
+
+    def _find_marked_comment(self, issue: IssueRef, marker: str) -> dict[str, Any] | None:
+        for page in range(1, self.MAX_COMMENT_PAGES + 1):
+            comments = (
+                self._call("GET", f"{issue.path}/comments", params={"per_page": 100, "page": page}) or []
+            )
+            for comment in comments:
+                if marker in str(comment.get("body") or ""):
+                    return comment
+            if len(comments) < 100:
+                return None
+        return None
+
+    def _set_state(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
+        wanted = "closed" if action.op == "close" else "open"
+        current = self._call("GET", issue.path) or {}
+        if current.get("state") == wanted:
+            return ActionResult("unchanged", f"already {wanted}")
+        body: dict[str, Any] = {"state": wanted}
+        if action.op == "close" and action.reason:
+            body["state_reason"] = action.reason
+        self._call("PATCH", issue.path, body=body)
+        return ActionResult("performed", wanted)
+
+    def _assign(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
+        current = self._call("GET", issue.path) or {}
+        present = {str(a.get("login")) for a in current.get("assignees") or []}
+        missing = [login for login in action.assignees if login not in present]
+        if not missing:
+            return ActionResult("unchanged", "already assigned")
+        self._call("POST", f"{issue.path}/assignees", body={"assignees": missing})
+        return ActionResult("performed", f"assigned {', '.join(missing)}")
+
+
+def build_executor(
+    name: str,
+    client: redis.Redis,
+    *,
+    github_token: Any = None,
+    github_api_url: str = DEFAULT_GITHUB_API_URL,
+) -> Executor:
+    """The executor a config names (`triage.executor`), over dispatchq's Redis for the ledger."""
+    if name == "github":
+        return GitHubExecutor(github_token, github_api_url, ledger=Ledger(client))
+    if name == "recording":
+        return RecordingExecutor(client)
+    raise UserError(f"triage.executor: unknown executor {name!r}")

@@ -1,0 +1,1 @@
+"""The usage window: reading limit messages (pure) and the marker that pauses sessions."""

@@ -1,0 +1,247 @@
+"""`dispatchq triage` end to end through click, over fakeredis, with the recording executor.
+
+`_redis` is the CLI's one seam to Redis (its wiring function); the config comes
+through `DISPATCHQ_CONFIG` like in production.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+from click.testing import CliRunner, Result
+
+import dispatchq.cli.triage as cli_triage
+from dispatchq.cli import main
+from dispatchq.triage.executors import RecordingExecutor
+
+CONFIG = """\
+triage:
+  mode: {mode}
+  gate: {{suggest: 0.6, auto: 0.85}}
+  budget: {{requests: 100}}
+  allowDestructive: [close]
+  executor: recording
+  escalate: needs-triage
+  templates: {{repro: templates/needs-repro.md}}
+  questions:
+    needs_repro: {{type: noul, instructions: "Does the issue lack steps to reproduce?"}}
+    area: {{type: choice, criteria: {{bug: null, feature: null, docs: null}}, events: [issues.opened]}}
+  rules:
+    - id: needs-repro
+      events: [issues.opened]
+      if: 'needs_repro >= 0.8 && area == "bug"'
+      gateOn: [needs_repro]
+      actions:
+        - {{op: label.add, label: needs-repro}}
+        - {{op: comment, template: repro}}
+"""
+EVENT = {
+    "event": "issues.opened",
+    "target": "acme/app#12",
+    "item": "issue:12",
+    "context": {"repo": "acme/app"},
+    "state": {"title": "It crashes", "body": "it crashes; $(rm -rf /) `whoami`"},
+}
+ANSWERS = {
+    "needs_repro": {"type": "noul", "noul": 0.97},
+    "area": {"type": "choice", "choice": "bug", "confidence": 0.9, "probabilities": {"bug": 0.9}},
+}
+
+
+class Env:
+    def __init__(self, root: Path, server: fakeredis.FakeServer) -> None:
+        self.root = root
+        self.server = server
+
+    def write_config(self, mode: str = "shadow", text: str | None = None) -> None:
+        (self.root / "dispatchq.yaml").write_text(text if text is not None else CONFIG.format(mode=mode))
+
+    def redis(self) -> fakeredis.FakeRedis:
+        return fakeredis.FakeRedis(server=self.server)
+
+    def file(self, name: str, data: Any) -> str:
+        path = self.root / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return str(path)
+
+    def run(self, *args: str) -> Result:
+        return CliRunner().invoke(main, ["triage", *args], catch_exceptions=False)
+
+    def run_json(self, *args: str) -> Any:
+        result = self.run(*args, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    server = fakeredis.FakeServer()
+    e = Env(tmp_path, server)
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "needs-repro.md").write_text("Please add the steps that reproduce this.\n")
+    e.write_config()
+    monkeypatch.setenv("DISPATCHQ_CONFIG", str(tmp_path / "dispatchq.yaml"))
+    monkeypatch.setattr(cli_triage, "_redis", e.redis)
+    return e
+
+
+def test_keyless_run_lists_no_answers_never_nothing(env: Env) -> None:
+    out = env.run_json("--event", env.file("event.json", EVENT))
+    assert [(e["rule"], e["reason"]) for e in out["suppressed"]] == [
+        ("needs-repro", "no_answers"),
+        ("needs-repro", "no_answers"),
+    ]
+    assert "keyless" in out["suppressed"][0]["explanation"]
+    assert out["applied"] == [] and out["suggested"] == []
+    assert out["escalated"]["label"] == "needs-triage"
+
+
+def test_answers_file_in_shadow_mode_prints_the_suppressed_list(env: Env) -> None:
+    result = env.run("--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS))
+    assert result.exit_code == 0, result.output
+    line = "x label: add needs-repro    [needs-repro] shadow_mode — "
+    assert line + "shadow mode decides and logs but writes nothing" in result.stdout
+    assert "Suppressed (2)" in result.stdout
+    assert RecordingExecutor(env.redis()).recorded() == []
+
+
+def test_auto_mode_applies_through_the_recording_executor(env: Env) -> None:
+    out = env.run_json(
+        "--event",
+        env.file("event.json", EVENT),
+        "--answers",
+        env.file("answers.json", ANSWERS),
+        "--mode",
+        "auto",
+    )
+    assert out["mode"] == "auto"
+    assert [(e["action"]["op"], e["executed"].split(":")[0]) for e in out["applied"]] == [
+        ("label.add", "performed"),
+        ("comment", "performed"),
+    ]
+    state = RecordingExecutor(env.redis()).state("acme/app#12")
+    assert state["labels"] == ["needs-repro"]
+    (body,) = state["comments"].values()
+    assert body.startswith("Please add the steps") and "<!-- dispatchq:comment:" in body
+
+
+def test_the_decision_id_is_stable_across_modes_and_redelivery(env: Env) -> None:
+    args = ("--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS))
+    first = env.run_json(*args)
+    again = env.run_json(*args)
+    auto = env.run_json(*args, "--mode", "auto")
+    assert first["decision_id"] == again["decision_id"] == auto["decision_id"]
+    edited = dict(EVENT, state={"title": "It crashes", "body": "steps: 1. run 2. crash"})
+    assert env.run_json("--event", env.file("edited.json", edited))["decision_id"] != first["decision_id"]
+
+
+def test_suggest_then_apply(env: Env) -> None:
+    env.write_config("suggest")
+    out = env.run_json(
+        "--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS)
+    )
+    assert len(out["suggested"]) == 2
+    assert RecordingExecutor(env.redis()).recorded() == []
+    result = env.run("apply", out["decision_id"][:10], "--rule", "needs-repro")
+    assert result.exit_code == 0, result.output
+    assert "label: add needs-repro    [needs-repro] performed" in result.stdout
+    assert [r["op"] for r in RecordingExecutor(env.redis()).recorded()] == ["label.add", "comment"]
+
+
+def test_apply_an_unknown_decision_is_a_user_error(env: Env) -> None:
+    env.write_config("suggest")
+    result = CliRunner().invoke(main, ["triage", "apply", "deadbeefdeadbeef"])
+    assert result.exit_code == 2
+    assert "no triage decision 'deadbeefdeadbeef'" in result.stderr
+
+
+def test_replay_shows_changed_outcomes_without_asking(env: Env) -> None:
+    env.run_json(
+        "--event",
+        env.file("event.json", EVENT),
+        "--answers",
+        env.file("answers.json", ANSWERS),
+        "--mode",
+        "auto",
+    )
+    report = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h")
+    assert report["decisions"] == 1
+    assert {(c["action"]["op"], tuple(c["before"]), tuple(c["after"])) for c in report["changes"]} == {
+        ("label.add", ("apply", "apply"), ("suggest", "suggest")),
+        ("comment", ("apply", "apply"), ("suggest", "suggest")),
+    }
+    human = env.run("replay", "--mode", "shadow")
+    assert "2 outcome(s) would change" in human.stdout
+    assert env.run_json("replay", "--since", "2099-01-01T00:00:00")["decisions"] == 0
+
+
+def test_lint_exits_non_zero_on_problems(env: Env) -> None:
+    assert env.run("lint").exit_code == 0
+    broken = CONFIG.format(mode="shadow").replace(
+        "events: [issues.opened]\n      if", "events: [issues.opened, issues.edited]\n      if"
+    )
+    broken = broken.replace(
+        "templates: {repro: templates/needs-repro.md}", "templates: {repro: templates/gone.md}"
+    )
+    env.write_config(text=broken)
+    result = env.run("lint")
+    assert result.exit_code == 1
+    assert "triage.rules[needs-repro]: question 'area' is not asked for issues.edited" in result.stdout
+    assert "templates/gone.md does not exist" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda e: e.file("event.json", "{not json"), "event file"),
+        (lambda e: e.file("event.json", {"event": "opened", "target": "a/b#1"}), "event.event"),
+    ],
+)
+def test_a_bad_event_is_one_line_and_exit_2(env: Env, setup: Any, message: str) -> None:
+    path = setup(env)
+    result = CliRunner().invoke(main, ["triage", "--event", path])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_malformed_answers_file_is_refused(env: Env) -> None:
+    bad = {"needs_repro": {"type": "noul", "noul": 1.7}}
+    result = CliRunner().invoke(
+        main, ["triage", "--event", env.file("event.json", EVENT), "--answers", env.file("a.json", bad)]
+    )
+    assert result.exit_code == 2 and "needs_repro.noul" in result.stderr
+
+
+def test_a_rule_keyed_on_is_refused_with_a_hint(env: Env) -> None:
+    env.write_config(
+        text=CONFIG.format(mode="shadow").replace(
+            "events: [issues.opened]\n      if", "on: [issues.opened]\n      if"
+        )
+    )
+    result = CliRunner().invoke(main, ["triage", "lint"])
+    assert result.exit_code == 2
+    assert (
+        "triage.rules[needs-repro]: unknown key 'on' (name events with 'events', not 'on')" in result.stderr
+    )
+
+
+def test_an_if_that_does_not_parse_refuses_the_file(env: Env) -> None:
+    env.write_config(text=CONFIG.format(mode="shadow").replace('area == "bug"\'', "area == '"))
+    result = CliRunner().invoke(main, ["triage", "--event", env.file("event.json", EVENT)])
+    assert result.exit_code == 2 and "triage.rules[needs-repro].if" in result.stderr
+
+
+def test_a_missing_config_file_is_a_user_error(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHQ_CONFIG", str(env.root / "nope.yaml"))
+    result = CliRunner().invoke(main, ["triage", "lint"])
+    assert result.exit_code == 2 and "nope.yaml" in result.stderr
+
+
+def test_no_event_and_no_subcommand_is_a_usage_error(env: Env) -> None:
+    result = CliRunner().invoke(main, ["triage"])
+    assert result.exit_code == 2 and "--event" in result.output

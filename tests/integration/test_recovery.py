@@ -1,0 +1,236 @@
+"""Nothing is lost: a worker killed mid-job, a Redis server restarted mid-batch.
+
+Slow: these wait on real heartbeats (`dq_env` shortens them to a few seconds). They run
+real `dispatchq worker code` processes (not burst) and poll the records with deadlines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatchq.storage.connection import EmbeddedRedis
+from dispatchq.storage.store import Store
+from tests.conftest import pid_alive, run_cli, wait_for, write_check_module, write_config
+
+pytestmark = pytest.mark.slow
+
+
+class Workers:
+    """Worker processes a test starts; every one still running is stopped afterwards."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs = tmp_path
+
+    def start(self, env: dict[str, str], tier: str = "code") -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatchq.cli", "worker", tier],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def output(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.logs.glob("worker-*.log"))
+        )
+
+    def wait_for(self, predicate: Any, timeout: float, what: str) -> None:
+        """`wait_for`, failing with the workers' logs."""
+        try:
+            wait_for(predicate, timeout=timeout, what=what)
+        except pytest.fail.Exception:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}; workers said:\n{self.output()}")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                print("worker did not stop on SIGTERM:", proc.args, self.output())
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(tmp_path)
+    yield w
+    w.stop_all()
+
+
+def enqueue_lines(env: dict[str, str], judgements: list[dict[str, Any]]) -> list[str]:
+    done = run_cli(["enqueue", "-"], env, input="\n".join(json.dumps(j) for j in judgements) + "\n")
+    assert done.returncode == 0, done.stderr
+    return [line.split("\t")[1] for line in done.stdout.splitlines()]
+
+
+def test_a_worker_killed_mid_job_loses_no_judgement(
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+) -> None:
+    first_call = tmp_path / "first-call-started"
+    calls = tmp_path / "calls.txt"
+    module = write_check_module(
+        tmp_path,
+        f"""
+        import pathlib, time
+
+        def check(judgement):
+            with open({str(calls)!r}, "a") as handle:
+                handle.write(judgement.target + "\\n")
+            marker = pathlib.Path({str(first_call)!r})
+            if not marker.exists():
+                marker.write_text("running")
+                time.sleep(120)  # the worker is killed while it sits here
+            return "answered " + judgement.target
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  slow:\n    check: {module}:check\n")
+    store = Store(redis_client)
+    ids = enqueue_lines(dq_env, [{"kind": "slow", "target": f"t{i}"} for i in range(3)])
+
+    doomed = workers.start(dq_env)
+    wait_for(first_call.exists, timeout=60, what="the first job to start running")
+    assert [r.status for r in store.get_many(ids)] == ["running"] * 3
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+
+    # A fresh worker, started at once (before the dead one's heartbeat has lapsed), notices the
+    # abandoned job at its next recovery round and runs it again.
+    workers.start(dq_env)
+    workers.wait_for(
+        lambda: all(s == "answered" for s in store.statuses(ids)), 90, "every judgement answered"
+    )
+    records = store.get_many(ids)
+    assert [r.value for r in records] == ["answered t0", "answered t1", "answered t2"]
+    assert all(r.tier == "code" for r in records)
+    assert calls.read_text().splitlines()[0] == "t0"  # the first attempt died holding t0
+
+
+@pytest.fixture
+def own_redis() -> Iterator[EmbeddedRedis]:
+    """A dedicated embedded server (never the session's shared one): this test restarts it."""
+    data = Path(tempfile.mkdtemp(prefix="dq-restart-"))
+    server = EmbeddedRedis(data / "redis")
+    server.ensure_running()
+    try:
+        yield server
+    finally:
+        server.stop()
+        pid = server.pid()
+        if pid is not None and pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_graceful_redis_restart_mid_batch_loses_no_judgement(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, workers: Workers
+) -> None:
+    env = {**dq_env, "DISPATCHQ_DATA_DIR": str(own_redis.data_dir), "DISPATCHQ_BATCH_SIZE": "1"}
+    module = write_check_module(
+        tmp_path,
+        """
+        import time
+
+        def check(judgement):
+            time.sleep(0.1)
+            return judgement.state["n"] * 2
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {module}:check\n")
+    n = 40
+    ids = enqueue_lines(env, [{"kind": "double", "target": f"t{i}", "state": {"n": i}} for i in range(n)])
+    assert len(set(ids)) == n
+
+    workers.start(env)
+    store = Store(own_redis.client())
+    wait_for(lambda: store.count("answered") >= 3, timeout=60, what="the batch to be under way")
+    assert store.count("answered") < n  # mid-batch
+
+    assert own_redis.stop()  # SHUTDOWN: the AOF is flushed
+    assert not own_redis.is_running()
+    # Keep it down until the worker has felt it (a failed call, or the worker giving up).
+    workers.wait_for(
+        lambda: "onnect" in workers.output() or workers.procs[0].poll() is not None,
+        30,
+        "the worker to notice that Redis is gone",
+    )
+    own_redis.ensure_running()
+    store = Store(own_redis.client())
+
+    assert sorted(store.ids()) == sorted(ids)  # every record survived the restart
+    assert all(s is not None for s in store.statuses(ids))
+
+    def all_answered() -> bool:
+        if all(s == "answered" for s in store.statuses(ids)):
+            return True
+        if all(p.poll() is not None for p in workers.procs):
+            workers.start(env)  # the worker gave up while Redis was away: start another
+        return False
+
+    workers.wait_for(all_answered, 120, "every judgement answered")
+    assert [r.value for r in store.get_many(ids)] == [i * 2 for i in range(n)]
+
+
+def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+) -> None:
+    """Failures are per judgement: a check that kills its worker every time fails only itself."""
+    env = {**dq_env, "DISPATCHQ_JOB_RETRIES": "0"}
+    module = write_check_module(
+        tmp_path,
+        """
+        import os, signal
+
+        def check(judgement):
+            if judgement.target == "killer":
+                os.kill(os.getpid(), signal.SIGKILL)  # takes its worker down, every time
+            return "fine"
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  deadly:\n    check: {module}:check\n")
+    store = Store(redis_client)
+    ids = enqueue_lines(env, [{"kind": "deadly", "target": t} for t in ("before", "killer", "after")])
+
+    def settled() -> bool:
+        if all(s in ("answered", "failed") for s in store.statuses(ids)):
+            return True
+        if all(p.poll() is not None for p in workers.procs):
+            workers.start(env)  # the next worker's maintenance finds what the dead one left
+        return False
+
+    workers.start(env)
+    workers.wait_for(settled, 120, "every judgement to settle")
+    before, killer, after = store.get_many(ids)
+    assert before is not None and after is not None and killer is not None
+    assert (before.status, before.value, after.status, after.value) == (
+        "answered",
+        "fine",
+        "answered",
+        "fine",
+    )
+    assert killer.status == "failed"
+    assert killer.reason is not None and "worker gave up on the job" in killer.reason
+    assert "AbandonedJobError" in killer.reason
+    assert killer.trail[-1].outcome == "failed"
+    assert any(step.outcome == "requeued" and "retried alone" in step.why for step in before.trail)

@@ -1,0 +1,20 @@
+"""The unit layer: no server, no subprocess (fakeredis is allowed).
+
+Enforced rather than hoped for: a unit test that starts a process fails here, so the
+layer stays fast and a test that needs the real thing moves to `tests/integration/`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("unit tests start no process: move this test to tests/integration/")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
