@@ -26,6 +26,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from dispatchq.core.answers import wire_question
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.errors import ConfigError
+from dispatchq.tiers.hooks import SessionHooks
 
 KIND_KEYS = {
     "check",
@@ -71,7 +72,7 @@ class SessionSpec:
     model: str | None = None  # the model this kind's session runs, when it names one
     # Code that runs around the spawn (`before_spawn`, `render_prompt`, `after_session`,
     # `not_spawned`): set by built-in kinds such as the decision gate's, never from YAML.
-    hooks: Any = field(default=None, compare=False, repr=False)
+    hooks: SessionHooks | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,57 @@
-"""The exceptions dispatchq raises on purpose.
+"""Every exception dispatchq raises on purpose, in one tree.
 
-A `UserError` is a mistake in what a person or producer gave us (bad JSON, an unknown
-kind, a path outside the checkout roots). The CLI prints it as one line and exits 2;
-it is never shown as a traceback. Everything else is a bug or an outage.
+    DispatchqError
+    ├── UserError ............... bad input: the CLI prints one line and exits 2, never a traceback
+    │   ├── ConfigError ......... the YAML config (names the kind or section and the field)
+    │   ├── SettingsError ....... an environment setting (names the variable)
+    │   ├── ReportError ......... a findings report that cannot be read or written safely
+    │   ├── GrammarError ........ a loop-written report line that breaks its grammar
+    │   ├── CheckError .......... a verification check or plan outside the grammar or boundary
+    │   ├── UnsafeToken ......... a document-derived path token that fails the allow-list
+    │   └── RedisUnavailable .... the configured Redis cannot be reached (or embedded one started)
+    ├── AnswerError ............. a wire answer that cannot be read as the type it claims
+    ├── ContractError ........... a session's return that breaks its contract
+    ├── ConditionError .......... a rule's `if` that fails on the answers it has (row 2)
+    ├── ExecutorError ........... an executor could not carry an action out
+    ├── GitError ................ a git command failed
+    ├── GitUnavailable .......... git could not be run at all
+    ├── TamperError ............. a line dispatchq wrote was changed by someone else
+    ├── RegexTimeout ............ a check's regex ran past its time limit
+    ├── Aborted ................. the person's terminal went away during the sweep
+    └── LadderError ............. a move down the ladder: a bug, never user input
+
+Why one tree: a caller can catch `UserError` to print one line, or `DispatchqError` to
+tell dispatchq's deliberate refusals from bugs, without knowing which module raised
+what. `AnswerError` and `ContractError` are also `ValueError`s, and `GitError` and
+`LadderError` `RuntimeError`s, as they were before they joined the tree.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "Aborted",
+    "AnswerError",
+    "CheckError",
+    "ConditionError",
+    "ConfigError",
+    "ContractError",
+    "DispatchqError",
+    "ExecutorError",
+    "GitError",
+    "GitUnavailable",
+    "GrammarError",
+    "LadderError",
+    "RedisUnavailable",
+    "RegexTimeout",
+    "ReportError",
+    "SettingsError",
+    "TamperError",
+    "UnsafeToken",
+    "UserError",
+]
 
 
 class DispatchqError(Exception):
@@ -22,3 +68,77 @@ class ConfigError(UserError):
 
 class SettingsError(UserError):
     """An environment setting is invalid; the message names the variable."""
+
+
+class ReportError(UserError):
+    """A report dispatchq cannot read or write safely; every problem names its line."""
+
+    def __init__(self, path: str | Path, problems: Sequence[tuple[int, str]]) -> None:
+        self.path = str(path)
+        self.problems = list(problems)
+        text = "; ".join(f"{self.path}:{line}: {msg}" for line, msg in self.problems)
+        super().__init__(text)
+
+
+class GrammarError(UserError):
+    """A loop-written line value that does not satisfy its grammar."""
+
+
+class CheckError(UserError):
+    """A check or plan that does not satisfy the grammar or the boundary's static rules."""
+
+
+class UnsafeToken(UserError):
+    """A document-derived path token that fails the allow-list; it is never escaped."""
+
+
+class RedisUnavailable(UserError):
+    """The configured Redis cannot be reached (or the embedded one cannot start)."""
+
+
+class AnswerError(DispatchqError, ValueError):
+    """A wire answer that cannot be read as the type it claims."""
+
+
+class ContractError(DispatchqError, ValueError):
+    """A session's return that does not meet its contract; the message says which rule."""
+
+
+class ConditionError(DispatchqError):
+    """An `if` that fails on the answers it has (row 2): a type error, a missing field."""
+
+
+class ExecutorError(DispatchqError):
+    """The executor could not carry an action out (HTTP error, no token, bad target).
+
+    Its message is safe to print: the token is redacted before it is built.
+    """
+
+
+class GitError(DispatchqError, RuntimeError):
+    pass
+
+
+class GitUnavailable(DispatchqError):
+    """git could not be run at all: nothing can be pinned or observed."""
+
+
+class TamperError(DispatchqError):
+    """A line dispatchq wrote was changed by someone else; the finding is to be set aside."""
+
+    def __init__(self, finding_id: str, changes: Sequence[str]) -> None:
+        self.finding_id = finding_id
+        self.changes = list(changes)
+        super().__init__(f"{finding_id}: lines dispatchq wrote were changed: " + "; ".join(self.changes))
+
+
+class RegexTimeout(DispatchqError):
+    """A regex ran past its time limit (a catastrophic pattern or a huge input)."""
+
+
+class Aborted(DispatchqError):
+    """The person's terminal went away (end of input, or an interrupt): stop asking."""
+
+
+class LadderError(DispatchqError, RuntimeError):
+    """A move that would go down (or sideways) the ladder: a bug, never user input."""

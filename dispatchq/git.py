@@ -12,9 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-
-class GitError(RuntimeError):
-    pass
+from dispatchq.errors import GitError
 
 
 def run_git(

@@ -46,6 +46,21 @@ def _env() -> Mapping[str, str]:
     return _ENVIRON.get() or os.environ
 
 
+def parent_environment() -> dict[str, str]:
+    """A copy of this process's environment, for the one rule that scrubs it for a child.
+
+    The only place outside `load_settings` that reads `os.environ`: every child (a session,
+    git, a repository's regenerators) is started from what this returns after
+    `dispatchq.launcher.environment` withheld the secrets, so nothing else needs to look.
+    """
+    return dict(os.environ)
+
+
+def parent_environment_bytes() -> dict[bytes, bytes]:
+    """`parent_environment` as bytes, for a child that must see undecodable values unchanged."""
+    return dict(os.environb)
+
+
 def _default_data_dir() -> Path:
     base = _env().get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "dispatchq"

@@ -19,16 +19,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dispatchq.errors import AnswerError
+
 AnswerType = Literal["noul", "choice", "score"]
 ANSWER_TYPES: tuple[AnswerType, ...] = ("noul", "choice", "score")
 
 # Thresholds are compared after rounding to this many decimal places, so that
 # |2*0.8 - 1| (0.6000000000000001) acts at 0.6 and |2*0.16 - 1| acts at 0.68.
 _PLACES = 9
-
-
-class AnswerError(ValueError):
-    """A wire answer that cannot be read as the type it claims."""
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,9 @@ from typing import Any
 
 from dispatchq.config import Kind
 from dispatchq.core.answers import Answer, margin, meets, min_confidence
+from dispatchq.errors import LadderError
 
 RANK = {"code": 0, "typed": 1, "session": 2, "needs-triage": 3}
-
-
-class LadderError(RuntimeError):
-    """A move that would go down (or sideways) the ladder: a bug, never user input."""
 
 
 def entry_tier(kind: Kind) -> str:

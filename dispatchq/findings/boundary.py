@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from dispatchq import keys
-from dispatchq.errors import UserError
+from dispatchq.errors import CheckError, RegexTimeout
 from dispatchq.launcher.environment import child_environment
 
 if TYPE_CHECKING:
@@ -60,10 +60,6 @@ SOFT = " (soft)"
 DEFAULT_REGEX_TIMEOUT = 10.0
 DEFAULT_GIT_TIMEOUT = 60.0
 DEFAULT_RUN_TIMEOUT = 900.0
-
-
-class CheckError(UserError):
-    """A check or plan that does not satisfy the grammar or the boundary's static rules."""
 
 
 # --- containment ---------------------------------------------------------------------
@@ -701,10 +697,6 @@ class PlanResult:
     @property
     def soft(self) -> bool:
         return any(r.check.soft for r in self.ran)
-
-
-class RegexTimeout(Exception):
-    """A regex ran past its time limit (a catastrophic pattern or a huge input)."""
 
 
 # Runs in a separate interpreter (`python -I -S -c`), so a catastrophic regex can be

@@ -28,13 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dispatchq.findings.boundary import GIT_SUBCOMMANDS, Check, CheckError, Expectation, split_tokens
-from dispatchq.findings.record import UnsafeToken, path_tokens, sanitize
+from dispatchq.errors import CheckError, ContractError, GrammarError, UnsafeToken
+from dispatchq.findings.boundary import GIT_SUBCOMMANDS, Check, Expectation, split_tokens
+from dispatchq.findings.record import path_tokens, sanitize
 from dispatchq.findings.report import (
     RETIRED,
     Decision,
     Finding,
-    GrammarError,
     is_loop_line,
     one_physical_line,
     parse_path_line,
@@ -50,10 +50,6 @@ LOCATION_BATCH = 4  # location questions asked together
 DRIFT_CLASSES = ("dead-reference", "decision", "mechanical")
 
 Label = Literal["A", "B", "other"]
-
-
-class ContractError(ValueError):
-    """A session's return that does not meet its contract; the message says which rule."""
 
 
 # --- framing untrusted text -----------------------------------------------------------------

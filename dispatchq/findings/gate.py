@@ -49,11 +49,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from dispatchq import keys
 from dispatchq.config import Kind, SessionSpec
 from dispatchq.core.judgement import canonical_json, sha256_hex
-from dispatchq.errors import UserError
+from dispatchq.errors import Aborted, CheckError, ContractError, GitUnavailable, TamperError, UserError
 from dispatchq.findings.boundary import (
     Approvals,
     Check,
-    CheckError,
     PlanResult,
     parse_plan,
     plan_rejection,
@@ -67,7 +66,6 @@ from dispatchq.findings.contract import (
     LOCATION_BATCH,
     RESTATER,
     Alternative,
-    ContractError,
     Proposal,
     Summary,
     analyst_prompt,
@@ -97,13 +95,11 @@ from dispatchq.findings.contract import (
 )
 from dispatchq.findings.record import (
     UNPINNABLE,
-    GitUnavailable,
     Grade,
     Observation,
     PinSpec,
     Record,
     RecordStore,
-    TamperError,
     block_hash,
     check_location,
     dispatch_copy,
@@ -114,6 +110,7 @@ from dispatchq.findings.record import (
     stalled_resolutions,
 )
 from dispatchq.findings.report import PLAN, STATUS, Decision, Finding
+from dispatchq.tiers.hooks import GO, Requeue, SessionHooks, Settled, SpawnVerdict
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record as Judgement
@@ -133,7 +130,7 @@ FIXER_ARGS = ("--permission-mode", "acceptEdits", "--allowedTools", "Read,Grep,G
 _FALLBACK_PROMPT = "dispatchq builds this prompt in code.\n{{ state }}"
 
 
-class QuestionHooks:
+class QuestionHooks(SessionHooks):
     """Hooks of the analyst and restater: only their prompt is dispatchq's own.
 
     Built at spawn time so the nonce is fresh for every invocation and never stored.
@@ -147,10 +144,10 @@ class QuestionHooks:
         return restater_prompt(state, nonce)
 
 
-class FixerHooks:
+class FixerHooks(SessionHooks):
     """The fixer job's own steps around the spawn (see `FixerJob`)."""
 
-    def before_spawn(self, runtime: Runtime, record: Judgement) -> str | None:
+    def before_spawn(self, runtime: Runtime, record: Judgement) -> SpawnVerdict:
         return FixerJob.load(runtime, record).before_spawn()
 
     def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
@@ -165,7 +162,7 @@ class FixerHooks:
         FixerJob.load(runtime, record).not_spawned(reason)
 
 
-def _kind(name: str, prompt: str, args: Sequence[str], fmt: str, hooks: object) -> Kind:
+def _kind(name: str, prompt: str, args: Sequence[str], fmt: str, hooks: SessionHooks) -> Kind:
     digest = sha256_hex(canonical_json({"builtin": name, "args": list(args), "format": fmt}))
     return Kind(name=name, session=SessionSpec(prompt, tuple(args), fmt, None, hooks), digest=digest)
 
@@ -405,22 +402,20 @@ class FixerJob:
         return str(outcome["outcome"])
 
     # --- before the spawn --------------------------------------------------------------------
-    def before_spawn(self) -> str | None:
+    def before_spawn(self) -> SpawnVerdict:
         wait = self.runtime.settings.session_timeout + 600
         if not self.lock.acquire(wait=wait):
-            from dispatchq.tiers.session import _requeue_front
-
-            _requeue_front(self.runtime, self.judgement, "another fixer holds this repository")
-            return "repository busy"
+            return Requeue("another fixer holds this repository", "repository busy")
         try:
             verdict = self._start()
         except Exception as error:
             self.lock.release()
             self.finish({"outcome": "error", "why": f"{type(error).__name__}: {error}"}, transition=True)
-            return "error"
+            return Settled("error")
         if verdict is not None:
             self.lock.release()
-        return verdict
+            return Settled(verdict)
+        return GO
 
     def _start(self) -> str | None:
         try:
@@ -634,10 +629,6 @@ class FixerJob:
 
 
 # --- the terminal ---------------------------------------------------------------------------
-class Aborted(Exception):
-    """The person's terminal went away (end of input, or an interrupt): stop asking."""
-
-
 class Terminal:
     """Where a person answers. Answers are read only from an interactive terminal."""
 

@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from dispatchq import keys
-from dispatchq.errors import DispatchqError, UserError
+from dispatchq.errors import CheckError, GitUnavailable, TamperError, UnsafeToken, UserError
 from dispatchq.findings.boundary import (
     Check,
-    CheckError,
     PlanResult,
     contain,
     format_plan,
@@ -97,23 +96,6 @@ STATES = (
     "fixed",
     "partially-fixed",
 )
-
-
-class GitUnavailable(DispatchqError):
-    """git could not be run at all: nothing can be pinned or observed."""
-
-
-class TamperError(DispatchqError):
-    """A line dispatchq wrote was changed by someone else; the finding is to be set aside."""
-
-    def __init__(self, finding_id: str, changes: Sequence[str]) -> None:
-        self.finding_id = finding_id
-        self.changes = list(changes)
-        super().__init__(f"{finding_id}: lines dispatchq wrote were changed: " + "; ".join(self.changes))
-
-
-class UnsafeToken(UserError):
-    """A document-derived path token that fails the allow-list; it is never escaped."""
 
 
 # --- the repository --------------------------------------------------------------------

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from dispatchq.errors import UserError
-from dispatchq.findings.boundary import CheckError, parse_plan
+from dispatchq.errors import CheckError, GrammarError, ReportError, UserError
+from dispatchq.findings.boundary import parse_plan
 
 T = TypeVar("T")
 
@@ -60,20 +60,6 @@ _ATX = re.compile(r"^ {0,3}(?P<level>#{1,6})(?:[ \t]|$)")
 _FINDING = re.compile(r"^### \[(?P<severity>[^\]\s]+)\] (?P<id>[A-Za-z0-9][A-Za-z0-9._-]*): ?(?P<title>.*)$")
 _FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")
 _DATE = r"\d{4}-\d{2}-\d{2}"
-
-
-class ReportError(UserError):
-    """A report dispatchq cannot read or write safely; every problem names its line."""
-
-    def __init__(self, path: str | Path, problems: Sequence[tuple[int, str]]) -> None:
-        self.path = str(path)
-        self.problems = list(problems)
-        text = "; ".join(f"{self.path}:{line}: {msg}" for line, msg in self.problems)
-        super().__init__(text)
-
-
-class GrammarError(UserError):
-    """A loop-written line value that does not satisfy its grammar."""
 
 
 def one_physical_line(value: str) -> bool:

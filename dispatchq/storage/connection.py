@@ -25,16 +25,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dispatchq.errors import UserError
+from dispatchq.errors import RedisUnavailable
 from dispatchq.settings import Settings
 
 #: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
 MAX_SOCKET_PATH = 107
 START_TIMEOUT = 15.0
-
-
-class RedisUnavailable(UserError):
-    """The configured Redis cannot be reached (or the embedded one cannot start)."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.launcher.environment import read_secret, session_environment
 from dispatchq.launcher.spawn import build_argv, launch, render_prompt
 from dispatchq.queue.worker import DispatchqWorker
+from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
 from dispatchq.window import marker
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, window_state
 
@@ -367,11 +368,13 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
         # The window closed between admission and now: not one spawn while it is closed.
         _requeue_front(runtime, record, closed[0].message or "usage window closed", status="waiting")
         return "paused"
-    hooks = getattr(kind.session, "hooks", None)
-    if hooks is not None and hasattr(hooks, "before_spawn"):
-        verdict = hooks.before_spawn(runtime, record)
-        if verdict is not None:
-            return str(verdict)
+    hooks = kind.session.hooks or NO_HOOKS
+    verdict = hooks.before_spawn(runtime, record)
+    if isinstance(verdict, Requeue):
+        _requeue_front(runtime, record, verdict.why)
+        return verdict.result
+    if isinstance(verdict, Settled):
+        return verdict.result
     resume = getattr(record, "resume_session", None) or None
     argv = build_argv(settings.session_command, extra_args=kind.session.args, resume=resume)
     credential = read_secret(settings.session_credential_var, os.environ)
@@ -385,15 +388,12 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
     cwd = Path(checkout) if checkout else _session_dir(runtime, record.id)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
     # own way and keeps its own lines outside the frame); every other kind is rendered here.
-    custom = getattr(hooks, "render_prompt", None) if hooks is not None else None
-    prompt = (
-        custom(runtime, record)
-        if custom is not None
-        else render_prompt(
+    prompt = hooks.render_prompt(runtime, record)
+    if prompt is None:
+        prompt = render_prompt(
             kind.session.prompt,
             {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
         )
-    )
     opened = threading.Event()
 
     def open_window(why: str) -> None:
@@ -450,8 +450,7 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
         for other in _held(runtime):
             if other.status == "queued":
                 store.transition(other.id, "waiting", expect=["queued"], fields={"reason": reason})
-        if hooks is not None and hasattr(hooks, "not_spawned"):
-            hooks.not_spawned(runtime, record, reason)  # undo what before_spawn prepared
+        hooks.not_spawned(runtime, record, reason)  # undo what before_spawn prepared
         return "missing executable"
     runtime.redis.incr(keys.STATS_SESSIONS_SPAWNED)
     outcome = read_outcome(
@@ -462,10 +461,9 @@ def _run(runtime: Runtime, record: Record, probes: list[str]) -> str:
         returncode=result.returncode,
         stderr=result.stderr,
     )
-    verdict = _account(runtime, record, kind, outcome, result.timed_out, open_window)
-    if hooks is not None and hasattr(hooks, "after_session"):
-        hooks.after_session(runtime, record, outcome, result)
-    return verdict
+    accounted = _account(runtime, record, kind, outcome, result.timed_out, open_window)
+    hooks.after_session(runtime, record, outcome, result)
+    return accounted
 
 
 def _account(

@@ -49,8 +49,8 @@ from typesafe_sdk import (
     TypeSafeRateLimitError,
 )
 
-from dispatchq.core.answers import Answer, AnswerError
-from dispatchq.errors import SettingsError
+from dispatchq.core.answers import Answer
+from dispatchq.errors import AnswerError, SettingsError
 
 log = logging.getLogger(__name__)
 

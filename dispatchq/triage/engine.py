@@ -30,9 +30,9 @@ from typing import Any, Literal, Protocol
 import redis
 
 from dispatchq import keys
-from dispatchq.core.answers import Answer, AnswerError
-from dispatchq.errors import UserError
-from dispatchq.triage.executors import Command, Executor, ExecutorError, Ledger, comment_marker
+from dispatchq.core.answers import Answer
+from dispatchq.errors import AnswerError, ExecutorError, UserError
+from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
 from dispatchq.triage.rules import (
     ActionSpec,
     Entry,

@@ -28,19 +28,12 @@ import httpx2
 import redis
 
 from dispatchq import keys
-from dispatchq.errors import DispatchqError, UserError
+from dispatchq.errors import ExecutorError, UserError
 from dispatchq.triage.rules import KNOWN_OPS, ActionSpec, canonical_json, sha256_hex
 
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 
 Status = Literal["performed", "unchanged", "refused"]
-
-
-class ExecutorError(DispatchqError):
-    """The executor could not carry an action out (HTTP error, no token, bad target).
-
-    Its message is safe to print: the token is redacted before it is built.
-    """
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from dispatchq.core.answers import (
     noul_gate_as_probability,
     wire_question,
 )
-from dispatchq.errors import ConfigError, UserError
+from dispatchq.errors import ConditionError, ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -194,10 +194,6 @@ class Event:
 
 
 # ------------------------------------------------------------------------------------ CEL
-
-
-class ConditionError(Exception):
-    """An `if` that fails on the answers it has (row 2): a type error, a missing field."""
 
 
 _CEL = celpy.Environment()

@@ -11,10 +11,10 @@ from pathlib import Path
 import fakeredis
 import pytest
 
+from dispatchq.errors import CheckError
 from dispatchq.findings.boundary import (
     Approvals,
     Check,
-    CheckError,
     CheckResult,
     Expectation,
     PlanResult,

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from dispatchq.errors import RedisUnavailable
 from dispatchq.settings import load_settings
-from dispatchq.storage.connection import MAX_SOCKET_PATH, EmbeddedRedis, RedisUnavailable, connect
+from dispatchq.storage.connection import MAX_SOCKET_PATH, EmbeddedRedis, connect
 from tests.conftest import REPO, run_cli, wait_for
 
 

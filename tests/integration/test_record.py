@@ -11,7 +11,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from dispatchq.errors import UserError
+from dispatchq.errors import TamperError, UnsafeToken, UserError
 from dispatchq.findings.boundary import Check, CheckResult, PlanResult, parse_plan
 from dispatchq.findings.record import (
     ABSENT,
@@ -22,8 +22,6 @@ from dispatchq.findings.record import (
     PinSpec,
     Record,
     RecordStore,
-    TamperError,
-    UnsafeToken,
     apply_grade,
     block_hash,
     canonical_block,

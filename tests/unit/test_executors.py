@@ -17,16 +17,9 @@ import pytest
 
 from dispatchq import keys
 from dispatchq.core.answers import Answer
-from dispatchq.errors import UserError
+from dispatchq.errors import ExecutorError, UserError
 from dispatchq.triage.engine import AskResult, RunBudget, TriageStore, apply_suggested, triage
-from dispatchq.triage.executors import (
-    Command,
-    ExecutorError,
-    GitHubExecutor,
-    Ledger,
-    RecordingExecutor,
-    comment_marker,
-)
+from dispatchq.triage.executors import Command, GitHubExecutor, Ledger, RecordingExecutor, comment_marker
 from dispatchq.triage.rules import Event, TriageConfig, load_triage
 from tests.fakes.github_api import FakeGitHub
 

@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 
 from dispatchq.config import load_config, parse_config
-from dispatchq.errors import ConfigError
+from dispatchq.errors import ConfigError, ContractError
 from dispatchq.findings.boundary import Check
 from dispatchq.findings.contract import (
     ANALYST,
     FIXER,
     RESTATER,
-    ContractError,
     analyst_prompt,
     announce_analysis,
     display,

@@ -15,7 +15,8 @@ import pytest
 from dispatchq import keys
 from dispatchq.config import Kind, parse_config
 from dispatchq.core.answers import Answer
-from dispatchq.core.ladder import RANK, LadderError, decide_typed, entry_tier, next_tier, threshold_for
+from dispatchq.core.ladder import RANK, decide_typed, entry_tier, next_tier, threshold_for
+from dispatchq.errors import LadderError
 from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.worker import drain
 from tests.conftest import counting_check, write_config

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatchq.errors import UserError
+from dispatchq.errors import GrammarError, ReportError, UserError
 from dispatchq.findings.report import (
     DECISION,
     DISPATCH,
@@ -24,12 +24,10 @@ from dispatchq.findings.report import (
     Decision,
     DispatchMarker,
     FindingEditor,
-    GrammarError,
     Hooks,
     Pin,
     PinEntry,
     Report,
-    ReportError,
     Status,
     VerificationLine,
     finding_violations,
