@@ -20,9 +20,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from dispatchq.core.judgement import FINISHED, JudgementIn, Record
-from dispatchq.errors import UserError
+from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.runtime import Runtime
-from dispatchq.settings import Settings
+from dispatchq.settings import Settings, load_settings
+from dispatchq.storage.connection import connect
+from dispatchq.storage.outage import is_outage, out_of_memory_message
+
+__all__ = [
+    "Client",
+    "Enqueued",
+    "describe_validation",
+]
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ class Enqueued:
     id: str | None
     created: bool = False
     error: str | None = None
+    #: True when Redis failed before this input was written (the batch was cut off).
+    unwritten: bool = False
 
     @property
     def ok(self) -> bool:
@@ -55,7 +65,14 @@ class Client:
     """Enqueue judgements and read their records."""
 
     def __init__(self, settings: Settings | None = None, *, runtime: Runtime | None = None) -> None:
-        self.runtime = runtime or Runtime.build(settings)
+        # A producer's client needs the queues and the config's kinds, not the decision
+        # gate's built-in ones (only the gate enqueues those, with its own runtime).
+        if runtime is None:
+            settings = settings or load_settings()
+            runtime = Runtime(settings=settings, redis=connect(settings))
+        self.runtime = runtime
+        #: Why the last batch enqueue was cut off part way (a Redis outage or OOM), if it was.
+        self.interrupted: BaseException | None = None
 
     def enqueue(
         self,
@@ -96,10 +113,22 @@ class Client:
                 parsed.append((index, None, describe_validation(error)))
         return self._submit(parsed, force)
 
-    def enqueue_lines(self, lines: Iterable[str], *, force: bool = False) -> list[Enqueued]:
-        """Enqueue JSON Lines (how other tools enqueue); blank lines are skipped."""
+    def enqueue_lines(self, lines: Iterable[str | bytes], *, force: bool = False) -> list[Enqueued]:
+        """Enqueue JSON Lines (how other tools enqueue); blank lines are skipped.
+
+        Lines may be bytes (a file or stdin read raw): a line that is not UTF-8 is refused
+        by number, with the offset of its first bad byte, and the other lines go in.
+        """
         parsed: list[tuple[int, JudgementIn | None, str | None]] = []
-        for number, line in enumerate(lines, start=1):
+        for number, raw in enumerate(lines, start=1):
+            if isinstance(raw, bytes):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    parsed.append((number, None, f"not UTF-8 text (bad byte at offset {bad.start})"))
+                    continue
+            else:
+                line = raw
             text = line.strip()
             if not text:
                 continue
@@ -121,17 +150,16 @@ class Client:
 
     def enqueue_file(self, path: Path, *, force: bool = False) -> list[Enqueued]:
         try:
-            with path.open(encoding="utf-8") as handle:
+            with path.open("rb") as handle:
                 return self.enqueue_lines(handle, force=force)
         except OSError as error:
             raise UserError(f"{path}: cannot read: {error.strerror}") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not UTF-8 text") from None
 
     def _submit(
         self, parsed: list[tuple[int, JudgementIn | None, str | None]], force: bool
     ) -> list[Enqueued]:
         dispatcher = self.runtime.dispatcher
+        self.interrupted = None
         results: dict[int, Enqueued] = {}
         good = []
         fingerprints: dict[Path, str] = {}
@@ -144,8 +172,17 @@ class Client:
             except UserError as refused:
                 results[index] = Enqueued(index, None, error=str(refused))
         if good:
-            written = dispatcher.submit([p for _, p in good])
-            for (index, _), (jid, created) in zip(good, written, strict=True):
+            try:
+                written = dispatcher.submit([p for _, p in good])
+            except Exception as error:
+                written = error.written if isinstance(error, EnqueueInterrupted) else []
+                cause = error.cause if isinstance(error, EnqueueInterrupted) else error
+                if not is_outage(cause) and out_of_memory_message(cause) is None:
+                    raise
+                self.interrupted = cause
+                for index, _ in good[len(written) :]:
+                    results[index] = Enqueued(index, None, error="not written: Redis failed", unwritten=True)
+            for (index, _), (jid, created) in zip(good, written, strict=False):
                 results[index] = Enqueued(index, jid, created)
         return [results[index] for index, _, _ in parsed]
 

@@ -14,7 +14,7 @@ import importlib
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +23,28 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from dispatchq.core.answers import wire_question
 from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.core.kinds import Kind, Kinds, Question, SessionSpec
 from dispatchq.errors import ConfigError
-from dispatchq.tiers.hooks import SessionHooks
+from dispatchq.triage.rules import load_triage
+
+__all__ = [
+    "KIND_KEYS",
+    "PLACEHOLDERS",
+    "QUESTION_KEYS",
+    "SESSION_KEYS",
+    "TOP_KEYS",
+    "Config",
+    "Kind",
+    "Kinds",
+    "Question",
+    "SessionSpec",
+    "import_check",
+    "load_config",
+    "load_kind",
+    "parse_config",
+    "placeholders",
+]
 
 KIND_KEYS = {
     "check",
@@ -47,107 +65,6 @@ PLACEHOLDERS = {"target", "item", "state", "context"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class Question:
-    """A typed-tier question in the SDK's own form, plus dispatchq's `priority` map."""
-
-    id: str
-    type: str
-    instructions: Any = None
-    criteria: Any = None
-    priority: dict[str, float] | None = None
-
-    def wire(self) -> dict[str, Any]:
-        """The question as the SDK sends it (dispatchq's own keys removed)."""
-        return wire_question(self.type, self.instructions, self.criteria)
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    prompt: str
-    args: tuple[str, ...] = ()
-    format: str = "text"
-    model: str | None = None  # the model this kind's session runs, when it names one
-    # Code that runs around the spawn (`before_spawn`, `render_prompt`, `after_session`,
-    # `not_spawned`): set by built-in kinds such as the decision gate's, never from YAML.
-    hooks: SessionHooks | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One kind of judgement and the tiers that can answer it."""
-
-    name: str
-    effect: str = "local"
-    check: str | None = None
-    check_fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
-    produce: tuple[tuple[str, ...], ...] = ()
-    verify: tuple[tuple[str, ...], ...] = ()
-    questions: dict[str, Question] = field(default_factory=dict)
-    answer: str | None = None
-    gate_on: tuple[str, ...] = ()
-    order: str | None = None
-    escalate: str = "session"
-    session: SessionSpec | None = None
-    digest: str = ""
-
-    @property
-    def has_code(self) -> bool:
-        return self.check is not None or bool(self.produce)
-
-    @property
-    def has_typed(self) -> bool:
-        return bool(self.questions)
-
-    @property
-    def gate_questions(self) -> tuple[str, ...]:
-        """The questions whose minimum confidence is the judgement's confidence."""
-        if self.gate_on:
-            return self.gate_on
-        return (self.answer,) if self.answer else ()
-
-
-class Kinds(dict[str, Kind]):
-    """The user's kinds, plus dispatchq's built-in kinds found by name but never listed.
-
-    The decision gate's analyst, restater and fixer are defined in code (their prompts and
-    hooks are part of the product), yet workers look a judgement's kind up by name like any
-    other. So `[]`, `get` and `in` also find the built-ins, while iterating, `len` and `==`
-    see only what the config file declared: a listing of "your kinds" stays yours.
-    """
-
-    def __init__(self, kinds: dict[str, Kind] | None = None, builtin: dict[str, Kind] | None = None) -> None:
-        super().__init__(kinds or {})
-        self.builtin: dict[str, Kind] = dict(builtin or {})
-
-    def __getitem__(self, name: str) -> Kind:
-        if dict.__contains__(self, name):
-            return dict.__getitem__(self, name)
-        if name in self.builtin:
-            return self.builtin[name]
-        raise KeyError(name)
-
-    def __contains__(self, name: object) -> bool:
-        return dict.__contains__(self, name) or name in self.builtin
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        try:
-            return self[name]
-        except KeyError:
-            return default
-
-
-def builtin_kinds() -> dict[str, Kind]:
-    """Kinds dispatchq defines in code (the decision gate's sessions)."""
-    try:
-        from dispatchq.findings.gate import builtin_kinds as gate_kinds
-    except ModuleNotFoundError as error:  # a tree that does not carry the gate yet
-        if error.name != "dispatchq.findings.gate":
-            raise
-        return {}
-    return gate_kinds()
 
 
 @dataclass(frozen=True)
@@ -249,7 +166,7 @@ def _question(kind: str, qid: str, raw: Any) -> Question:
         raise ConfigError(f"{where}.type: must be noul, choice or score (got {qtype!r})")
     priority = raw.get("priority")
     if priority is not None:
-        if qtype != "choice" or not isinstance(priority, dict):
+        if qtype != "choice" or not isinstance(priority, dict) or not isinstance(criteria, dict):
             raise ConfigError(
                 f"{where}.priority: only a choice question takes a priority map {{label: number}}"
             )
@@ -414,8 +331,18 @@ def _yaml_error(path: Path, error: YAMLError) -> ConfigError:
     return ConfigError(f"{path}: {error}")
 
 
-def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = True) -> Config:
-    """Validate an already-parsed config document."""
+def parse_config(
+    data: Any,
+    path: Path | None = None,
+    *,
+    builtin: Mapping[str, Kind] | None = None,
+    import_checks: bool = True,
+) -> Config:
+    """Validate an already-parsed config document.
+
+    `builtin` are the kinds dispatchq defines in code (the decision gate's, passed in by
+    `dispatchq.processes`): found by name, never listed, and their names are reserved.
+    """
     base_dir = (path.parent if path else Path.cwd()).resolve()
     if data is None:
         data = {}
@@ -427,7 +354,7 @@ def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = T
     raw_kinds = data.get("kinds") or {}
     if not isinstance(raw_kinds, dict):
         raise ConfigError("kinds: must be a mapping of kind name to definition")
-    builtin = builtin_kinds()
+    builtin = dict(builtin or {})
     for name in raw_kinds:
         if str(name) in builtin:
             raise ConfigError(
@@ -443,9 +370,7 @@ def parse_config(data: Any, path: Path | None = None, *, import_checks: bool = T
     )
     triage = None
     if data.get("triage") is not None:
-        from dispatchq.triage import rules
-
-        triage = rules.load_triage(data["triage"], base_dir)
+        triage = load_triage(data["triage"], base_dir)
     return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)
 
 
@@ -458,12 +383,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_config(path: Path, *, import_checks: bool = True, required: bool = True) -> Config:
+def load_config(
+    path: Path,
+    *,
+    builtin: Mapping[str, Kind] | None = None,
+    import_checks: bool = True,
+    required: bool = True,
+) -> Config:
     """Read and validate the config file; a missing optional file is an empty config."""
     if not path.exists():
         if required:
             raise ConfigError(f"{path}: config file not found (set DISPATCHQ_CONFIG or create it)")
-        return Config(kinds=Kinds({}, builtin_kinds()), path=None)
+        return Config(kinds=Kinds({}, builtin), path=None)
     yaml = YAML(typ="safe", pure=True)
     try:
         data = yaml.load(path.read_text(encoding="utf-8"))
@@ -471,4 +402,4 @@ def load_config(path: Path, *, import_checks: bool = True, required: bool = True
         raise _yaml_error(path, error) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
-    return parse_config(_plain(data), path.resolve(), import_checks=import_checks)
+    return parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)

@@ -8,7 +8,9 @@
     │   ├── GrammarError ........ a loop-written report line that breaks its grammar
     │   ├── CheckError .......... a verification check or plan outside the grammar or boundary
     │   ├── UnsafeToken ......... a document-derived path token that fails the allow-list
-    │   └── RedisUnavailable .... the configured Redis cannot be reached (or embedded one started)
+    │   └── RedisUnavailable .... the configured Redis cannot be used (a bad URL or data dir)
+    │       └── RedisUnreachable  it does not answer now: an outage, waited out by long-running roles
+    ├── EnqueueInterrupted ...... Redis failed part way through a batch enqueue (what went in is kept)
     ├── AnswerError ............. a wire answer that cannot be read as the type it claims
     ├── ContractError ........... a session's return that breaks its contract
     ├── ConditionError .......... a rule's `if` that fails on the answers it has (row 2)
@@ -39,12 +41,14 @@ __all__ = [
     "ConfigError",
     "ContractError",
     "DispatchqError",
+    "EnqueueInterrupted",
     "ExecutorError",
     "GitError",
     "GitUnavailable",
     "GrammarError",
     "LadderError",
     "RedisUnavailable",
+    "RedisUnreachable",
     "RegexTimeout",
     "ReportError",
     "SettingsError",
@@ -96,6 +100,11 @@ class RedisUnavailable(UserError):
     """The configured Redis cannot be reached (or the embedded one cannot start)."""
 
 
+class RedisUnreachable(RedisUnavailable):
+    """Redis does not answer right now (down, restarting, loading): a one-shot command says
+    so in one line; a worker or the scheduler waits for it instead of exiting."""
+
+
 class AnswerError(DispatchqError, ValueError):
     """A wire answer that cannot be read as the type it claims."""
 
@@ -142,3 +151,17 @@ class Aborted(DispatchqError):
 
 class LadderError(DispatchqError, RuntimeError):
     """A move that would go down (or sideways) the ladder: a bug, never user input."""
+
+
+class EnqueueInterrupted(DispatchqError):
+    """Redis failed part way through writing a batch: `written` went in, the rest did not.
+
+    Each chunk is one MULTI, so a chunk is all or nothing; `written` are the chunks whose
+    EXEC answered, in input order. Re-sending the rest is safe: a judgement already live
+    is recognised by its content key and not written twice.
+    """
+
+    def __init__(self, written: list[tuple[str, bool]], cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.written = written
+        self.cause = cause

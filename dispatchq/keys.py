@@ -7,12 +7,57 @@ never leaves a reader and a writer disagreeing.
 
 from __future__ import annotations
 
+__all__ = [
+    "ALL_IDS",
+    "CONTROL_QUEUE",
+    "MARKER_AUDIT",
+    "MARKER_SCOPES",
+    "PREFIX",
+    "SCHEDULER_HEARTBEAT",
+    "SEQUENCE",
+    "SESSION_BLOCKED",
+    "SESSION_LINES_PATTERN",
+    "SESSION_RUNNING",
+    "SESSION_SLOTS",
+    "STATS_SESSIONS_REFUSED",
+    "STATS_SESSIONS_SPAWNED",
+    "TRIAGE_EVENTS",
+    "TRIAGE_LEDGER",
+    "TRIAGE_NEEDS_TRIAGE",
+    "TRIAGE_RECORDED",
+    "TRIAGE_RECORDED_STATE",
+    "TRIAGE_RUNS",
+    "TYPED_KEYLESS",
+    "TYPED_REQUESTS",
+    "WAKE_CHANNEL",
+    "WORKERS",
+    "answered_counter",
+    "findings_approval",
+    "findings_attempt",
+    "findings_dispatch_log",
+    "findings_lines",
+    "findings_lock",
+    "idempotency",
+    "marker",
+    "probe",
+    "queue_name",
+    "record",
+    "retrigger_lock",
+    "session_line",
+    "status_index",
+    "triage_budget",
+    "triage_decision",
+    "triage_labels_added",
+    "typed_cache",
+    "typed_state",
+    "worker_info",
+]
+
 PREFIX = "dispatchq"
 
 # --- RQ queue names -------------------------------------------------------------
 # A tier's queue, optionally bound to one host (judgements that name a checkout run
 # only where the checkout is).
-TIERS = ("code", "typed", "session")
 CONTROL_QUEUE = "dispatchq-control"
 
 
@@ -99,6 +144,13 @@ def probe(scope: str) -> str:
 
 
 SCHEDULER_HEARTBEAT = f"{PREFIX}:scheduler:heartbeat"
+#: Workers that published what they run with: sorted set, name -> last heartbeat (epoch).
+WORKERS = f"{PREFIX}:workers"
+
+
+def worker_info(name: str) -> str:
+    """What one worker runs with (tier, host, keyless, ...), expiring with its heartbeat."""
+    return f"{PREFIX}:worker:{name}"
 
 
 # --- rules engine ----------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""The one place that wires every part of dispatchq into a running process.
+
+Everything else receives what it needs; only this module knows all the parts: it
+builds a `Runtime` (settings, Redis, the config with the decision gate's built-in
+kinds), makes it the process's current runtime for RQ's by-name job functions
+(`jobs.tiers.*`), and starts the long-running roles. Importing the gate here, and
+nowhere below, is what keeps `config` and the tiers free of an import circle.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from dispatchq import logs
+from dispatchq.config import Config, load_config
+from dispatchq.findings.gate import builtin_kinds
+from dispatchq.launcher.environment import mark_non_dumpable
+from dispatchq.queue import scheduler, worker
+from dispatchq.runtime import Runtime
+from dispatchq.settings import Settings, load_settings
+from dispatchq.storage.connection import connect
+from dispatchq.storage.outage import wait_for_redis
+
+__all__ = [
+    "build_runtime",
+    "build_runtime_waiting",
+    "drain",
+    "get_runtime",
+    "run_scheduler",
+    "run_worker",
+    "set_runtime",
+]
+
+
+def build_runtime(settings: Settings | None = None, *, config: Config | None = None) -> Runtime:
+    """A runtime from these settings (default: the environment's), with the built-in kinds."""
+    settings = settings or load_settings()
+    return Runtime(
+        settings=settings, redis=connect(settings), config_override=config, builtin=builtin_kinds()
+    )
+
+
+_lock = threading.Lock()
+_current: Runtime | None = None
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    """Make `runtime` the one RQ's job functions use in this process (as dramatiq's broker)."""
+    global _current
+    with _lock:
+        _current = runtime
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime; a job run by a plain `rq worker` builds one from the environment."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = build_runtime()
+        return _current
+
+
+def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
+    """A runtime for a long-running role, waiting for Redis instead of failing without it.
+
+    A worker started before its Redis (a unit ordering, a server still loading) waits,
+    says so once, and starts when Redis answers. The config is validated first, so a bad
+    file is still a one-line error and exit 2. None: the process was asked to stop while
+    it waited.
+    """
+    logs.configure(role, settings.log_format)
+    log = logging.getLogger(f"dispatchq.{role}")
+    load_config(settings.config, builtin=builtin_kinds(), required=False)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        client = wait_for_redis(settings, log=log, stopping=stop.is_set)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if client is None:
+        return None
+    return Runtime(settings=settings, redis=client, builtin=builtin_kinds())
+
+
+def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:
+    """`dispatchq worker TIER`: this process becomes one tier's worker."""
+    logs.configure(tier, runtime.settings.log_format, level=logging.WARNING if quiet else logging.INFO)
+    mark_non_dumpable()
+    set_runtime(runtime)
+    return worker.run_worker(runtime, tier, burst=burst, quiet=quiet)
+
+
+def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
+    """`dispatchq scheduler`: rq-scheduler's loop plus the control queue."""
+    logs.configure("scheduler", runtime.settings.log_format)
+    mark_non_dumpable()
+    set_runtime(runtime)
+    scheduler.run_scheduler(runtime, burst=burst)
+
+
+def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = True) -> dict[str, object]:
+    """Run every tier in this process until nothing more can be answered now (`dispatchq run`)."""
+    set_runtime(runtime)
+    return worker.drain(runtime, horizon=horizon, sessions=sessions)

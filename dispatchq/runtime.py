@@ -1,27 +1,27 @@
-"""One process's wiring: settings, config, Redis, store, built once at the edge.
+"""One process's parts: settings, Redis, the store, the config and the dispatcher.
 
-RQ imports job functions by name and calls them with plain arguments, so a job needs
-a way to reach the process's objects. The worker sets the runtime before it starts;
-a job run by a plain `rq worker` builds one from the environment on first use (as
-dramatiq does with its global broker).
+A plain container, built once at the edge of a process by `dispatchq.processes` (which
+knows every part and the built-in kinds) and handed to the code that needs it. It
+imports no tier, so any room may take a `Runtime` without reaching the rest.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import redis
-
 from dispatchq.config import Config, load_config
-from dispatchq.settings import Settings, load_settings
-from dispatchq.storage.connection import connect
+from dispatchq.core.kinds import Kind
+from dispatchq.queue.dispatch import Dispatcher
+from dispatchq.settings import Settings
 from dispatchq.storage.store import Store
 
 if TYPE_CHECKING:
-    from dispatchq.queue.dispatch import Dispatcher
+    import redis
+
+__all__ = ["Runtime"]
 
 
 @dataclass
@@ -29,6 +29,8 @@ class Runtime:
     settings: Settings
     redis: redis.Redis
     config_override: Config | None = field(default=None, repr=False)
+    #: Kinds defined in code (the decision gate's), found by name in every config.
+    builtin: Mapping[str, Kind] = field(default_factory=dict, repr=False)
 
     @cached_property
     def store(self) -> Store:
@@ -38,33 +40,10 @@ class Runtime:
     def config(self) -> Config:
         if self.config_override is not None:
             return self.config_override
-        return load_config(self.settings.config)
+        return load_config(self.settings.config, builtin=self.builtin)
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
-        from dispatchq.queue.dispatch import Dispatcher
-
-        return Dispatcher(self)
-
-    @classmethod
-    def build(cls, settings: Settings | None = None, *, config: Config | None = None) -> Runtime:
-        settings = settings or load_settings()
-        return cls(settings=settings, redis=connect(settings), config_override=config)
-
-
-_lock = threading.Lock()
-_current: Runtime | None = None
-
-
-def set_runtime(runtime: Runtime | None) -> None:
-    global _current
-    with _lock:
-        _current = runtime
-
-
-def get_runtime() -> Runtime:
-    global _current
-    with _lock:
-        if _current is None:
-            _current = Runtime.build()
-        return _current
+        return Dispatcher(
+            settings=self.settings, redis=self.redis, store=self.store, config=lambda: self.config
+        )

@@ -13,12 +13,14 @@ They are `SecretStr`s, redacted wherever settings or errors are printed.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -31,6 +33,17 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from dispatchq.errors import SettingsError
+
+__all__ = [
+    "DAY",
+    "SECRET_ENV",
+    "Settings",
+    "env_name",
+    "load_settings",
+    "parent_environment",
+    "parent_environment_bytes",
+    "redact_url",
+]
 
 DAY = 86_400
 
@@ -141,6 +154,9 @@ class Settings(BaseSettings):
     heartbeat_grace: int = Field(
         60, ge=1, description="A job whose heartbeat is this late is considered abandoned and retried."
     )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Worker and scheduler logs: one line per event as text, or one JSON object."
+    )
 
     # --- typed tier ------------------------------------------------------------------------------
     typesafe_api_key: SecretStr | None = Field(
@@ -248,8 +264,6 @@ class Settings(BaseSettings):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
@@ -259,8 +273,6 @@ class Settings(BaseSettings):
     @field_validator("session_command")
     @classmethod
     def _splittable(cls, value: str) -> str:
-        import shlex
-
         try:
             argv = shlex.split(value)
         except ValueError as error:

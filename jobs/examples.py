@@ -10,6 +10,12 @@ from typing import Any
 
 from dispatchq.core.judgement import Judgement
 
+__all__ = [
+    "LOCKFILES",
+    "lockfile_only",
+    "noop",
+]
+
 LOCKFILES = ("poetry.lock", "package-lock.json", "yarn.lock", "uv.lock", "Cargo.lock", "pnpm-lock.yaml")
 
 

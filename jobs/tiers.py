@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatchq.runtime import get_runtime
+from dispatchq.processes import get_runtime
+
+__all__ = [
+    "code",
+    "on_job_failure",
+    "retrigger",
+    "session",
+    "triage",
+    "typed",
+]
 
 
 def code(ids: list[str]) -> int:

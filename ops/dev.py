@@ -73,10 +73,17 @@ def demo() -> int:
 
 
 def test(args: list[str]) -> int:
-    say("ruff check")
-    if run([str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"], cwd=ROOT):
-        return 1
-    say("pytest (2 processes)")
+    checks = [
+        ("ruff check", [str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"]),
+        ("mypy (strict on the pure rooms)", [str(BIN / "mypy")]),
+        ("import contracts (lint-imports)", [str(BIN / "lint-imports")]),
+    ]
+    for title, argv in checks:
+        say(title)
+        if run(argv, cwd=ROOT):
+            say(f"{title} failed")
+            return 1
+    say("pytest (2 processes): tests/unit, tests/integration, tests/cli")
     return run([str(BIN / "python"), "-m", "pytest", "-n", "2", "-q", *args], cwd=ROOT)
 
 

@@ -199,11 +199,13 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
     The config is read lazily from `dq_env`'s DISPATCHQ_CONFIG (tmp_path/dispatchq.yaml), so
     write it before the first enqueue. The process-wide runtime RQ jobs use is reset afterwards.
     """
-    from dispatchq.runtime import Runtime, set_runtime
+    from dispatchq.findings.gate import builtin_kinds
+    from dispatchq.processes import set_runtime
+    from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 
     def make(**env: str) -> Runtime:
-        return Runtime(settings=load_settings({**dq_env, **env}), redis=redis_client)
+        return Runtime(settings=load_settings({**dq_env, **env}), redis=redis_client, builtin=builtin_kinds())
 
     yield make
     set_runtime(None)

@@ -15,12 +15,22 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dispatchq.errors import UserError
+from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
+
+__all__ = [
+    "COMMANDS",
+    "console",
+    "main",
+    "print_json",
+    "runtime",
+    "settings",
+]
 
 
 #: Command name -> the module that defines it. Modules are imported only when their
@@ -64,6 +74,25 @@ class _Group(click.Group):
         except UserError as error:
             click.echo(f"error: {error}", err=True)
             sys.exit(2)
+        except Exception as error:
+            # Redis refusing a write under `maxmemory` (noeviction) is a refusal, not a bug:
+            # one line, exit 2; Redis going away mid-command is one line too, exit 1.
+            root = ctx.find_root()
+            client = (
+                root.obj.get("runtime").redis
+                if isinstance(root.obj, dict) and root.obj.get("runtime")
+                else None
+            )
+            full = out_of_memory_message(error, client)
+            if full is not None:
+                click.echo(f"error: {full}", err=True)
+                sys.exit(2)
+            if is_outage(error):
+                click.echo(
+                    f"error: Redis became unreachable during the command: {outage_reason(error)}", err=True
+                )
+                sys.exit(1)
+            raise
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,13 +115,13 @@ def settings() -> Settings:
 
 def runtime(*, config: bool = True) -> Runtime:
     """Settings, Redis and (unless `config=False`) the validated config, for one command."""
-    from dispatchq.runtime import Runtime, set_runtime
+    from dispatchq.processes import build_runtime, set_runtime
 
     ctx = click.get_current_context()
     root = ctx.find_root()
     settings()
     if "runtime" not in root.obj:
-        rt = Runtime.build(root.obj["settings"])
+        rt = build_runtime(root.obj["settings"])
         set_runtime(rt)
         root.obj["runtime"] = rt
     rt = root.obj["runtime"]

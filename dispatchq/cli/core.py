@@ -17,8 +17,21 @@ from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
-from dispatchq.core.judgement import FINISHED, STATUSES, Record
+from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record
 from dispatchq.errors import UserError
+from dispatchq.storage.outage import out_of_memory_message, outage_reason
+
+__all__ = [
+    "TABLE_LIMIT",
+    "cancel",
+    "enqueue",
+    "list_",
+    "prune",
+    "register",
+    "result",
+    "retry",
+    "run",
+]
 
 TABLE_LIMIT = 200
 
@@ -29,6 +42,19 @@ def _short(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cut_off(client: Any, first: int | None, count: int) -> None:
+    """Redis failed part way: the ids above went in; say where to resume, then exit."""
+    cause = client.interrupted
+    full = out_of_memory_message(cause, client.runtime.redis)
+    reason = full or f"Redis became unreachable: {outage_reason(cause)}"
+    click.echo(
+        f"error: {reason}; nothing was written from input line {first} on ({count} lines). "
+        f"Re-send from line {first}: a judgement already in is recognised, not written twice.",
+        err=True,
+    )
+    sys.exit(2 if full else 1)
 
 
 @click.command()
@@ -71,10 +97,13 @@ def enqueue(
             raise UserError(f"unexpected argument {source!r} (use '-' to read JSON Lines from stdin)")
         if any(v is not None for v in (kind, target, item, state_text, context_text, key)):
             raise UserError("with '-', every judgement comes from stdin; drop --kind/--target/... options")
-        results = client.enqueue_lines(sys.stdin, force=force)
+        results = client.enqueue_lines(sys.stdin.buffer, force=force)
         failed = 0
         out = []
+        first_unwritten = next((r.index for r in results if r.unwritten), None)
         for r in results:
+            if r.unwritten:
+                continue  # said once below, not once per line
             if as_json:
                 out.append(json.dumps({"line": r.index, "id": r.id, "created": r.created, "error": r.error}))
             elif r.ok:
@@ -85,6 +114,8 @@ def enqueue(
                     click.echo(f"line {r.index}: {r.error}", err=True)
         if out:
             sys.stdout.write("\n".join(out) + "\n")
+        if client.interrupted is not None:
+            _cut_off(client, first_unwritten, sum(1 for r in results if r.unwritten))
         if failed:
             click.echo(f"{failed} of {len(results)} lines refused", err=True)
             sys.exit(1)
@@ -212,7 +243,7 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
     handled or waits for a reason it names.
     """
     from dispatchq.client import Client
-    from dispatchq.queue.worker import drain
+    from dispatchq.processes import drain
 
     rt = runtime()
     client = Client(runtime=rt)
@@ -275,7 +306,7 @@ def _summary(records: list[Record], report: dict[str, Any], elapsed: float) -> d
     return {
         "total": len(records),
         "elapsed_seconds": round(elapsed, 3),
-        "answered": {t: by_tier.get(t, 0) for t in ("code", "typed", "session")},
+        "answered": {t: by_tier.get(t, 0) for t in TIERS},
         "needs_triage": sum(1 for r in records if r.status == "needs-triage"),
         "failed": sum(1 for r in records if r.status == "failed"),
         "cancelled": sum(1 for r in records if r.status == "cancelled"),

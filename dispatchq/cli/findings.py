@@ -145,15 +145,15 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
     from dispatchq.config import load_config
-    from dispatchq.findings.gate import Gate, Terminal
+    from dispatchq.findings.gate import Gate, Terminal, builtin_kinds
     from dispatchq.launcher.environment import mark_non_dumpable
-    from dispatchq.runtime import Runtime, set_runtime
+    from dispatchq.processes import build_runtime, set_runtime
 
     root = repository(repo)
     read_report(report)  # a missing or unreadable report is a one-line error
     s = settings()
     mark_non_dumpable()  # this process runs sessions: keep them out of its memory and environ
-    rt = Runtime.build(s, config=load_config(s.config, required=False))
+    rt = build_runtime(s, config=load_config(s.config, builtin=builtin_kinds(), required=False))
     set_runtime(rt)
     stream = sys.stderr if as_json else sys.stdout
     terminal = Terminal(sys.stdin, stream) if interactive and Terminal.interactive() else None

@@ -12,15 +12,29 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dispatchq import keys
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
-from dispatchq.core.judgement import STATUSES
+from dispatchq.core.judgement import TIERS
 from dispatchq.errors import UserError
+
+__all__ = [
+    "parse_until",
+    "redis",
+    "redis_status",
+    "redis_stop",
+    "register",
+    "scheduler",
+    "settings_cmd",
+    "status",
+    "window",
+    "window_close",
+    "window_open",
+    "worker",
+]
 
 
 @click.command()
-@click.argument("tier", type=click.Choice(["code", "typed", "session"]))
+@click.argument("tier", type=click.Choice(TIERS))
 @click.option("--burst", is_flag=True, help="Stop when there is nothing left to do now.")
 @click.option("--quiet", is_flag=True, help="Log warnings only.")
 def worker(tier: str, burst: bool, quiet: bool) -> None:
@@ -29,9 +43,12 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
     Code and session workers take host-bound work (judgements naming a checkout on
     this host, DISPATCHQ_HOST) and unbound work; typed workers take any.
     """
-    from dispatchq.queue.worker import run_worker
+    from dispatchq.processes import build_runtime_waiting, run_worker
 
-    left = run_worker(runtime(), tier, burst=burst, quiet=quiet)
+    rt = build_runtime_waiting(settings(), role=tier)
+    if rt is None:
+        return  # asked to stop while waiting for Redis
+    left = run_worker(rt, tier, burst=burst, quiet=quiet)
     if left:
         click.echo(
             f"{left} typed-tier retries are scheduled beyond DISPATCHQ_RETRY_HORIZON; they stay queued",
@@ -43,99 +60,33 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
 @click.option("--burst", is_flag=True, help="Run one tick and exit.")
 def scheduler(burst: bool) -> None:
     """Run rq-scheduler's loop and the control queue (retriggers), one tick per second."""
-    import logging
+    from dispatchq.processes import build_runtime_waiting, run_scheduler
 
-    from dispatchq.queue.scheduler import run_scheduler
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_scheduler(runtime(config=False), burst=burst)
-
-
-def collect_status(rt: Any) -> dict[str, Any]:
-    """Everything `dispatchq status` shows, as data (the JSON form is this dict)."""
-    from rq import Worker
-
-    from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
-
-    redis = rt.redis
-    dispatcher = rt.dispatcher
-    depths: dict[str, int] = {}
-    for tier in ("code", "typed"):
-        depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
-    lines = [keys.session_line(rt.settings.host), keys.session_line()]
-    depths["session"] = sum(int(redis.zcard(line)) for line in lines)
-    workers: dict[str, int] = {"code": 0, "typed": 0, "session": 0}
-    for w in Worker.all(connection=redis):
-        for name in w.queue_names():
-            tier = name.removeprefix(f"{keys.PREFIX}-").split("@")[0]
-            if tier in workers:
-                workers[tier] += 1
-                break
-    store = rt.store
-    counts = {s: store.count(s) for s in STATUSES}
-    waiting: dict[str, int] = {}
-    for record in store.get_many(store.ids("waiting")):
-        if record is not None:
-            waiting[record.reason or "unknown"] = waiting.get(record.reason or "unknown", 0) + 1
-    answered = store.answered_counts()
-    data: dict[str, Any] = {
-        "redis": rt.settings.describe_redis(),
-        "redis_version": redis.info("server").get("redis_version"),
-        "queues": depths,
-        "workers": workers,
-        "judgements": counts,
-        "answered": answered,
-        "sessions_avoided": answered["code"] + answered["typed"],
-        "waiting": waiting,
-        "scheduler": {
-            "alive": scheduler_alive(rt),
-            "scheduled_jobs": scheduler_for(rt).count(),
-        },
-        "typed": _typed_status(rt),
-    }
-    try:
-        from dispatchq.window.marker import status_section
-    except ImportError:  # the session tier is not installed in this build
-        data["marker"] = {"up": False, "lifts_at": None, "kind": None, "message": None}
-        data["markers"] = []
-    else:
-        data.update(status_section(rt))
-    try:
-        from dispatchq.triage.engine import status_section as triage_section
-    except ImportError:
-        pass
-    else:
-        data["triage"] = triage_section(rt)
-    return data
-
-
-def _typed_status(rt: Any) -> dict[str, Any]:
-    """Keyless when this process has no key, or when a typed worker said it ran without one.
-
-    The workers are the tier: an operator's shell holding a key must not hide that the
-    workers (started elsewhere, with another environment) answer nothing.
-    """
-    seen = rt.redis.get(keys.TYPED_KEYLESS)
-    host = seen.decode() if isinstance(seen, bytes) else seen
-    return {
-        "keyless": rt.settings.typesafe_api_key is None or host is not None,
-        "keyless_worker_host": host,
-    }
+    rt = build_runtime_waiting(settings(), role="scheduler")
+    if rt is not None:
+        run_scheduler(rt, burst=burst)
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status.")
 def status(as_json: bool) -> None:
     """The ops view: Redis in use, queues and workers per tier, answers per tier, the usage window."""
+    from dispatchq.queue.status import collect_status
+
     rt = runtime(config=False)
     data = collect_status(rt)
     if as_json:
         print_json(data)
         return
     console = make_console()
-    console.print(f"[bold]redis[/]: {data['redis']} (v{data['redis_version']})")
+    memory = _bytes(data["redis_used_memory"])
+    limit = _bytes(data["redis_maxmemory"]) if data["redis_maxmemory"] else "no maxmemory"
+    console.print(
+        f"[bold]redis[/]: {data['redis']} (v{data['redis_version']}, appendfsync "
+        f"{data['redis_appendfsync']}, memory {memory} of {limit})"
+    )
     table = Table("tier", "queued", "workers", "answered")
-    for tier in ("code", "typed", "session"):
+    for tier in TIERS:
         table.add_row(
             tier, str(data["queues"][tier]), str(data["workers"][tier]), str(data["answered"][tier])
         )
@@ -172,6 +123,15 @@ def status(as_json: bool) -> None:
                 f"triage: last {t['runs']} runs ({counts}); last at {when}; "
                 f"{t.get('needs_triage', 0)} events marked needs-triage"
             )
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _print_markers(console: Console, data: dict[str, Any]) -> None:

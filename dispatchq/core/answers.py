@@ -21,6 +21,18 @@ from typing import Any, Literal
 
 from dispatchq.errors import AnswerError
 
+__all__ = [
+    "ANSWER_TYPES",
+    "Answer",
+    "AnswerType",
+    "describe_gate",
+    "margin",
+    "meets",
+    "min_confidence",
+    "noul_gate_as_probability",
+    "wire_question",
+]
+
 AnswerType = Literal["noul", "choice", "score"]
 ANSWER_TYPES: tuple[AnswerType, ...] = ("noul", "choice", "score")
 

@@ -17,6 +17,24 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+__all__ = [
+    "FINISHED",
+    "REUSABLE",
+    "STATUSES",
+    "TIERS",
+    "Effect",
+    "Judgement",
+    "JudgementIn",
+    "Record",
+    "Status",
+    "Tier",
+    "TrailEntry",
+    "canonical_json",
+    "content_key",
+    "sha256_hex",
+    "state_digest",
+]
+
 Status = Literal["queued", "running", "answered", "waiting", "needs-triage", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = (
     "queued",
@@ -33,7 +51,8 @@ FINISHED: frozenset[str] = frozenset({"answered", "needs-triage", "failed", "can
 REUSABLE: frozenset[str] = frozenset({"failed", "cancelled"})
 
 Tier = Literal["code", "typed", "session", "needs-triage"]
-LADDER: tuple[str, ...] = ("code", "typed", "session")
+#: The tiers, cheapest first: the one spelling of the ladder every room uses.
+TIERS: tuple[str, ...] = ("code", "typed", "session")
 Effect = Literal["local", "external"]
 
 

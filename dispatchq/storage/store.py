@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,7 +21,15 @@ import redis
 from redis.client import Pipeline
 
 from dispatchq import keys
-from dispatchq.core.judgement import FINISHED, STATUSES, Record, TrailEntry
+from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record, TrailEntry
+from dispatchq.core.text import as_text
+
+__all__ = [
+    "Claimed",
+    "NewRecord",
+    "P",
+    "Store",
+]
 
 P = keys.PREFIX
 
@@ -250,7 +258,7 @@ class Store:
     @staticmethod
     def parse_created(raw: list[Any], entries: Sequence[NewRecord]) -> list[tuple[str, bool]]:
         """(id, created) per entry, from the script's list of duplicates."""
-        duplicates = {int(raw[i]) - 1: _s(raw[i + 1]) for i in range(0, len(raw), 2)}
+        duplicates = {int(raw[i]) - 1: as_text(raw[i + 1]) for i in range(0, len(raw), 2)}
         return [
             (duplicates[i], False) if i in duplicates else (entry.id, True) for i, entry in enumerate(entries)
         ]
@@ -362,23 +370,70 @@ class Store:
         pipe = self.redis.pipeline(transaction=False)
         for jid in ids:
             pipe.hget(keys.record(jid), "status")
-        return [_s(v) if v is not None else None for v in pipe.execute()]
+        return [as_text(v) if v is not None else None for v in pipe.execute()]
 
     def ids(self, status: str | None = None) -> list[str]:
         if status is not None:
-            return sorted(_s(v) for v in self.redis.smembers(keys.status_index(status)))
-        return [_s(v) for v in self.redis.zrange(keys.ALL_IDS, 0, -1)]
+            return sorted(_texts(self.redis.smembers(keys.status_index(status))))
+        return _texts(self.redis.zrange(keys.ALL_IDS, 0, -1))
 
     def count(self, status: str) -> int:
         return int(self.redis.scard(keys.status_index(status)))
 
     def answered_counts(self) -> dict[str, int]:
-        names = ("code", "typed", "session")
-        values = self.redis.mget([keys.answered_counter(t) for t in names])
-        return {t: int(v or 0) for t, v in zip(names, values, strict=True)}
+        values = self.redis.mget([keys.answered_counter(t) for t in TIERS])
+        return {t: int(v or 0) for t, v in zip(TIERS, values, strict=True)}
+
+    def line_depth(self, lines: Sequence[str]) -> int:
+        """How many judgements wait in these session lines."""
+        return sum(int(self.redis.zcard(line)) for line in lines)
+
+    def server_facts(self) -> dict[str, Any]:
+        """What `status` shows of the server in effect: version, fsync mode, memory.
+
+        Read from the server itself, not from the settings: a server started by another
+        process, or configured by hand, is what the data's durability depends on.
+        """
+        server = self.redis.info("server")
+        memory = self.redis.info("memory")
+        fsync = self.redis.config_get("appendfsync").get("appendfsync")
+        return {
+            "redis_version": server.get("redis_version"),
+            "redis_appendfsync": as_text(fsync) if fsync is not None else None,
+            "redis_used_memory": int(memory.get("used_memory") or 0),
+            "redis_maxmemory": int(memory.get("maxmemory") or 0),
+        }
+
+    def publish_worker(self, name: str, info: Mapping[str, Any], ttl: float) -> None:
+        """A worker's own account of itself, kept while its heartbeat is (`status` reads it)."""
+        now = time.time()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(keys.worker_info(name), json.dumps({**info, "name": name, "heartbeat": now}), ex=int(ttl) + 1)
+        pipe.zadd(keys.WORKERS, {name: now})
+        pipe.execute()
+
+    def forget_worker(self, name: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.delete(keys.worker_info(name))
+        pipe.zrem(keys.WORKERS, name)
+        pipe.execute()
+
+    def live_workers(self, ttl: float) -> list[dict[str, Any]]:
+        """Workers whose heartbeat is younger than `ttl`; older entries are dropped."""
+        now = time.time()
+        self.redis.zremrangebyscore(keys.WORKERS, "-inf", now - ttl)
+        names = _texts(self.redis.zrange(keys.WORKERS, 0, -1))
+        if not names:
+            return []
+        values = self.redis.mget([keys.worker_info(n) for n in names])
+        return [json.loads(v) for v in values if v]
+
+    def typed_keyless_host(self) -> str | None:
+        """The host whose typed worker last said it runs without a TypeSafe key, if any."""
+        return as_text(self.redis.get(keys.TYPED_KEYLESS))
 
     def line_ids(self, line: str) -> list[str]:
-        return [_s(m).split(":", 1)[1] for m in self.redis.zrange(line, 0, -1)]
+        return [m.split(":", 1)[1] for m in _texts(self.redis.zrange(line, 0, -1))]
 
     def prune(self) -> int:
         """Drop index entries whose record has expired; return how many were dropped."""
@@ -400,10 +455,6 @@ class Store:
         return dropped
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}
 #: Optional fields some tiers keep on a record (shown in `result --json` when set).
 _EXTRA_FIELDS = ("session_id", "resume_session")
@@ -415,8 +466,13 @@ def _encode_field(name: str, value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _record(jid: str, raw: dict[bytes, bytes]) -> Record:
-    f = {_s(k): _s(v) for k, v in raw.items()}
+def _texts(values: Iterable[Any]) -> list[str]:
+    """Members of a Redis set or sorted set, as text (redis-py types them loosely)."""
+    return [as_text(v) for v in values]
+
+
+def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
+    f = {as_text(k): as_text(v) for k, v in raw.items()}
     data = json.loads(f.get("in", "{}"))
     trail = [TrailEntry.model_validate(t) for t in json.loads(f.get("trail") or "[]")]
 
@@ -424,28 +480,31 @@ def _record(jid: str, raw: dict[bytes, bytes]) -> Record:
         return json.loads(f[name]) if f.get(name) not in (None, "") else None
 
     extra = {k: f[k] for k in _EXTRA_FIELDS if f.get(k)}
-    return Record(
-        id=jid,
-        kind=data.get("kind", "?"),
-        target=data.get("target", "?"),
-        item=data.get("item"),
-        context=data.get("context") or {},
-        state=data.get("state"),
-        key=data.get("key"),
-        status=f.get("status", "queued"),  # type: ignore[arg-type]
-        tier=f.get("tier") or None,
-        value=j("value"),
-        confidence=j("confidence"),
-        reason=f.get("reason") or None,
-        trail=trail,
-        content_key=f.get("ckey"),
-        effect=f.get("effect", "local"),
-        host=f.get("host") or None,
-        priority=j("priority"),
-        raw=j("raw"),
-        created_at=float(f["created"]) if f.get("created") else None,
-        updated_at=float(f["updated"]) if f.get("updated") else None,
-        attempts=int(f.get("attempts") or 0),
-        job=f.get("job") or None,
-        **extra,
+    # Fields beyond the declared ones (job, attempts, session ids) ride as pydantic extras.
+    return Record.model_validate(
+        {
+            "id": jid,
+            "kind": data.get("kind", "?"),
+            "target": data.get("target", "?"),
+            "item": data.get("item"),
+            "context": data.get("context") or {},
+            "state": data.get("state"),
+            "key": data.get("key"),
+            "status": f.get("status", "queued"),
+            "tier": f.get("tier") or None,
+            "value": j("value"),
+            "confidence": j("confidence"),
+            "reason": f.get("reason") or None,
+            "trail": trail,
+            "content_key": f.get("ckey"),
+            "effect": f.get("effect", "local"),
+            "host": f.get("host") or None,
+            "priority": j("priority"),
+            "raw": j("raw"),
+            "created_at": float(f["created"]) if f.get("created") else None,
+            "updated_at": float(f["updated"]) if f.get("updated") else None,
+            "attempts": int(f.get("attempts") or 0),
+            "job": f.get("job") or None,
+            **extra,
+        }
     )

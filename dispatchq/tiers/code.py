@@ -30,9 +30,20 @@ from typing import TYPE_CHECKING, Any
 from dispatchq import git
 from dispatchq.config import Kind
 from dispatchq.core.judgement import Judgement
+from dispatchq.launcher.environment import child_environment
+from dispatchq.queue.dispatch import Moves
+from dispatchq.settings import parent_environment
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
+
+__all__ = [
+    "TAIL_CHARS",
+    "CodeOutcome",
+    "process_batch",
+    "produce_and_verify",
+    "run_check",
+]
 
 TAIL_CHARS = 4000
 
@@ -161,14 +172,11 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     Judgements already finished (a retried job) or cancelled are not claimed, so a
     re-run does only what is left.
     """
-    from dispatchq.launcher.environment import child_environment
-    from dispatchq.queue.dispatch import Moves
-
     settings = runtime.settings
     claimed = runtime.store.claim(ids, "code")
     if not claimed:
         return 0
-    env = child_environment(os.environ, deny=settings.session_deny_env)
+    env = child_environment(parent_environment(), deny=settings.session_deny_env)
     moves = Moves()
     for c in claimed:
         judgement = Judgement(id=c.id, **c.input)

@@ -16,7 +16,7 @@ from dispatchq import keys
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
-from dispatchq.queue.worker import drain
+from dispatchq.processes import drain
 from tests.conftest import calls_of, counting_check, run_cli, write_check_module, write_config
 
 CONFIG = """

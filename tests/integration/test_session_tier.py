@@ -38,9 +38,10 @@ from rq.job import Job
 from dispatchq import keys
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
+from dispatchq.processes import set_runtime
 from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.scheduler import scheduler_for
-from dispatchq.runtime import Runtime, set_runtime
+from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.window import marker
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal
@@ -438,9 +439,9 @@ import os, sys, time
 from datetime import UTC, datetime
 from dispatchq.window.limits import LimitSignal
 from dispatchq.window.marker import raise_marker
-from dispatchq.runtime import Runtime
+from dispatchq.processes import build_runtime
 go, lifts, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-rt = Runtime.build()
+rt = build_runtime()
 signal = LimitSignal(lifts_at=datetime.fromtimestamp(lifts, UTC), kind="five_hour", scope="general",
                      message=f"report by {name}", stated=f"resetsAt={int(lifts)}", source="event")
 rt.redis.ping()

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
-from dispatchq.cli.ops import collect_status
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn, Record
+from dispatchq.processes import drain, set_runtime
 from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, scheduler_for
-from dispatchq.queue.worker import drain, make_worker
-from dispatchq.runtime import Runtime, set_runtime
+from dispatchq.queue.status import collect_status
+from dispatchq.queue.worker import make_worker
+from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.tiers.typed import KEYLESS_WHY
 from tests.conftest import REPO, run_cli, wait_for, write_config

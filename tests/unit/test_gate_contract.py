@@ -35,6 +35,7 @@ from dispatchq.findings.contract import (
     supported,
     sweep_options,
 )
+from dispatchq.findings.gate import builtin_kinds
 from dispatchq.findings.report import Report
 from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
@@ -293,7 +294,7 @@ def test_display_strips_terminal_escapes() -> None:
 
 # --- built-in kinds in the config -------------------------------------------------------------
 def test_builtin_kinds_are_found_by_name_but_not_listed(tmp_path: Any) -> None:
-    config = parse_config({"kinds": {"k": {"session": {"prompt": "x"}}}})
+    config = parse_config({"kinds": {"k": {"session": {"prompt": "x"}}}}, builtin=builtin_kinds())
     assert list(config.kinds) == ["k"]
     for name in (ANALYST, RESTATER, FIXER):
         assert name in config.kinds
@@ -302,12 +303,12 @@ def test_builtin_kinds_are_found_by_name_but_not_listed(tmp_path: Any) -> None:
     assert config.kinds[ANALYST].session.format == "json"  # type: ignore[union-attr]
     assert "Edit,Write,NotebookEdit" in config.kinds[ANALYST].session.args  # type: ignore[union-attr]
     assert config.kinds[FIXER].session.hooks is not None  # type: ignore[union-attr]
-    assert FIXER in load_config(tmp_path / "absent.yaml", required=False).kinds
+    assert FIXER in load_config(tmp_path / "absent.yaml", builtin=builtin_kinds(), required=False).kinds
 
 
 def test_a_yaml_kind_cannot_take_a_builtin_name() -> None:
     with pytest.raises(ConfigError, match="reserved"):
-        parse_config({"kinds": {FIXER: {"session": {"prompt": "edit everything"}}}})
+        parse_config({"kinds": {FIXER: {"session": {"prompt": "edit everything"}}}}, builtin=builtin_kinds())
 
 
 def test_checks_in_one_line_or_structured_form_are_the_same() -> None:

@@ -17,8 +17,8 @@ from dispatchq.config import Kind, parse_config
 from dispatchq.core.answers import Answer
 from dispatchq.core.ladder import RANK, decide_typed, entry_tier, next_tier, threshold_for
 from dispatchq.errors import LadderError
+from dispatchq.processes import drain
 from dispatchq.queue.dispatch import Moves
-from dispatchq.queue.worker import drain
 from tests.conftest import counting_check, write_config
 
 NOUL = {"type": "noul", "instructions": "?"}

@@ -1,0 +1,111 @@
+"""Kinds of judgement: what each tier needs to answer one, as plain frozen data.
+
+A `Kind` is built by `dispatchq.config` from YAML (or in code, for the decision gate's
+built-in kinds) and read by every tier. It lives in `core` because the ladder and the
+tiers decide from it without any I/O; loading and validating YAML is the config's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dispatchq.core.answers import wire_question
+
+if TYPE_CHECKING:
+    from dispatchq.tiers.hooks import SessionHooks
+
+__all__ = ["Kind", "Kinds", "Question", "SessionSpec"]
+
+
+@dataclass(frozen=True)
+class Question:
+    """A typed-tier question in the SDK's own form, plus dispatchq's `priority` map."""
+
+    id: str
+    type: str
+    instructions: Any = None
+    criteria: Any = None
+    priority: dict[str, float] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The question as the SDK sends it (dispatchq's own keys removed)."""
+        return wire_question(self.type, self.instructions, self.criteria)
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    prompt: str
+    args: tuple[str, ...] = ()
+    format: str = "text"
+    model: str | None = None  # the model this kind's session runs, when it names one
+    # Code that runs around the spawn (`before_spawn`, `render_prompt`, `after_session`,
+    # `not_spawned`): set by built-in kinds such as the decision gate's, never from YAML.
+    hooks: SessionHooks | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of judgement and the tiers that can answer it."""
+
+    name: str
+    effect: str = "local"
+    check: str | None = None
+    check_fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    produce: tuple[tuple[str, ...], ...] = ()
+    verify: tuple[tuple[str, ...], ...] = ()
+    questions: dict[str, Question] = field(default_factory=dict)
+    answer: str | None = None
+    gate_on: tuple[str, ...] = ()
+    order: str | None = None
+    escalate: str = "session"
+    session: SessionSpec | None = None
+    digest: str = ""
+
+    @property
+    def has_code(self) -> bool:
+        return self.check is not None or bool(self.produce)
+
+    @property
+    def has_typed(self) -> bool:
+        return bool(self.questions)
+
+    @property
+    def gate_questions(self) -> tuple[str, ...]:
+        """The questions whose minimum confidence is the judgement's confidence."""
+        if self.gate_on:
+            return self.gate_on
+        return (self.answer,) if self.answer else ()
+
+
+class Kinds(dict[str, Kind]):
+    """The user's kinds, plus dispatchq's built-in kinds found by name but never listed.
+
+    The decision gate's analyst, restater and fixer are defined in code (their prompts and
+    hooks are part of the product), yet workers look a judgement's kind up by name like any
+    other. So `[]`, `get` and `in` also find the built-ins, while iterating, `len` and `==`
+    see only what the config file declared: a listing of "your kinds" stays yours.
+    """
+
+    def __init__(
+        self, kinds: Mapping[str, Kind] | None = None, builtin: Mapping[str, Kind] | None = None
+    ) -> None:
+        super().__init__(kinds or {})
+        self.builtin: dict[str, Kind] = dict(builtin or {})
+
+    def __getitem__(self, name: str) -> Kind:
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        if name in self.builtin:
+            return self.builtin[name]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self.builtin
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default

@@ -1,0 +1,94 @@
+"""What `dispatchq status` shows, gathered as data (its `--json` form is this dict).
+
+It lives in `queue/` because counting workers means asking RQ (`Worker.all`), and only
+`queue/` and `storage/` may import RQ; the CLI only renders what this returns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dispatchq import keys
+from dispatchq.core.judgement import STATUSES, TIERS
+from dispatchq.queue.liveness import job_liveness, live_rq_workers
+from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
+from dispatchq.triage.engine import status_section as triage_section
+from dispatchq.window.marker import status_section as window_section
+
+if TYPE_CHECKING:
+    from dispatchq.runtime import Runtime
+
+__all__ = ["collect_status"]
+
+
+def collect_status(rt: Runtime) -> dict[str, Any]:
+    """Everything `dispatchq status` shows, as data."""
+    dispatcher = rt.dispatcher
+    store = rt.store
+    depths: dict[str, int] = {}
+    for tier in ("code", "typed"):
+        depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
+    depths["session"] = store.line_depth([keys.session_line(rt.settings.host), keys.session_line()])
+    # Workers as they describe themselves, alive by their own recent heartbeat: a killed
+    # worker stops counting within a heartbeat, not when RQ's registration expires.
+    details = store.live_workers(ttl=rt.settings.heartbeat_interval + rt.settings.heartbeat_grace)
+    workers: dict[str, int] = dict.fromkeys(TIERS, 0)
+    for w in details:
+        if w.get("tier") in workers:
+            workers[w["tier"]] += 1
+    counts = {s: store.count(s) for s in STATUSES}
+    waiting: dict[str, int] = {}
+    for record in store.get_many(store.ids("waiting")):
+        if record is not None:
+            waiting[record.reason or "unknown"] = waiting.get(record.reason or "unknown", 0) + 1
+    answered = store.answered_counts()
+    data: dict[str, Any] = {
+        "redis": rt.settings.describe_redis(),
+        **store.server_facts(),
+        "queues": depths,
+        "workers": workers,
+        "worker_details": sorted(
+            details, key=lambda w: (w.get("tier", ""), w.get("host", ""), w.get("name", ""))
+        ),
+        "judgements": counts,
+        "answered": answered,
+        "sessions_avoided": answered["code"] + answered["typed"],
+        "waiting": waiting,
+        "scheduler": {
+            "alive": scheduler_alive(rt),
+            "scheduled_jobs": scheduler_for(rt).count(),
+        },
+        "typed": _typed_status(rt, details),
+        "judgements_orphaned": _orphaned(rt),
+    }
+    data.update(window_section(rt))
+    data["triage"] = triage_section(rt)
+    return data
+
+
+def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
+    """Keyless when the typed workers are: they are the tier, not the operator's shell.
+
+    With typed workers running, their own report decides (all keyless: keyless). With none
+    running, a typed worker's recent word that it ran without a key decides.
+    """
+    host = rt.store.typed_keyless_host()
+    typed = [w for w in details if w.get("tier") == "typed"]
+    keyless = all(w.get("keyless") for w in typed) if typed else host is not None
+    return {"keyless": keyless, "keyless_worker_host": host}
+
+
+def _orphaned(rt: Runtime) -> int:
+    """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
+    store = rt.store
+    running = [
+        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in ("code", "typed")
+    ]
+    if not running:
+        return 0
+    workers = live_rq_workers(rt.redis)
+    return sum(
+        1
+        for r in running
+        if job_liveness(rt.redis, getattr(r, "job", None), workers=workers).state == "orphaned"
+    )
