@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Check
-from dispatchq.findings.record import PinResult, Record, RecordStore
+from dispatchq.findings.plans import Check
+from dispatchq.findings.record import DecisionRecord, PinResult, RecordStore
 from dispatchq.findings.report import Decision
 from tests.conftest import REPO
 
@@ -191,8 +191,8 @@ class World:
                 return line[len(name) + 6 :]
         return None
 
-    def record(self) -> Record:
-        return Record(self.report, self.root, RecordStore(self.redis, self.root))
+    def record(self) -> DecisionRecord:
+        return DecisionRecord(self.report, self.root, RecordStore(self.redis, self.root))
 
     def decide(
         self,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatchq.errors import CheckError, ContractError, GrammarError, UnsafeToken
-from dispatchq.findings.boundary import GIT_SUBCOMMANDS, Check, Expectation, split_tokens
+from dispatchq.findings.plans import GIT_SUBCOMMANDS, Check, Expectation, split_tokens
 from dispatchq.findings.record import path_tokens, sanitize
 from dispatchq.findings.report import (
     RETIRED,

@@ -47,18 +47,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from dispatchq import keys
+from dispatchq.client import Client
 from dispatchq.config import Kind, SessionSpec
-from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.core.judgement import TrailEntry, canonical_json, sha256_hex
 from dispatchq.errors import Aborted, CheckError, ContractError, GitUnavailable, TamperError, UserError
-from dispatchq.findings.boundary import (
-    Approvals,
-    Check,
-    PlanResult,
-    parse_plan,
-    plan_rejection,
-    run_check,
-    run_plan,
-)
+from dispatchq.findings.boundary import Approvals, PlanResult, plan_rejection, run_check, run_plan
 from dispatchq.findings.contract import (
     ANALYST,
     ANALYST_BATCH,
@@ -93,12 +86,13 @@ from dispatchq.findings.contract import (
     sweep_options,
     who_tag,
 )
+from dispatchq.findings.plans import Check, parse_plan
 from dispatchq.findings.record import (
     UNPINNABLE,
+    DecisionRecord,
     Grade,
     Observation,
     PinSpec,
-    Record,
     RecordStore,
     block_hash,
     check_location,
@@ -110,7 +104,13 @@ from dispatchq.findings.record import (
     stalled_resolutions,
 )
 from dispatchq.findings.report import PLAN, STATUS, Decision, Finding
+from dispatchq.queue.worker import clean_started
+from dispatchq.runtime import set_runtime
+from dispatchq.storage.findings import FindingsStore
+from dispatchq.storage.locks import LeasedLock
 from dispatchq.tiers.hooks import GO, Requeue, SessionHooks, Settled, SpawnVerdict
+from dispatchq.tiers.session import burst
+from dispatchq.window import marker
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record as Judgement
@@ -180,22 +180,6 @@ def builtin_kinds() -> dict[str, Kind]:
 
 
 # --- the repository lock --------------------------------------------------------------------
-_TAKE = """
-local cur = redis.call('GET', KEYS[1])
-if (not cur) or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-  return 1
-end
-return 0
-"""
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-_DROP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 _KEEPERS: dict[str, threading.Event] = {}
 _KEEPERS_LOCK = threading.Lock()
 
@@ -214,12 +198,12 @@ class RepoLock:
         self.key = keys.findings_lock(repo)
         self.holder = f"j:{jid}"
         self.jid = jid
+        self.lock = LeasedLock(runtime.redis, self.key, self.holder)
 
     def acquire(self, *, wait: float) -> bool:
-        take = self.runtime.redis.register_script(_TAKE)
         deadline = time.monotonic() + wait
         while True:
-            if take(keys=[self.key], args=[self.holder, LOCK_LEASE]):
+            if self.lock.take(LOCK_LEASE):
                 self._keep()
                 return True
             if time.monotonic() >= deadline:
@@ -232,7 +216,7 @@ class RepoLock:
                 return
             stop = threading.Event()
             _KEEPERS[self.holder] = stop
-        renew = self.runtime.redis.register_script(_RENEW)
+        lock = self.lock
         limit = time.monotonic() + self.runtime.settings.session_timeout + 3600
         store = self.runtime.store
 
@@ -242,7 +226,7 @@ class RepoLock:
                 # A job that died and was put back in line no longer holds the repository.
                 if record is None or record.status in ("queued", "waiting", "failed", "cancelled"):
                     break
-                if not renew(keys=[self.key], args=[self.holder, LOCK_LEASE]):
+                if not lock.renew(LOCK_LEASE):
                     break
             with _KEEPERS_LOCK:
                 if _KEEPERS.get(self.holder) is stop:
@@ -255,16 +239,12 @@ class RepoLock:
             stop = _KEEPERS.pop(self.holder, None)
         if stop is not None:
             stop.set()
-        self.runtime.redis.register_script(_DROP)(keys=[self.key], args=[self.holder])
+        self.lock.drop()
 
 
 # --- one fixer attempt ----------------------------------------------------------------------
 def _iso_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def _text(raw: Any) -> str:
-    return raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
 
 
 @dataclass
@@ -275,12 +255,13 @@ class AttemptState:
     key: str
 
     def load(self) -> dict[str, Any]:
-        raw = self.runtime.redis.hgetall(self.key)
-        return {_text(k): json.loads(_text(v)) for k, v in raw.items()}
+        return {
+            k: json.loads(v) for k, v in FindingsStore(self.runtime.redis).attempt_fields(self.key).items()
+        }
 
     def save(self, **fields: Any) -> None:
-        self.runtime.redis.hset(self.key, mapping={k: json.dumps(v) for k, v in fields.items()})
-        self.runtime.redis.expire(self.key, 90 * 86_400)
+        encoded = {k: json.dumps(v) for k, v in fields.items()}
+        FindingsStore(self.runtime.redis).save_attempt_fields(self.key, encoded)
 
 
 def observed_paths(finding: Finding, report_findings: Iterable[Finding], root: Path) -> list[str]:
@@ -354,7 +335,7 @@ class FixerJob:
         except (KeyError, TypeError, ValueError):
             raise UserError(f"{judgement.id}: not a decision-gate fixer judgement") from None
         self.status_at_start = state.get("status_at_start")
-        self.record = Record(self.report, self.root, RecordStore(runtime.redis, self.root))
+        self.record = DecisionRecord(self.report, self.root, RecordStore(runtime.redis, self.root))
         self.repo = repo_id(self.root)
         self.ref = self.record.ref(self.fid)
         self.state = AttemptState(
@@ -385,8 +366,6 @@ class FixerJob:
         self.state.save(outcome=outcome, phase="done")
         store = self.runtime.store
         if transition:
-            from dispatchq.core.judgement import TrailEntry
-
             store.transition(
                 self.judgement.id,
                 "answered",
@@ -681,12 +660,6 @@ def settle(
     died is recovered the RQ way (its abandoned job is failed, and the session tier puts it
     back in line), so a re-run never waits on a dead process forever.
     """
-    from rq.registry import StartedJobRegistry
-
-    from dispatchq.runtime import set_runtime
-    from dispatchq.tiers.session import burst
-    from dispatchq.window import marker
-
     set_runtime(runtime)
     settings = runtime.settings
     idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
@@ -703,14 +676,13 @@ def settle(
         closed = marker.blocking(marker.all_markers(runtime), None)
         if closed and all(r.status != "running" for r in pending):
             return marker.waiting_reason(max(closed, key=lambda m: m.lifts_at))
-        blocked = runtime.redis.hget(keys.SESSION_BLOCKED, settings.host)
+        blocked = FindingsStore(runtime.redis).session_blocked(settings.host)
         if blocked:
-            return f"sessions cannot start on this host: {_text(blocked)}"
+            return f"sessions cannot start on this host: {blocked}"
         if time.monotonic() - last > idle_limit:
             return "nothing finished them in time (is another worker holding them?)"
         if any(r.status == "running" for r in pending):
-            for queue in runtime.dispatcher.queues_for("session"):
-                StartedJobRegistry(queue.name, connection=runtime.redis).cleanup()
+            clean_started(runtime.redis, runtime.dispatcher.queues_for("session"))
         if not told and on_wait is not None:
             told = True
             on_wait("waiting for sessions to finish (a session slot is busy, or one is still running)")
@@ -748,7 +720,7 @@ class Gate:
     def __post_init__(self) -> None:
         self.report = Path(os.path.realpath(self.report))
         self.root = Path(os.path.realpath(self.root))
-        self.record = Record(self.report, self.root, RecordStore(self.runtime.redis, self.root))
+        self.record = DecisionRecord(self.report, self.root, RecordStore(self.runtime.redis, self.root))
         self.repo = repo_id(self.root)
         self.today = dt.date.today()
         self.who = who_tag(_user())
@@ -757,8 +729,6 @@ class Gate:
             where = "; ".join(f"line {p.line}: {p.message}" for p in parsed.problems)
             raise UserError(f"{self.report}: the report does not parse: {where}")
         self.status_at_start = {f.id: f.value(STATUS) for f in parsed.findings}
-        from dispatchq.client import Client
-
         self.client = Client(runtime=self.runtime)
 
     # --- selection ---------------------------------------------------------------------------

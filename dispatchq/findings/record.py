@@ -28,23 +28,15 @@ import os
 import posixpath
 import re
 import socket
-import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from dispatchq import keys
+from dispatchq import git
 from dispatchq.errors import CheckError, GitUnavailable, TamperError, UnsafeToken, UserError
-from dispatchq.findings.boundary import (
-    Check,
-    PlanResult,
-    contain,
-    format_plan,
-    parse_plan,
-    run_git,
-    syntactic_path_problem,
-)
+from dispatchq.findings.boundary import PlanResult, contain, exists_in
+from dispatchq.findings.plans import Check, format_plan, parse_plan, syntactic_path_problem
 from dispatchq.findings.report import (
     DECISION,
     DISPATCH,
@@ -76,6 +68,7 @@ from dispatchq.findings.report import (
     read_report,
     update_finding,
 )
+from dispatchq.storage.findings import FindingsStore
 
 if TYPE_CHECKING:
     import redis
@@ -102,7 +95,7 @@ STATES = (
 def git_toplevel(start: Path | str) -> Path:
     """The repository root holding `start`, resolved physically."""
     try:
-        done = run_git(start, ["rev-parse", "--show-toplevel"])
+        done = git.run(start, ["rev-parse", "--show-toplevel"])
     except FileNotFoundError:
         raise UserError("git is not installed") from None
     except NotADirectoryError:
@@ -334,12 +327,12 @@ def hash_paths(root: Path | str, paths: Iterable[str], *, timeout: float = 60.0)
             queue.append(path)
     for start in range(0, len(queue), 200):
         chunk = queue[start : start + 200]
-        hashes = _hash_object(root, chunk, timeout)
+        hashes = git.hash_objects(root, chunk, timeout=timeout)
         if hashes is not None:
             out.update(zip(chunk, hashes, strict=True))
             continue
         for path in chunk:  # one of them changed under us: find out which, one at a time
-            single = _hash_object(root, [path], timeout)
+            single = git.hash_objects(root, [path], timeout=timeout)
             if single is not None:
                 out[path] = single[0]
             elif not os.path.lexists(root / path):
@@ -347,19 +340,6 @@ def hash_paths(root: Path | str, paths: Iterable[str], *, timeout: float = 60.0)
             else:
                 out[path] = "!git hash-object failed"
     return out
-
-
-def _hash_object(root: Path, paths: Sequence[str], timeout: float) -> list[str] | None:
-    try:
-        done = run_git(root, ["hash-object", "--no-filters", "--", *paths], timeout=timeout)
-    except FileNotFoundError:
-        raise GitUnavailable("git is not installed") from None
-    except subprocess.TimeoutExpired:
-        return None
-    hashes = done.stdout.decode("ascii", "replace").split()
-    if done.returncode != 0 or len(hashes) != len(paths):
-        return None
-    return hashes
 
 
 # --- rule 8: pins --------------------------------------------------------------------------
@@ -463,7 +443,7 @@ class Observation:
 
 def porcelain(root: Path | str) -> list[str]:
     """Paths `git status --porcelain` lists (untracked files one by one, renames split)."""
-    done = run_git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"])
+    done = git.run(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"])
     if done.returncode != 0:
         raise GitUnavailable(done.stderr.decode("utf-8", "replace").strip() or "git status failed")
     out = []
@@ -920,10 +900,6 @@ def dispatch_copy(finding: Finding, *, status_at_run_start: str | None) -> str:
 
 
 # --- rule 14: tamper evidence, the dispatch log (Redis) -------------------------------------
-def _text(raw: object) -> str:
-    return raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-
-
 @dataclass
 class RecordStore:
     """dispatchq's own copy of what it wrote, and the dispatch log, for one checkout.
@@ -931,24 +907,23 @@ class RecordStore:
     The report may sit in the tree a fixer edits, so the report alone cannot prove who
     wrote a line. After every write dispatchq keeps the finding's loop-written lines as it
     left them; before every use it compares. A line anyone else changed is reported, and
-    the finding is set aside.
+    the finding is set aside. The Redis operations are `FindingsStore`'s.
     """
 
     redis: redis.Redis
     root: Path
     repo: str = field(init=False)
+    store: FindingsStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.repo = repo_id(self.root)
-
-    def _lines_key(self, ref: str) -> str:
-        return keys.findings_lines(self.repo, ref)
+        self.store = FindingsStore(self.redis)
 
     def written(self, ref: str) -> list[tuple[str, str]] | None:
-        raw = self.redis.hget(self._lines_key(ref), "lines")
+        raw = self.store.written_lines(self.repo, ref)
         if raw is None:
             return None
-        return [(str(n), str(v)) for n, v in json.loads(_text(raw))]
+        return [(str(n), str(v)) for n, v in json.loads(raw)]
 
     def remember(self, ref: str, finding: Finding) -> None:
         """Keep the finding's loop-written lines as just written (called under the report lock)."""
@@ -956,10 +931,8 @@ class RecordStore:
         previous = self.written(ref) or []
         old_pin = next((v for n, v in previous if n == PIN), None)
         new_pin = next((v for n, v in lines if n == PIN), None)
-        mapping: dict[str, str] = {"lines": json.dumps(lines)}
-        if new_pin != old_pin:
-            mapping["pin_log"] = str(self.redis.llen(keys.findings_dispatch_log(self.repo)))
-        self.redis.hset(self._lines_key(ref), mapping=mapping)
+        pin_log = self.store.dispatch_log_length(self.repo) if new_pin != old_pin else None
+        self.store.save_lines(self.repo, ref, json.dumps(lines), pin_log=pin_log)
 
     def changes(self, ref: str, finding: Finding) -> list[str]:
         """Every difference between the report's loop-written lines and dispatchq's copy."""
@@ -986,8 +959,7 @@ class RecordStore:
 
     def pin_position(self, ref: str) -> int:
         """How long the dispatch log was when the current pin was written."""
-        raw = self.redis.hget(self._lines_key(ref), "pin_log")
-        return int(_text(raw)) if raw is not None else 0
+        return self.store.pin_log_position(self.repo, ref)
 
     def log_dispatch(
         self, ref: str, attempt: int, before: Observation, after: Observation, *, at: str
@@ -1000,14 +972,13 @@ class RecordStore:
             "before": dict(before.values),
             "after": dict(after.values),
         }
-        return int(self.redis.rpush(keys.findings_dispatch_log(self.repo), json.dumps(entry)))
+        return self.store.append_dispatch(self.repo, json.dumps(entry))
 
     def log_since(self, position: int) -> list[DispatchLogEntry]:
         """Dispatches logged after the first `position` entries, oldest first."""
-        raw = self.redis.lrange(keys.findings_dispatch_log(self.repo), position, -1)
         out = []
-        for offset, item in enumerate(raw):
-            data = json.loads(_text(item))
+        for offset, item in enumerate(self.store.dispatches_since(self.repo, position)):
+            data = json.loads(item)
             out.append(
                 DispatchLogEntry(
                     position + offset + 1,
@@ -1023,7 +994,7 @@ class RecordStore:
 
 # --- the record of one report ------------------------------------------------------------------
 @dataclass
-class Record:
+class DecisionRecord:
     """One report in one checkout, with dispatchq's store when there is one.
 
     Every write goes through `update`: under the report's lock it re-reads the report,
@@ -1194,7 +1165,7 @@ def _plan_paths(finding: Finding, root: Path | str) -> list[Violation]:
     out = []
     for check in checks:
         try:
-            operands = check.path_operands(root)
+            operands = check.path_operands(exists_in(root))
         except CheckError as error:
             out.append(Violation(line.number, f"check `{check.text}`: {error}"))
             continue

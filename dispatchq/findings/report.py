@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from dispatchq.errors import CheckError, GrammarError, ReportError, UserError
-from dispatchq.findings.boundary import parse_plan
+from dispatchq.findings.plans import parse_plan
 
 T = TypeVar("T")
 
@@ -611,8 +611,8 @@ class Report:
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError as error:
-                line = data[: error.start].count(b"\n") + 1
-                raise ReportError(path, [(line, f"not valid UTF-8 (byte {error.start})")]) from None
+                at_line = data[: error.start].count(b"\n") + 1
+                raise ReportError(path, [(at_line, f"not valid UTF-8 (byte {error.start})")]) from None
         else:
             text = data
         lines = split_lines(text)

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
 from rq.job import Job
+from rq.registry import StartedJobRegistry
 
 from dispatchq.core.judgement import TrailEntry
 
 if TYPE_CHECKING:
+    import redis
+
     from dispatchq.runtime import Runtime
 
 log = logging.getLogger("dispatchq.queue.worker")
@@ -196,3 +200,14 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
 
         release_due_retries(runtime)
     return {"delayed_retries_left": left_delayed}
+
+
+def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:
+    """Fail the abandoned jobs of `queues` the RQ way (a started job whose worker died).
+
+    RQ notices an abandoned job only when its started registry is cleaned; a caller that
+    waits on jobs in-process (the decision gate's settle) calls this so it never waits on
+    a dead worker's job forever.
+    """
+    for queue in queues:
+        StartedJobRegistry(queue.name, connection=redis_client).cleanup()

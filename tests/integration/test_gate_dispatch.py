@@ -1,7 +1,7 @@
 """The decision gate's stages 3-4 end to end: `dispatchq findings dispatch` (unattended) with the
 fake `claude` as a fixer that edits a real git checkout as told, real Redis, real subprocesses.
 
-Decisions are set up exactly as the sweep writes them (through `Record.write_decision`, so
+Decisions are set up exactly as the sweep writes them (through `DecisionRecord.write_decision`, so
 dispatchq's tamper evidence knows them); what is asserted is what the report says afterwards,
 what the run summary discloses, and how many fixers were spawned.
 """
@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
-from dispatchq.findings.boundary import Approvals, parse_plan
+from dispatchq.findings.boundary import Approvals
+from dispatchq.findings.plans import parse_plan
 from dispatchq.findings.record import repo_id
 from tests.conftest import run_cli
 from tests.gate_support import (

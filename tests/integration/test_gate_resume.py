@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Approvals, parse_plan
+from dispatchq.findings.boundary import Approvals
+from dispatchq.findings.plans import parse_plan
 from dispatchq.findings.record import repo_id
 from tests.gate_support import (
     GONE,

@@ -11,7 +11,6 @@ import pytest
 
 from dispatchq.config import load_config, parse_config
 from dispatchq.errors import ConfigError, ContractError
-from dispatchq.findings.boundary import Check
 from dispatchq.findings.contract import (
     ANALYST,
     FIXER,
@@ -35,6 +34,7 @@ from dispatchq.findings.contract import (
     supported,
     sweep_options,
 )
+from dispatchq.findings.plans import Check
 from dispatchq.findings.report import Report
 from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
