@@ -28,8 +28,6 @@ from dispatchq.settings import parent_environment
 
 __all__ = [
     "DEFAULT_GIT_TIMEOUT",
-    "GIT_HARDENING",
-    "GitError",
     "add_worktree",
     "commit_to_branch",
     "diff_all",

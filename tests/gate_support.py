@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
+from dispatchq.findings.lines import Decision
+from dispatchq.findings.pins import PinResult
 from dispatchq.findings.plans import Check
-from dispatchq.findings.record import DecisionRecord, PinResult, RecordStore
-from dispatchq.findings.report import Decision
+from dispatchq.findings.record import DecisionRecord, RecordStore
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "fake_claude.py"

@@ -1,1 +1,2 @@
+__all__ = []
 """The decision record for findings: report and plan grammars, boundary, record, gate."""

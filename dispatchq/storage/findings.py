@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from dispatchq import keys
 from dispatchq.core.text import as_text
 
-__all__ = ["ATTEMPT_TTL", "FindingsStore"]
+__all__ = [
+    "ATTEMPT_TTL",
+    "FindingsStore",
+]
 
 ATTEMPT_TTL = 90 * 86_400  # seconds an attempt's own state outlives its last write
 
@@ -42,7 +46,7 @@ class FindingsStore:
 
     def save_lines(self, repo: str, ref: str, lines: str, *, pin_log: int | None = None) -> None:
         """Keep the lines as written; `pin_log` records the log length when the pin changed."""
-        mapping: dict[str, str] = {"lines": lines}
+        mapping: dict[FieldT, EncodableT] = {"lines": lines}
         if pin_log is not None:
             mapping["pin_log"] = str(pin_log)
         self.redis.hset(keys.findings_lines(repo, ref), mapping=mapping)
@@ -76,7 +80,8 @@ class FindingsStore:
 
     def save_attempt_fields(self, key: str, fields: Mapping[str, str]) -> None:
         """Write fields of an attempt's state and push its expiry out again."""
-        self.redis.hset(key, mapping=dict(fields))
+        mapping: dict[FieldT, EncodableT] = dict(fields.items())
+        self.redis.hset(key, mapping=mapping)
         self.redis.expire(key, ATTEMPT_TTL)
 
     # --- the session tier's host block, as the gate reads it -------------------------------------

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import redis
 
-__all__ = ["LeasedLock"]
+__all__ = [
+    "LeasedLock",
+]
 
 _TAKE = """
 local cur = redis.call('GET', KEYS[1])

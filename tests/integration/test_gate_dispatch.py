@@ -18,8 +18,8 @@ import pytest
 
 from dispatchq import keys
 from dispatchq.findings.boundary import Approvals
+from dispatchq.findings.pins import repo_id
 from dispatchq.findings.plans import parse_plan
-from dispatchq.findings.record import repo_id
 from tests.conftest import run_cli
 from tests.gate_support import (
     GONE,
@@ -276,7 +276,7 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
-    from dispatchq.findings.gate import RepoLock
+    from dispatchq.findings.fixer import RepoLock
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 

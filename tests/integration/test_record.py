@@ -13,49 +13,17 @@ import pytest
 
 from dispatchq.errors import TamperError, UnsafeToken, UserError
 from dispatchq.findings.boundary import CheckResult, PlanResult
-from dispatchq.findings.plans import Check, parse_plan
-from dispatchq.findings.record import (
-    ABSENT,
-    UNPINNABLE,
-    DecisionRecord,
-    DispatchLogEntry,
+from dispatchq.findings.grading import (
     Grade,
     Observation,
-    PinSpec,
-    RecordStore,
-    apply_grade,
-    block_hash,
-    canonical_block,
     changed_paths,
-    check_location,
-    compare_pin,
-    compute_pin,
-    dispatch_copy,
     expected_set,
-    finding_ref,
-    finding_state,
-    git_toplevel,
     grade,
-    hash_paths,
-    mark_dispatch,
     observe,
-    path_tokens,
-    pin_from_disk,
-    pin_specs,
     porcelain,
-    record_interrupted,
-    reject,
-    repo_id,
-    restore_dispatch,
-    sanitize,
-    specs_for,
-    stalled_resolutions,
-    supersede,
     verification_line,
-    write_decision,
-    write_location,
 )
-from dispatchq.findings.report import (
+from dispatchq.findings.lines import (
     DECISION,
     DISPATCH,
     LOCATION,
@@ -65,13 +33,46 @@ from dispatchq.findings.report import (
     STATUS,
     VERIFICATION,
     Decision,
-    FindingEditor,
     Pin,
     PinEntry,
-    Report,
-    finding_violations,
-    lock_path,
 )
+from dispatchq.findings.pins import (
+    ABSENT,
+    UNPINNABLE,
+    DispatchLogEntry,
+    PinSpec,
+    block_hash,
+    canonical_block,
+    check_location,
+    compare_pin,
+    compute_pin,
+    finding_ref,
+    git_toplevel,
+    hash_paths,
+    path_tokens,
+    pin_from_disk,
+    pin_specs,
+    repo_id,
+    sanitize,
+    specs_for,
+)
+from dispatchq.findings.plans import Check, parse_plan
+from dispatchq.findings.record import (
+    DecisionRecord,
+    RecordStore,
+    apply_grade,
+    dispatch_copy,
+    finding_state,
+    mark_dispatch,
+    record_interrupted,
+    reject,
+    restore_dispatch,
+    stalled_resolutions,
+    supersede,
+    write_decision,
+    write_location,
+)
+from dispatchq.findings.report import FindingEditor, Report, finding_violations, lock_path
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40
