@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from dispatchq.errors import CheckError, ContractError, GrammarError, UnsafeToken
 from dispatchq.findings.lines import RETIRED, Decision, one_physical_line, parse_path_line
-from dispatchq.findings.pins import path_tokens, sanitize
 from dispatchq.findings.plans import GIT_SUBCOMMANDS, Check, Expectation, split_tokens
 from dispatchq.findings.prompts import is_feedback_origin
 from dispatchq.findings.report import Finding
+from dispatchq.findings.tokens import path_tokens, sanitize
 
 __all__ = [
     "ANALYST",

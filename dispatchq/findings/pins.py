@@ -42,6 +42,7 @@ from dispatchq.findings.report import (
     is_loop_line,
     read_report,
 )
+from dispatchq.findings.tokens import LINE_SUFFIX, path_tokens, sanitize
 
 __all__ = [
     "ABSENT",
@@ -60,12 +61,10 @@ __all__ = [
     "finding_ref",
     "git_toplevel",
     "hash_paths",
-    "path_tokens",
     "pin_from_disk",
     "pin_specs",
     "repo_id",
     "report_content_hash",
-    "sanitize",
     "specs_for",
 ]
 
@@ -152,63 +151,8 @@ def check_location(root: Path | str, value: str | None) -> LocationCheck:
     return LocationCheck(True, token, verdict.path, first, last, None)
 
 
-# --- rule 9: sanitisation; rule 8: the pinned set ------------------------------------------
-_ALLOWED = re.compile(r"^[A-Za-z0-9._/+@,-]+$")
-_LINE_SUFFIX = re.compile(r":\d+(?:-\d+)?$")
-_LEAD = "([{<\"'`*_"
-_TRAIL = ".,;:!?)]}>\"'`*_"
-_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$")
-_NOT_PATHS = {"e.g", "i.e", "etc", "vs", "cf", "and/or", "either/or", "a/b", "yes/no", "on/off", "n/a"}
+# --- rule 8: the pinned set -----------------------------------------------------------------
 _DEICTIC = re.compile(r"\b(?:here|there|this (?:file|line|location|spot|place|mention|reference))\b", re.I)
-
-
-def sanitize(token: str) -> str:
-    """The path a document-derived token names, if it passes the allow-list.
-
-    The `:<line>` suffix is stripped first; then every character must be one of
-    `A–Z a–z 0–9 . _ / - + @ ,` and the path must not start with `-`. A token that fails
-    is rejected by name, never repaired: escaping moves the problem into the quoting.
-    """
-    path = _LINE_SUFFIX.sub("", token)
-    if not path:
-        raise UnsafeToken(f"{token!r}: empty path")
-    if path.startswith("-"):
-        raise UnsafeToken(f"{token!r}: a leading '-' could be read as an option")
-    bad = sorted({ch for ch in path if not _ALLOWED.match(ch)})
-    if bad:
-        raise UnsafeToken(f"{token!r}: {''.join(bad)!r} outside the allow-list")
-    return path
-
-
-def _strip_punctuation(raw: str) -> str:
-    token = raw.lstrip(_LEAD)
-    while token and token[-1] in _TRAIL:
-        close = token[-1]
-        opener = {")": "(", "]": "[", "}": "{", ">": "<"}.get(close)
-        if opener and token.count(opener) >= token.count(close):
-            break  # `$(id)` keeps its own parenthesis: the token is judged whole
-        token = token[:-1]
-    return token
-
-
-def path_tokens(text: str) -> list[str]:
-    """Path tokens in prose, recognised by their shape alone (never by the filesystem).
-
-    A whitespace-delimited token holding a `/` or ending in a file extension, with an
-    optional `:<line>` or `:<line>-<line>`, surrounding punctuation and backticks
-    stripped. The filesystem is not consulted because `absent` must be pinnable.
-    """
-    out = []
-    for raw in text.split():
-        token = _strip_punctuation(raw)
-        if not token or "://" in token:
-            continue
-        base = _LINE_SUFFIX.sub("", token)
-        if base.lower() in _NOT_PATHS or base.lower().rstrip(".") in _NOT_PATHS:
-            continue
-        if "/" in base or _EXTENSION.search(base):
-            out.append(token)
-    return out
 
 
 @dataclass(frozen=True)
@@ -249,11 +193,11 @@ def pin_specs(
             else:
                 path = posixpath.normpath(path)
         except UnsafeToken as error:
-            path, rejected = _LINE_SUFFIX.sub("", token) or token, str(error)
+            path, rejected = LINE_SUFFIX.sub("", token) or token, str(error)
         given = roles.get(path)
         if given in ("edit", "ref"):
             role: Role = given  # type: ignore[assignment]
-        elif is_target or _LINE_SUFFIX.search(token):
+        elif is_target or LINE_SUFFIX.search(token):
             role = "edit"
         else:
             role = "ref"

@@ -49,11 +49,9 @@ from dispatchq.findings.pins import (
     finding_ref,
     git_toplevel,
     hash_paths,
-    path_tokens,
     pin_from_disk,
     pin_specs,
     repo_id,
-    sanitize,
     specs_for,
 )
 from dispatchq.findings.plans import Check, parse_plan
@@ -73,6 +71,7 @@ from dispatchq.findings.record import (
     write_location,
 )
 from dispatchq.findings.report import FindingEditor, Report, finding_violations, lock_path
+from dispatchq.findings.tokens import path_tokens, sanitize
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40
