@@ -25,7 +25,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -555,33 +555,28 @@ class Approvals:
 
     Each approval is bound to the plan digest and the exact argv: a changed plan, a
     changed argv or a different finding is simply not approved. Nothing written into the
-    report can approve anything, because this is never read from the report. `store` is
-    a `FindingsStore`, or a Redis client one is made around.
+    report can approve anything, because this is never read from the report. The Redis
+    operations are `FindingsStore`'s.
     """
 
-    store: FindingsStore | redis.Redis
+    redis: redis.Redis
     repo_id: str
     finding: str
+    store: FindingsStore = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.store, FindingsStore):
-            self.store = FindingsStore(self.store)
-
-    @property
-    def _store(self) -> FindingsStore:
-        assert isinstance(self.store, FindingsStore)
-        return self.store
+        self.store = FindingsStore(self.redis)
 
     def approve(self, checks: Sequence[Check], argv: Sequence[str], *, who: str, at: str) -> None:
         digest = plan_digest(checks)
         if not any(c.kind == "run" and list(c.args) == list(argv) for c in checks):
             raise CheckError(f"argv {list(argv)!r} is not a `run` check of this plan")
         value = json.dumps({"argv": list(argv), "plan": digest, "by": who, "at": at})
-        self._store.save_approval(self.repo_id, self.finding, _approval_field(digest, argv), value)
+        self.store.save_approval(self.repo_id, self.finding, _approval_field(digest, argv), value)
 
     def is_approved(self, checks: Sequence[Check], argv: Sequence[str]) -> bool:
         digest = plan_digest(checks)
-        raw = self._store.approval(self.repo_id, self.finding, _approval_field(digest, argv))
+        raw = self.store.approval(self.repo_id, self.finding, _approval_field(digest, argv))
         if raw is None:
             return False
         stored = json.loads(raw)
@@ -592,4 +587,4 @@ class Approvals:
         return lambda check: check.kind == "run" and self.is_approved(checks, check.args)
 
     def revoke_all(self) -> None:
-        self._store.revoke_approvals(self.repo_id, self.finding)
+        self.store.revoke_approvals(self.repo_id, self.finding)
