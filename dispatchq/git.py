@@ -1,4 +1,13 @@
-"""The git operations the code tier needs, as argv lists with no shell.
+"""The one git runner: argv lists, no shell, a scrubbed environment, git's knobs pinned.
+
+Every git child dispatchq starts goes through `run`: the code tier's produce-and-verify
+worktrees, the dispatcher's checkout fingerprint, the decision record's pins and
+observations, and the execution boundary's read-only checks. One runner means one set of
+rules: config that could turn a read into a run is overridden on the command line
+(`GIT_HARDENING`), every inherited `GIT_*` variable is dropped (GIT_DIR, GIT_EXTERNAL_DIFF
+and friends would redirect or extend what a call does), and the rest of the environment
+is the parent's after `child_environment` withheld the secrets. The parent environment is
+an argument; when a caller gives none it comes from `dispatchq.settings`, the one reader.
 
 Produce-and-verify must never touch a person's working tree, so it works in a
 temporary worktree at HEAD; the content key must change when the tree does, so it
@@ -9,25 +18,107 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dispatchq.errors import GitError
+from dispatchq.errors import GitError, GitUnavailable
+from dispatchq.findings.plans import GIT_HARDENING
+from dispatchq.launcher.environment import child_environment
+from dispatchq.settings import parent_environment
+
+__all__ = [
+    "DEFAULT_GIT_TIMEOUT",
+    "add_worktree",
+    "commit_to_branch",
+    "diff_all",
+    "fingerprint",
+    "git_environment",
+    "hash_objects",
+    "head",
+    "remove_worktree",
+    "run",
+    "run_git",
+    "toplevel",
+]
+
+DEFAULT_GIT_TIMEOUT = 60.0
+
+
+def git_environment(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for every git child: scrubbed, with git's own knobs pinned."""
+    source = parent_environment() if parent is None else parent
+    env = {k: v for k, v in child_environment(source).items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_PAGER="cat",
+        PAGER="cat",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_NO_LAZY_FETCH="1",
+        GIT_LITERAL_PATHSPECS="1",
+        GIT_OPTIONAL_LOCKS="0",
+    )
+    return env
+
+
+def run(
+    root: Path | str | None,
+    args: Sequence[str],
+    *,
+    parent: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float = DEFAULT_GIT_TIMEOUT,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `git <hardening> <args>` in `root`; never through a shell.
+
+    Raises what `subprocess.run` raises (FileNotFoundError when git or `root` is missing,
+    TimeoutExpired): callers decide what each means for them.
+    """
+    return subprocess.run(
+        ["git", *GIT_HARDENING, *args],
+        cwd=root,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        capture_output=True,
+        env=git_environment(parent),
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_git(
     repo: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True, timeout: float = 120
 ) -> subprocess.CompletedProcess[bytes]:
-    argv = ["git", "-C", str(repo), *args]
+    """`run` with `-C repo`, any failure to run (or, with `check`, a non-zero exit) a GitError.
+
+    `env` is the parent environment the child's is derived from (see `git_environment`).
+    """
     try:
-        done = subprocess.run(
-            argv, capture_output=True, env=dict(env) if env is not None else None, timeout=timeout
-        )
+        done = run(None, ["-C", str(repo), *args], parent=env, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise GitError(f"git {args[0]}: {error}") from None
     if check and done.returncode != 0:
         raise GitError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
     return done
+
+
+def hash_objects(
+    root: Path | str, paths: Sequence[str], *, timeout: float = DEFAULT_GIT_TIMEOUT
+) -> list[str] | None:
+    """`git hash-object --no-filters -- <paths>`: one blob hash per path, or None when git
+    failed or timed out (a path changed under us). Raises GitUnavailable with no git.
+
+    `--no-filters` hashes the bytes on disk and never runs a clean filter the repository
+    configures.
+    """
+    try:
+        done = run(root, ["hash-object", "--no-filters", "--", *paths], timeout=timeout)
+    except FileNotFoundError:
+        raise GitUnavailable("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        return None
+    hashes = done.stdout.decode("ascii", "replace").split()
+    if done.returncode != 0 or len(hashes) != len(paths):
+        return None
+    return hashes
 
 
 def toplevel(path: Path, env: Mapping[str, str] | None = None) -> Path | None:

@@ -15,7 +15,7 @@ import threading
 
 from dispatchq import logs
 from dispatchq.config import Config, load_config
-from dispatchq.findings.gate import builtin_kinds
+from dispatchq.findings.kinds import builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.queue import scheduler, worker
 from dispatchq.runtime import Runtime

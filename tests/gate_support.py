@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Check
-from dispatchq.findings.record import PinResult, Record, RecordStore
-from dispatchq.findings.report import Decision
+from dispatchq.findings.lines import Decision
+from dispatchq.findings.pins import PinResult
+from dispatchq.findings.plans import Check
+from dispatchq.findings.record import DecisionRecord, RecordStore
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "fake_claude.py"
@@ -191,8 +192,8 @@ class World:
                 return line[len(name) + 6 :]
         return None
 
-    def record(self) -> Record:
-        return Record(self.report, self.root, RecordStore(self.redis, self.root))
+    def record(self) -> DecisionRecord:
+        return DecisionRecord(self.report, self.root, RecordStore(self.redis, self.root))
 
     def decide(
         self,

@@ -30,15 +30,21 @@ from typing import Any
 
 import click
 
-from dispatchq.findings.record import (
-    check_location,
-    compute_pin,
-    finding_state,
-    git_toplevel,
-    inspect_finding,
-    specs_for,
-)
-from dispatchq.findings.report import LOCATION, read_report
+from dispatchq.findings.lines import LOCATION
+from dispatchq.findings.pins import check_location, compute_pin, git_toplevel, specs_for
+from dispatchq.findings.record import finding_state, inspect_finding
+from dispatchq.findings.report import read_report
+
+__all__ = [
+    "check",
+    "dispatch",
+    "findings",
+    "pin",
+    "register",
+    "repository",
+    "run",
+    "sweep",
+]
 
 _REPORT = click.argument("report", type=click.Path(path_type=Path, dir_okay=True))
 _REPO = click.option(
@@ -145,7 +151,9 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
     from dispatchq.config import load_config
-    from dispatchq.findings.gate import Gate, Terminal, builtin_kinds
+    from dispatchq.findings.gate import Gate
+    from dispatchq.findings.kinds import builtin_kinds
+    from dispatchq.findings.terminal import Terminal
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.processes import build_runtime, set_runtime
 

@@ -30,6 +30,10 @@ done (as `dispatchq run` does), so a gate works with or without the Procfile's w
 running `dispatchq worker session` may take the same judgements, and the command simply
 waits for them. A closed usage window stops the waiting; the judgements stay in line and
 a later run (or a worker, after the lift) picks them up.
+
+Around this orchestrator: `kinds` (the three session kinds and the hooks the session tier
+calls), `fixer` (one fixer attempt inside its job: stages 3 to 4), `terminal` (where a
+person answers) and `settle` (waiting for the judgements in this process).
 """
 
 from __future__ import annotations
@@ -38,27 +42,15 @@ import datetime as dt
 import getpass
 import json
 import os
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
-from dispatchq.config import Kind, SessionSpec
+from dispatchq.client import Client
 from dispatchq.core.judgement import canonical_json, sha256_hex
-from dispatchq.errors import Aborted, CheckError, ContractError, GitUnavailable, TamperError, UserError
-from dispatchq.findings.boundary import (
-    Approvals,
-    Check,
-    PlanResult,
-    parse_plan,
-    plan_rejection,
-    run_check,
-    run_plan,
-)
+from dispatchq.errors import Aborted, ContractError, GitUnavailable, TamperError, UserError
+from dispatchq.findings.boundary import Approvals, plan_rejection, run_check
 from dispatchq.findings.contract import (
     ANALYST,
     ANALYST_BATCH,
@@ -68,15 +60,10 @@ from dispatchq.findings.contract import (
     Alternative,
     Proposal,
     Summary,
-    analyst_prompt,
     announce_analysis,
     batches,
     display,
-    finding_state,
-    fixer_prompt,
-    foreign_tokens,
     indent,
-    new_nonce,
     options_line,
     parse_analysis,
     parse_choice,
@@ -87,632 +74,32 @@ from dispatchq.findings.contract import (
     render_proposal,
     render_retired,
     render_source,
-    restater_prompt,
-    reviewer_text,
     supported,
     sweep_options,
     who_tag,
 )
-from dispatchq.findings.record import (
-    UNPINNABLE,
-    Grade,
-    Observation,
-    PinSpec,
-    Record,
-    RecordStore,
+from dispatchq.findings.fixer import AttemptState, attempt_key, decision_key, iso_now
+from dispatchq.findings.lines import STATUS, Decision
+from dispatchq.findings.pins import (
     block_hash,
     check_location,
-    dispatch_copy,
-    grade,
     hash_paths,
     repo_id,
-    specs_for,
-    stalled_resolutions,
 )
-from dispatchq.findings.report import PLAN, STATUS, Decision, Finding
-from dispatchq.tiers.hooks import GO, Requeue, SessionHooks, Settled, SpawnVerdict
+from dispatchq.findings.plans import Check
+from dispatchq.findings.prompts import foreign_tokens, reviewer_text, session_state
+from dispatchq.findings.record import DecisionRecord, RecordStore, stalled_resolutions
+from dispatchq.findings.report import Finding
+from dispatchq.findings.settle import settle
+from dispatchq.findings.terminal import Terminal
 
 if TYPE_CHECKING:
-    from dispatchq.core.judgement import Record as Judgement
     from dispatchq.runtime import Runtime
-    from dispatchq.window.limits import SessionOutcome
 
-LOCK_LEASE = 30  # seconds; a holder that dies frees the repository within this long
-POLL = 0.25
-
-
-# --- the built-in kinds ---------------------------------------------------------------------
-_READ_ONLY_TOOLS = (
-    "Read,Grep,Glob,Bash(git log:*),Bash(git show:*),Bash(git diff:*),Bash(git blame:*),Bash(git status:*)"
-)
-ANALYST_ARGS = ("--allowedTools", _READ_ONLY_TOOLS, "--disallowedTools", "Edit,Write,NotebookEdit")
-FIXER_ARGS = ("--permission-mode", "acceptEdits", "--allowedTools", "Read,Grep,Glob,Edit,Write")
-_FALLBACK_PROMPT = "dispatchq builds this prompt in code.\n{{ state }}"
-
-
-class QuestionHooks(SessionHooks):
-    """Hooks of the analyst and restater: only their prompt is dispatchq's own.
-
-    Built at spawn time so the nonce is fresh for every invocation and never stored.
-    """
-
-    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
-        state = record.state if isinstance(record.state, dict) else {}
-        nonce = new_nonce()
-        if record.kind == ANALYST:
-            return analyst_prompt(state, nonce)
-        return restater_prompt(state, nonce)
-
-
-class FixerHooks(SessionHooks):
-    """The fixer job's own steps around the spawn (see `FixerJob`)."""
-
-    def before_spawn(self, runtime: Runtime, record: Judgement) -> SpawnVerdict:
-        return FixerJob.load(runtime, record).before_spawn()
-
-    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
-        return FixerJob.load(runtime, record).prompt()
-
-    def after_session(
-        self, runtime: Runtime, record: Judgement, outcome: SessionOutcome, result: Any
-    ) -> None:
-        FixerJob.load(runtime, record).after_session(outcome, result)
-
-    def not_spawned(self, runtime: Runtime, record: Judgement, reason: str) -> None:
-        FixerJob.load(runtime, record).not_spawned(reason)
-
-
-def _kind(name: str, prompt: str, args: Sequence[str], fmt: str, hooks: SessionHooks) -> Kind:
-    digest = sha256_hex(canonical_json({"builtin": name, "args": list(args), "format": fmt}))
-    return Kind(name=name, session=SessionSpec(prompt, tuple(args), fmt, None, hooks), digest=digest)
-
-
-def builtin_kinds() -> dict[str, Kind]:
-    """The three kinds the gate runs. Defined in code, not YAML: their prompts state the
-    contract and their hooks carry the gate's guarantees, so a config cannot redefine them
-    (a YAML kind of the same name is a config error)."""
-    questions = QuestionHooks()
-    return {
-        ANALYST: _kind(ANALYST, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
-        RESTATER: _kind(RESTATER, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
-        FIXER: _kind(FIXER, _FALLBACK_PROMPT, FIXER_ARGS, "text", FixerHooks()),
-    }
-
-
-# --- the repository lock --------------------------------------------------------------------
-_TAKE = """
-local cur = redis.call('GET', KEYS[1])
-if (not cur) or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-  return 1
-end
-return 0
-"""
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-_DROP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-_KEEPERS: dict[str, threading.Event] = {}
-_KEEPERS_LOCK = threading.Lock()
-
-
-class RepoLock:
-    """Fixer dispatch is sequential per repository, across every worker on every machine.
-
-    Held by one judgement (re-entrant for it, so RQ re-running a job whose worker died takes
-    it back at once) from the pin comparison to the last grading write. A short lease kept
-    alive by a thread while the holder lives: a holder that dies frees the repository within
-    LOCK_LEASE seconds, never the session timeout.
-    """
-
-    def __init__(self, runtime: Runtime, repo: str, jid: str) -> None:
-        self.runtime = runtime
-        self.key = keys.findings_lock(repo)
-        self.holder = f"j:{jid}"
-        self.jid = jid
-
-    def acquire(self, *, wait: float) -> bool:
-        take = self.runtime.redis.register_script(_TAKE)
-        deadline = time.monotonic() + wait
-        while True:
-            if take(keys=[self.key], args=[self.holder, LOCK_LEASE]):
-                self._keep()
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL)
-
-    def _keep(self) -> None:
-        with _KEEPERS_LOCK:
-            if self.holder in _KEEPERS:
-                return
-            stop = threading.Event()
-            _KEEPERS[self.holder] = stop
-        renew = self.runtime.redis.register_script(_RENEW)
-        limit = time.monotonic() + self.runtime.settings.session_timeout + 3600
-        store = self.runtime.store
-
-        def keep() -> None:
-            while not stop.wait(LOCK_LEASE / 3) and time.monotonic() < limit:
-                record = store.get(self.jid)
-                # A job that died and was put back in line no longer holds the repository.
-                if record is None or record.status in ("queued", "waiting", "failed", "cancelled"):
-                    break
-                if not renew(keys=[self.key], args=[self.holder, LOCK_LEASE]):
-                    break
-            with _KEEPERS_LOCK:
-                if _KEEPERS.get(self.holder) is stop:
-                    del _KEEPERS[self.holder]
-
-        threading.Thread(target=keep, name=f"repo-lock-{self.jid}", daemon=True).start()
-
-    def release(self) -> None:
-        with _KEEPERS_LOCK:
-            stop = _KEEPERS.pop(self.holder, None)
-        if stop is not None:
-            stop.set()
-        self.runtime.redis.register_script(_DROP)(keys=[self.key], args=[self.holder])
-
-
-# --- one fixer attempt ----------------------------------------------------------------------
-def _iso_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def _text(raw: Any) -> str:
-    return raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-
-
-@dataclass
-class AttemptState:
-    """One attempt's own state in Redis: where a (re)started job reads where it stands."""
-
-    runtime: Runtime
-    key: str
-
-    def load(self) -> dict[str, Any]:
-        raw = self.runtime.redis.hgetall(self.key)
-        return {_text(k): json.loads(_text(v)) for k, v in raw.items()}
-
-    def save(self, **fields: Any) -> None:
-        self.runtime.redis.hset(self.key, mapping={k: json.dumps(v) for k, v in fields.items()})
-        self.runtime.redis.expire(self.key, 90 * 86_400)
-
-
-def observed_paths(finding: Finding, report_findings: Iterable[Finding], root: Path) -> list[str]:
-    """Every live pin's paths in the report (so the dispatch log explains other findings'
-    pins too), plus this finding's re-derived expected set when it is unpinned."""
-    paths: list[str] = []
-    for other in report_findings:
-        pin = other.pin()
-        if pin is not None:
-            paths.extend(e.path for e in pin.entries if e.value != UNPINNABLE)
-    if finding.pin() is None and finding.decision() is not None:
-        paths.extend(s.path for s in specs_for(finding, root) if s.rejected is None)
-    return list(dict.fromkeys(paths))
-
-
-def grading_entries(finding: Finding, root: Path) -> list[Any]:
-    pin = finding.pin()
-    if pin is not None:
-        return list(pin.entries)
-    return list(specs_for(finding, root))
-
-
-def unpinnable_of(finding: Finding, root: Path) -> list[tuple[str, str]]:
-    entries = grading_entries(finding, root)
-    out = []
-    for e in entries:
-        if isinstance(e, PinSpec) and e.rejected is not None:
-            out.append((e.path, e.rejected))
-        elif getattr(e, "value", None) == UNPINNABLE:
-            out.append((e.path, "refused by the allow-list"))
-    return out
-
-
-def decision_key(finding: Finding) -> str:
-    """Which decision an attempt belongs to. A fresh decision (after a retirement or a
-    supersession) numbers its attempts from 1 again, so its state must never be confused
-    with an earlier decision's attempt of the same number."""
-    decision = finding.decision()
-    if decision is None:
-        raise UserError(f"{finding.id}: no live decision")
-    identity = [
-        len(finding.all("Decision-retired")),
-        decision.label,
-        decision.resolution,
-        decision.who,
-        decision.date.isoformat(),
-    ]
-    return sha256_hex(canonical_json(identity))[:16]
-
-
-def attempt_key(repo: str, ref: str, decision: str, attempt: int) -> str:
-    return keys.findings_attempt(repo, f"{ref}@{decision}", attempt)
-
-
-class FixerJob:
-    """A fixer judgement's steps. Every start reads the job's own state first.
-
-    `state` of the judgement: report, root, finding, attempt, block, decision (which decision the
-    attempt belongs to), status_at_start.
-    """
-
-    def __init__(self, runtime: Runtime, judgement: Judgement) -> None:
-        self.runtime = runtime
-        self.judgement = judgement
-        state = judgement.state if isinstance(judgement.state, dict) else {}
-        try:
-            self.report = Path(str(state["report"]))
-            self.root = Path(str(state["root"]))
-            self.fid = str(state["finding"])
-            self.attempt = int(state["attempt"])
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"{judgement.id}: not a decision-gate fixer judgement") from None
-        self.status_at_start = state.get("status_at_start")
-        self.record = Record(self.report, self.root, RecordStore(runtime.redis, self.root))
-        self.repo = repo_id(self.root)
-        self.ref = self.record.ref(self.fid)
-        self.state = AttemptState(
-            runtime, attempt_key(self.repo, self.ref, str(state.get("decision", "")), self.attempt)
-        )
-        self.lock = RepoLock(runtime, self.repo, judgement.id)
-        self.today = dt.date.today()
-
-    @classmethod
-    def load(cls, runtime: Runtime, judgement: Judgement) -> FixerJob:
-        return cls(runtime, judgement)
-
-    # --- the job's log -----------------------------------------------------------------------
-    def log(self, text: str) -> Path:
-        folder = self.runtime.settings.data_dir.expanduser() / "findings" / self.repo
-        folder.mkdir(parents=True, exist_ok=True)
-        safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in self.fid)
-        path = folder / f"{safe}.log"
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(f"[{_iso_now()}] {self.ref} attempt {self.attempt}\n{text.rstrip()}\n\n")
-        return path
-
-    # --- finishing ---------------------------------------------------------------------------
-    def finish(self, outcome: dict[str, Any], *, transition: bool) -> str:
-        """Record the attempt's outcome; when the job ends without a spawn, answer it too."""
-        outcome.setdefault("finding", self.fid)
-        outcome.setdefault("attempt", self.attempt)
-        self.state.save(outcome=outcome, phase="done")
-        store = self.runtime.store
-        if transition:
-            from dispatchq.core.judgement import TrailEntry
-
-            store.transition(
-                self.judgement.id,
-                "answered",
-                expect=["running"],
-                trail=TrailEntry(tier="session", outcome="answered", why=f"no spawn: {outcome['outcome']}"),
-                fields={"tier": "session", "value": outcome, "reason": f"gate: {outcome['outcome']}"},
-                delete=["resume_session"],
-            )
-        else:
-            record = store.get(self.judgement.id)
-            if record is not None and record.status in ("answered", "failed"):
-                store.set_fields(self.judgement.id, value=outcome)
-        return str(outcome["outcome"])
-
-    # --- before the spawn --------------------------------------------------------------------
-    def before_spawn(self) -> SpawnVerdict:
-        wait = self.runtime.settings.session_timeout + 600
-        if not self.lock.acquire(wait=wait):
-            return Requeue("another fixer holds this repository", "repository busy")
-        try:
-            verdict = self._start()
-        except Exception as error:
-            self.lock.release()
-            self.finish({"outcome": "error", "why": f"{type(error).__name__}: {error}"}, transition=True)
-            return Settled("error")
-        if verdict is not None:
-            self.lock.release()
-            return Settled(verdict)
-        return GO
-
-    def _start(self) -> str | None:
-        try:
-            finding = self.record.read().finding(self.fid)
-        except UserError as error:
-            return self.finish({"outcome": "gone", "why": str(error)}, transition=True)
-        if finding.terminal:
-            return self.finish({"outcome": "final", "why": finding.value(STATUS)}, transition=True)
-        decision = finding.decision()
-        if decision is None:
-            return self.finish({"outcome": "no-live-decision"}, transition=True)
-        recorded = len(decision.attempts)
-        if recorded >= self.attempt:
-            # Attempt N already has its entry: a repeat of a graded job grades nothing twice.
-            return self.finish({"outcome": "already-graded"}, transition=True)
-        if recorded + 1 < self.attempt:
-            return self.finish(
-                {"outcome": "stale", "why": f"the decision records {recorded}"}, transition=True
-            )
-        own = self.state.load()
-        marker = finding.dispatch_marker()
-        if marker is not None and marker.attempt == self.attempt:
-            resume = getattr(self.judgement, "resume_session", None)
-            if own.get("phase") == "resumable" and own.get("resume") and own.get("resume") == resume:
-                self.state.save(phase="resuming")
-                self.log(f"resuming session {resume} (cut off mid-run by the usage limit)")
-                return None
-            # Dispatched, outcome unknown: never dispatched again blind.
-            return self._verify_first(finding, own)
-        return self._prepare(finding)
-
-    def _verify_first(self, finding: Finding, own: dict[str, Any]) -> str:
-        self.log("dispatch marker with no outcome: verifying before anything else")
-        before = Observation.from_json(own["before"]) if isinstance(own.get("before"), dict) else None
-        paths = list(own.get("paths") or [])
-        after = self.record.observe(paths, carry=before) if before is not None else None
-        if before is not None and after is not None:
-            self._log_dispatch(before, after)
-        plan = self._verify(finding)
-        if plan is not None and plan.passed:
-            result = self._grade(finding, before, after, plan, errored=False)
-            return self._write_grade(finding, result, extra={"verified_first": True}, transition=True)
-        retired = self.record.record_interrupted(self.fid, self.attempt)
-        outcome = {"outcome": "interrupted", "retired": retired, "verified_first": True}
-        return self.finish(outcome, transition=True)
-
-    def _prepare(self, finding: Finding) -> str | None:
-        changes = self.record.changes(finding)
-        if changes:
-            self.record.supersede(self.fid)
-            return self.finish({"outcome": "set-aside", "why": "; ".join(changes)}, transition=True)
-        comparison = self.record.check_pin(self.fid)
-        unpinned = comparison is None
-        if comparison is not None and comparison.verdict == "attributable":
-            self.record.repin(self.fid)
-            self.log(f"pin re-taken: {', '.join(comparison.changed)} changed by logged dispatches")
-        elif comparison is not None and comparison.verdict == "unattributable":
-            self.record.supersede(self.fid)
-            why = "changed since the decision: " + ", ".join(comparison.unexplained)
-            return self.finish({"outcome": "set-aside", "why": why}, transition=True)
-        report = self.record.read()
-        finding = report.finding(self.fid)
-        decision = finding.decision()
-        assert decision is not None
-        paths = observed_paths(finding, report.findings, self.root)
-        before = self.record.observe(paths)
-        copy = dispatch_copy(finding, status_at_run_start=self.status_at_start)
-        self.state.save(
-            phase="dispatching",
-            before=before.to_json(),
-            paths=paths,
-            copy=copy,
-            resolution=decision.resolution,
-            unpinned=unpinned,
-        )
-        self.log("before-observation:\n" + json.dumps(before.to_json(), indent=1))
-        previous = self.record.mark_dispatch(self.fid, self.attempt, self.today)
-        self.state.save(phase="dispatched", previous=previous)
-        return None
-
-    def prompt(self) -> str:
-        own = self.state.load()
-        return fixer_prompt(str(own.get("copy", "")), str(own.get("resolution", "")), new_nonce())
-
-    # --- after the session -------------------------------------------------------------------
-    def after_session(self, outcome: SessionOutcome, result: Any) -> None:
-        own = self.state.load()
-        if own.get("phase") not in ("dispatched", "resuming"):
-            self.lock.release()
-            return
-        try:
-            self._after(own, outcome, result)
-        except TamperError as error:
-            self.record.supersede(self.fid)
-            self.finish({"outcome": "set-aside", "why": str(error), "tampered": True}, transition=False)
-        except Exception as error:
-            self.log(f"grading failed: {type(error).__name__}: {error}")
-            self.state.save(phase="unknown")
-            raise
-        finally:
-            self.lock.release()
-
-    def _after(self, own: dict[str, Any], outcome: SessionOutcome, result: Any) -> None:
-        resuming = own.get("phase") == "resuming"
-        if outcome.kind == "limit" and outcome.refused_at_spawn:
-            # One turn, zero cost, nothing ran: not an attempt. It waits for the window.
-            if resuming:
-                self.state.save(phase="resumable")
-            else:
-                self.record.restore_dispatch(self.fid, own.get("previous"))
-                self.state.save(phase="refused")
-            self.log("refused at spawn by a closed window: not an attempt")
-            return
-        if outcome.kind == "limit":
-            sid = outcome.session_id
-            if sid:
-                self.state.save(phase="resumable", resume=sid)
-                self.log(f"cut off mid-run; session {sid} will be resumed when the window opens")
-            else:
-                self.state.save(phase="unknown")
-                self.log("cut off mid-run with no session id: outcome unknown, verified first next time")
-            return
-        before = Observation.from_json(own["before"])
-        paths = list(own.get("paths") or [])
-        after = self.record.observe(paths, carry=before)
-        if outcome.kind == "transient" and before.values == after.values:
-            self.record.restore_dispatch(self.fid, own.get("previous"))
-            self.state.save(phase="refused")
-            self.log("throttled before doing anything: not an attempt")
-            return
-        self._log_dispatch(before, after)
-        finding = self.record.read().finding(self.fid)
-        plan = self._verify(finding)
-        errored = outcome.kind != "answer" or bool(getattr(result, "timed_out", False))
-        graded = self._grade(finding, before, after, plan, errored=errored)
-        extra = {"fixer_said": (outcome.text or "")[:2000], "session": outcome.kind}
-        self._write_grade(finding, graded, extra=extra, transition=False, unpinned=bool(own.get("unpinned")))
-
-    def not_spawned(self, reason: str) -> None:
-        own = self.state.load()
-        try:
-            if own.get("phase") == "dispatched":
-                self.record.restore_dispatch(self.fid, own.get("previous"))
-                self.state.save(phase="refused")
-            elif own.get("phase") == "resuming":
-                self.state.save(phase="resumable")
-            self.log(f"not spawned ({reason}): not an attempt")
-        finally:
-            self.lock.release()
-
-    # --- verification and grading ------------------------------------------------------------
-    def _verify(self, finding: Finding) -> PlanResult | None:
-        """Stage 3.5: the persisted plan, inside the boundary plus approved checks; raw output logged."""
-        value = finding.value(PLAN)
-        if value is None:
-            self.log("verification: no plan")
-            return None
-        try:
-            checks = parse_plan(value)
-        except CheckError as error:
-            self.log(f"verification: plan unreadable ({error})")
-            return None
-        approvals = Approvals(self.runtime.redis, self.repo, self.ref)
-        plan = run_plan(checks, self.root, approved=approvals.predicate(checks))
-        self.log("verification:\n" + "".join(r.log for r in plan.results))
-        return plan
-
-    def _grade(
-        self, finding: Finding, before: Any, after: Any, plan: PlanResult | None, *, errored: bool
-    ) -> Any:
-        """The record's grading for this attempt (one call, whether verified first or after a session)."""
-        return grade(
-            entries=grading_entries(finding, self.root),
-            before=before,
-            after=after,
-            plan=plan,
-            errored=errored,
-            attempt=self.attempt,
-            today=self.today,
-        )
-
-    def _log_dispatch(self, before: Observation, after: Observation) -> None:
-        store = self.record.store
-        assert store is not None
-        store.log_dispatch(self.ref, self.attempt, before, after, at=_iso_now())
-        self.log("after-observation:\n" + json.dumps(after.to_json(), indent=1))
-
-    def _write_grade(
-        self,
-        finding: Finding,
-        result: Grade,
-        *,
-        extra: dict[str, Any],
-        transition: bool,
-        unpinned: bool | None = None,
-    ) -> str:
-        retired = self.record.apply_grade(self.fid, result)
-        after = self.record.read().finding(self.fid)
-        stalled = stalled_resolutions(after)
-        outcome = {
-            "outcome": "graded",
-            "grade": result.to_json(),
-            "retired": retired,
-            "stalled": stalled,
-            "unpinned": finding.pin() is None if unpinned is None else unpinned,
-            "unpinnable": [list(x) for x in unpinnable_of(finding, self.root)],
-            "log": str(self.log(f"graded: {json.dumps(result.to_json())}")),
-            **extra,
-        }
-        return self.finish(outcome, transition=transition)
-
-
-# --- the terminal ---------------------------------------------------------------------------
-class Terminal:
-    """Where a person answers. Answers are read only from an interactive terminal."""
-
-    def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
-        self.stdin = stdin or sys.stdin
-        self.stdout = stdout or sys.stdout
-
-    @staticmethod
-    def interactive(stdin: TextIO | None = None) -> bool:
-        stream = stdin or sys.stdin
-        try:
-            return stream.isatty()
-        except (AttributeError, ValueError):
-            return False
-
-    def say(self, *lines: str) -> None:
-        for line in lines:
-            self.stdout.write(line + "\n")
-        self.stdout.flush()
-
-    def ask(self, prompt: str) -> str:
-        self.stdout.write(prompt)
-        self.stdout.flush()
-        try:
-            line = self.stdin.readline()
-        except KeyboardInterrupt:
-            raise Aborted("interrupted") from None
-        if line == "":
-            raise Aborted("the terminal closed")
-        return line.rstrip("\r\n")
-
-    def yes(self, prompt: str) -> bool:
-        while True:
-            answer = self.ask(prompt).strip().lower()
-            if answer in ("y", "yes"):
-                return True
-            if answer in ("n", "no"):
-                return False
-            self.say("answer y or n")
-
-
-# --- waiting for judgements -----------------------------------------------------------------
-def settle(
-    runtime: Runtime, ids: Sequence[str], *, on_wait: Callable[[str], None] | None = None
-) -> str | None:
-    """Run sessions in this process until every judgement in `ids` has finished.
-
-    Returns None when all finished, else why the rest wait (a closed window, a missing
-    session command, or nobody finishing them). A judgement left running by a process that
-    died is recovered the RQ way (its abandoned job is failed, and the session tier puts it
-    back in line), so a re-run never waits on a dead process forever.
-    """
-    from rq.registry import StartedJobRegistry
-
-    from dispatchq.tiers.session import burst
-    from dispatchq.window import marker
-
-    settings = runtime.settings
-    idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
-    last = time.monotonic()
-    told = False
-    while True:
-        records = runtime.store.get_many(list(ids))
-        pending = [r for r in records if r is not None and not r.finished]
-        if not pending:
-            return None
-        if burst(runtime):
-            last = time.monotonic()
-            continue
-        closed = marker.blocking(marker.all_markers(runtime), None)
-        if closed and all(r.status != "running" for r in pending):
-            return marker.waiting_reason(max(closed, key=lambda m: m.lifts_at))
-        blocked = runtime.redis.hget(keys.SESSION_BLOCKED, settings.host)
-        if blocked:
-            return f"sessions cannot start on this host: {_text(blocked)}"
-        if time.monotonic() - last > idle_limit:
-            return "nothing finished them in time (is another worker holding them?)"
-        if any(r.status == "running" for r in pending):
-            for queue in runtime.dispatcher.queues_for("session"):
-                StartedJobRegistry(queue.name, connection=runtime.redis).cleanup()
-        if not told and on_wait is not None:
-            told = True
-            on_wait("waiting for sessions to finish (a session slot is busy, or one is still running)")
-        time.sleep(POLL)
+__all__ = [
+    "Analysis",
+    "Gate",
+]
 
 
 def _user() -> str:
@@ -746,7 +133,7 @@ class Gate:
     def __post_init__(self) -> None:
         self.report = Path(os.path.realpath(self.report))
         self.root = Path(os.path.realpath(self.root))
-        self.record = Record(self.report, self.root, RecordStore(self.runtime.redis, self.root))
+        self.record = DecisionRecord(self.report, self.root, RecordStore(self.runtime.redis, self.root))
         self.repo = repo_id(self.root)
         self.today = dt.date.today()
         self.who = who_tag(_user())
@@ -755,8 +142,6 @@ class Gate:
             where = "; ".join(f"line {p.line}: {p.message}" for p in parsed.problems)
             raise UserError(f"{self.report}: the report does not parse: {where}")
         self.status_at_start = {f.id: f.value(STATUS) for f in parsed.findings}
-        from dispatchq.client import Client
-
         self.client = Client(runtime=self.runtime)
 
     # --- selection ---------------------------------------------------------------------------
@@ -896,7 +281,7 @@ class Gate:
                 )
                 analyses[finding.id] = Analysis(None, note)
                 continue
-            asked.append((finding, finding_state(finding, located[finding.id])))
+            asked.append((finding, session_state(finding, located[finding.id])))
         if not asked:
             return analyses
         self.out(announce_analysis(len(asked)))
@@ -1144,7 +529,7 @@ class Gate:
         )
         location = check_location(self.root, finding.value("Location"))
         target = proposal.target if proposal and proposal.target else (location.target or "")
-        state = finding_state(finding, target)
+        state = session_state(finding, target)
         for attempt in (1, 2):
             answer = t.ask(f"{finding.id} your resolution> ").strip()
             if not answer:
@@ -1203,7 +588,7 @@ class Gate:
             self.record.write_location(finding.id, new_target.target or "")
             location = new_target
         label = alt.label if alt.label in ("A", "B") else "other"
-        decision = Decision(label, alt.resolution, self.who, self.today)  # type: ignore[arg-type]
+        decision = Decision(label, alt.resolution, self.who, self.today)
         pinned = self.record.write_decision(
             finding.id,
             decision,
@@ -1214,7 +599,7 @@ class Gate:
         if approved and plan:
             approvals = Approvals(self.runtime.redis, self.repo, self.record.ref(finding.id))
             for check in approved:
-                approvals.approve(plan, check.args, who=self.who, at=_iso_now())
+                approvals.approve(plan, check.args, who=self.who, at=iso_now())
         self.summary.decided.append(finding.id)
         if pinned.pin is None:
             self.summary.unpinned.append((finding.id, pinned.why_unpinned or "no pin"))

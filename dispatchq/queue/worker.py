@@ -22,12 +22,13 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.job import Job
+from rq.registry import StartedJobRegistry
 
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.errors import UserError
@@ -36,6 +37,8 @@ from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import Backoff, OutageLog, is_outage, wait_for_redis
 
 if TYPE_CHECKING:
+    import redis
+
     from dispatchq.runtime import Runtime
 
 __all__ = [
@@ -365,3 +368,14 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
         time.sleep(min(wait, horizon))
         release_due_retries(runtime)
     return {"delayed_retries_left": left_delayed}
+
+
+def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:
+    """Fail the abandoned jobs of `queues` the RQ way (a started job whose worker died).
+
+    RQ notices an abandoned job only when its started registry is cleaned; a caller that
+    waits on jobs in-process (the decision gate's settle) calls this so it never waits on
+    a dead worker's job forever.
+    """
+    for queue in queues:
+        StartedJobRegistry(queue.name, connection=redis_client).cleanup()

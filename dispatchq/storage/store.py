@@ -408,7 +408,9 @@ class Store:
         """A worker's own account of itself, kept while its heartbeat is (`status` reads it)."""
         now = time.time()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(keys.worker_info(name), json.dumps({**info, "name": name, "heartbeat": now}), ex=int(ttl) + 1)
+        pipe.set(
+            keys.worker_info(name), json.dumps({**info, "name": name, "heartbeat": now}), ex=int(ttl) + 1
+        )
         pipe.zadd(keys.WORKERS, {name: now})
         pipe.execute()
 

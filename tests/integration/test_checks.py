@@ -14,21 +14,24 @@ import pytest
 from dispatchq.errors import CheckError
 from dispatchq.findings.boundary import (
     Approvals,
-    Check,
     CheckResult,
-    Expectation,
     PlanResult,
     contain,
-    format_plan,
+    exists_in,
     glob_regex,
     meets,
+    plan_rejection,
+    run_check,
+    run_plan,
+)
+from dispatchq.findings.plans import (
+    Check,
+    Expectation,
+    format_plan,
     parse_git_args,
     parse_plan,
     plan_digest,
-    plan_rejection,
     quote,
-    run_check,
-    run_plan,
     split_tokens,
 )
 
@@ -197,14 +200,14 @@ def test_forbidden_git_options_are_refused_for_every_subcommand(sub: str, option
 
 
 def test_git_args_put_paths_after_double_dash_and_harden(repo: Path) -> None:
-    parsed = parse_git_args(["blame", "-L", "1,2", "docs/a.md"], repo)
+    parsed = parse_git_args(["blame", "-L", "1,2", "docs/a.md"], exists_in(repo))
     assert parsed.paths == ("docs/a.md",)
     argv = parsed.argv()
     assert argv[argv.index("--") + 1 :] == ["docs/a.md"]
     assert "--no-textconv" in argv
     assert "-L1,2" in argv
     assert argv[argv.index("-c") + 1] == "core.fsmonitor=false"
-    log = parse_git_args(["log", "--format", "%H", "HEAD"], repo)
+    log = parse_git_args(["log", "--format", "%H", "HEAD"], exists_in(repo))
     assert log.revisions == ("HEAD",)
     assert "--format=%H" in log.options
     assert {"--no-ext-diff", "--no-textconv"} <= set(log.argv())
@@ -452,7 +455,7 @@ def test_glob_lists_directories_too(repo: Path) -> None:
     ],
 )
 def test_path_operands(repo: Path, text: str, paths: list[str]) -> None:
-    assert Check.parse(text).path_operands(repo) == paths
+    assert Check.parse(text).path_operands(exists_in(repo)) == paths
 
 
 def test_git_checks_print_gits_own_output(repo: Path) -> None:

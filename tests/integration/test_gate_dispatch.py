@@ -1,7 +1,7 @@
 """The decision gate's stages 3-4 end to end: `dispatchq findings dispatch` (unattended) with the
 fake `claude` as a fixer that edits a real git checkout as told, real Redis, real subprocesses.
 
-Decisions are set up exactly as the sweep writes them (through `Record.write_decision`, so
+Decisions are set up exactly as the sweep writes them (through `DecisionRecord.write_decision`, so
 dispatchq's tamper evidence knows them); what is asserted is what the report says afterwards,
 what the run summary discloses, and how many fixers were spawned.
 """
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
-from dispatchq.findings.boundary import Approvals, parse_plan
-from dispatchq.findings.record import repo_id
+from dispatchq.findings.boundary import Approvals
+from dispatchq.findings.pins import repo_id
+from dispatchq.findings.plans import parse_plan
 from tests.conftest import run_cli
 from tests.gate_support import (
     GONE,
@@ -275,7 +276,7 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
-    from dispatchq.findings.gate import RepoLock
+    from dispatchq.findings.fixer import RepoLock
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 

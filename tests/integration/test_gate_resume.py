@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Approvals, parse_plan
-from dispatchq.findings.record import repo_id
+from dispatchq.findings.boundary import Approvals
+from dispatchq.findings.pins import repo_id
+from dispatchq.findings.plans import parse_plan
 from tests.gate_support import (
     GONE,
     REMOVE,

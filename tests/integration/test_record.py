@@ -12,49 +12,18 @@ import fakeredis
 import pytest
 
 from dispatchq.errors import TamperError, UnsafeToken, UserError
-from dispatchq.findings.boundary import Check, CheckResult, PlanResult, parse_plan
-from dispatchq.findings.record import (
-    ABSENT,
-    UNPINNABLE,
-    DispatchLogEntry,
+from dispatchq.findings.boundary import CheckResult, PlanResult
+from dispatchq.findings.grading import (
     Grade,
     Observation,
-    PinSpec,
-    Record,
-    RecordStore,
-    apply_grade,
-    block_hash,
-    canonical_block,
     changed_paths,
-    check_location,
-    compare_pin,
-    compute_pin,
-    dispatch_copy,
     expected_set,
-    finding_ref,
-    finding_state,
-    git_toplevel,
     grade,
-    hash_paths,
-    mark_dispatch,
     observe,
-    path_tokens,
-    pin_from_disk,
-    pin_specs,
     porcelain,
-    record_interrupted,
-    reject,
-    repo_id,
-    restore_dispatch,
-    sanitize,
-    specs_for,
-    stalled_resolutions,
-    supersede,
     verification_line,
-    write_decision,
-    write_location,
 )
-from dispatchq.findings.report import (
+from dispatchq.findings.lines import (
     DECISION,
     DISPATCH,
     LOCATION,
@@ -64,13 +33,45 @@ from dispatchq.findings.report import (
     STATUS,
     VERIFICATION,
     Decision,
-    FindingEditor,
     Pin,
     PinEntry,
-    Report,
-    finding_violations,
-    lock_path,
 )
+from dispatchq.findings.pins import (
+    ABSENT,
+    UNPINNABLE,
+    DispatchLogEntry,
+    PinSpec,
+    block_hash,
+    canonical_block,
+    check_location,
+    compare_pin,
+    compute_pin,
+    finding_ref,
+    git_toplevel,
+    hash_paths,
+    pin_from_disk,
+    pin_specs,
+    repo_id,
+    specs_for,
+)
+from dispatchq.findings.plans import Check, parse_plan
+from dispatchq.findings.record import (
+    DecisionRecord,
+    RecordStore,
+    apply_grade,
+    dispatch_copy,
+    finding_state,
+    mark_dispatch,
+    record_interrupted,
+    reject,
+    restore_dispatch,
+    stalled_resolutions,
+    supersede,
+    write_decision,
+    write_location,
+)
+from dispatchq.findings.report import FindingEditor, Report, finding_violations, lock_path
+from dispatchq.findings.tokens import path_tokens, sanitize
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40
@@ -430,7 +431,7 @@ def test_observable_changes(repo: Path, action: str, changed: list[str]) -> None
 def test_the_loops_own_report_writes_are_never_changes(repo: Path) -> None:
     report = repo / "review.md"
     report.write_text(BLOCK_TEXT)
-    record = Record(report, repo)
+    record = DecisionRecord(report, repo)
     before = record.observe(["docs/a.md"])
     assert before.values["review.md"].startswith("report:")
     record.update("DOC-004", lambda e: e.set(STATUS, "✅ Fixed (2026-08-27)"))
@@ -873,18 +874,18 @@ REPORT = """# Review
 
 
 @pytest.fixture
-def record(repo: Path) -> Record:
+def record(repo: Path) -> DecisionRecord:
     report = repo / "review.md"
     report.write_text(REPORT)
-    return Record(report, repo, RecordStore(fakeredis.FakeRedis(), repo))
+    return DecisionRecord(report, repo, RecordStore(fakeredis.FakeRedis(), repo))
 
 
-def verdict(record: Record, finding_id: str) -> str | None:
+def verdict(record: DecisionRecord, finding_id: str) -> str | None:
     comparison = record.check_pin(finding_id)
     return comparison.verdict if comparison else None
 
 
-def dispatch(record: Record, finding_id: str, edit: Path, content: str, paths: list[str]) -> int:
+def dispatch(record: DecisionRecord, finding_id: str, edit: Path, content: str, paths: list[str]) -> int:
     assert record.store is not None
     before = record.observe(paths)
     record.mark_dispatch(finding_id, 1, DAY)
@@ -893,7 +894,7 @@ def dispatch(record: Record, finding_id: str, edit: Path, content: str, paths: l
     return record.store.log_dispatch(record.ref(finding_id), 1, before, after, at="2026-08-27T00:00:00Z")
 
 
-def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: Record, repo: Path) -> None:
+def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: DecisionRecord, repo: Path) -> None:
     a = Decision("A", "rewrite docs/a.md:2", "user", DAY)
     b = Decision("A", "tweak docs/a.md:1", "user", DAY)
     assert record.write_decision("F-1", a, plan=None).pin is not None
@@ -902,7 +903,7 @@ def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: Record,
     dispatch(record, "F-1", repo / "docs" / "a.md", "alpha\nfixed\n", ["docs/a.md", "docs/b.md"])
     # Another process, same store: the log is shared.
     assert record.store is not None
-    other = Record(record.report, repo, RecordStore(record.store.redis, repo))
+    other = DecisionRecord(record.report, repo, RecordStore(record.store.redis, repo))
     comparison = other.check_pin("F-2")
     assert comparison is not None and comparison.verdict == "attributable"
     other.repin("F-2")
@@ -911,7 +912,7 @@ def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: Record,
     assert verdict(other, "F-2") == "unattributable"
 
 
-def test_dispatches_before_the_pin_never_explain_it(record: Record, repo: Path) -> None:
+def test_dispatches_before_the_pin_never_explain_it(record: DecisionRecord, repo: Path) -> None:
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
     dispatch(record, "F-1", repo / "docs" / "a.md", "v2\n", ["docs/a.md"])
     record.write_decision("F-2", Decision("A", "tweak docs/a.md:1", "user", DAY), plan=None)
@@ -920,7 +921,7 @@ def test_dispatches_before_the_pin_never_explain_it(record: Record, repo: Path) 
     assert verdict(record, "F-2") == "unattributable"
 
 
-def test_lines_changed_by_anyone_else_are_tamper(record: Record, repo: Path) -> None:
+def test_lines_changed_by_anyone_else_are_tamper(record: DecisionRecord, repo: Path) -> None:
     record.write_decision(
         "F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=parse_plan("glob x → empty")
     )
@@ -949,14 +950,16 @@ def test_lines_changed_by_anyone_else_are_tamper(record: Record, repo: Path) -> 
         ("**Status:** ✅ Fixed (2026-08-27)", False),
     ],
 )
-def test_loop_lines_dispatchq_never_wrote_are_flagged(record: Record, forged: str, flagged: bool) -> None:
+def test_loop_lines_dispatchq_never_wrote_are_flagged(
+    record: DecisionRecord, forged: str, flagged: bool
+) -> None:
     text = record.report.read_text().replace("### [LOW] F-3: third\n", f"### [LOW] F-3: third\n{forged}\n")
     record.report.write_text(text)
     changes = record.changes(record.read().finding("F-3"))
     assert bool(changes) is flagged
 
 
-def test_a_fixer_write_to_a_status_line_is_caught(record: Record) -> None:
+def test_a_fixer_write_to_a_status_line_is_caught(record: DecisionRecord) -> None:
     record.write_decision("F-3", Decision("A", "fix docs/b.md:1", "user", DAY), plan=None)
     text = record.report.read_text().replace(
         "### [LOW] F-3: third\n", "### [LOW] F-3: third\n**Status:** ✅ Fixed (2026-08-27)\n"
@@ -966,7 +969,7 @@ def test_a_fixer_write_to_a_status_line_is_caught(record: Record) -> None:
 
 
 def test_a_fixers_write_to_the_report_is_out_of_scope_and_the_loops_is_not(
-    record: Record, repo: Path
+    record: DecisionRecord, repo: Path
 ) -> None:
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
     before = record.observe(["docs/a.md"])
@@ -993,7 +996,7 @@ def test_a_fixers_write_to_the_report_is_out_of_scope_and_the_loops_is_not(
     assert graded.out_of_scope == ("review.md",) and graded.case == "failed"
 
 
-def test_store_keeps_the_pin_position(record: Record, repo: Path) -> None:
+def test_store_keeps_the_pin_position(record: DecisionRecord, repo: Path) -> None:
     assert record.store is not None
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
     assert record.store.pin_position(record.ref("F-1")) == 0
@@ -1007,7 +1010,7 @@ def test_store_keeps_the_pin_position(record: Record, repo: Path) -> None:
     assert logged.finding == "review.md#F-1"
 
 
-def test_write_decision_pins_the_target_and_the_resolution(record: Record, repo: Path) -> None:
+def test_write_decision_pins_the_target_and_the_resolution(record: DecisionRecord, repo: Path) -> None:
     result = record.write_decision(
         "F-1",
         Decision(
@@ -1047,7 +1050,7 @@ def test_identities(repo: Path, tmp_path: Path) -> None:
     assert finding_ref(outside, repo, "F-1") == f"{outside.resolve()}#F-1"
 
 
-def test_a_location_write_is_remembered_as_dispatchqs_own(record: Record) -> None:
+def test_a_location_write_is_remembered_as_dispatchqs_own(record: DecisionRecord) -> None:
     assert record.store is not None
     record.write_location("F-3", "docs/a.md:1")
     finding = record.read().finding("F-3")

@@ -11,31 +11,33 @@ import pytest
 
 from dispatchq.config import load_config, parse_config
 from dispatchq.errors import ConfigError, ContractError
-from dispatchq.findings.boundary import Check
 from dispatchq.findings.contract import (
     ANALYST,
     FIXER,
     RESTATER,
-    analyst_prompt,
     announce_analysis,
     display,
-    finding_state,
-    fixer_prompt,
-    foreign_tokens,
-    frame,
-    new_nonce,
     parse_analysis,
     parse_choice,
     parse_citation,
     parse_restatement,
     render_evidence,
     resolution_problem,
-    restater_prompt,
-    sanitize_untrusted,
     supported,
     sweep_options,
 )
-from dispatchq.findings.gate import builtin_kinds
+from dispatchq.findings.kinds import builtin_kinds
+from dispatchq.findings.plans import Check
+from dispatchq.findings.prompts import (
+    analyst_prompt,
+    fixer_prompt,
+    foreign_tokens,
+    frame,
+    new_nonce,
+    restater_prompt,
+    sanitize_untrusted,
+    session_state,
+)
 from dispatchq.findings.report import Report
 from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
@@ -96,7 +98,7 @@ def test_analyst_prompt_frames_the_block_and_keeps_dispatchqs_lines_outside() ->
         + "[t, 2026-08-01; attempt 1: failed; attempt 2: failed]\n"
     )
     f = finding(block)
-    state = finding_state(f, "docs/guide.md:1")
+    state = session_state(f, "docs/guide.md:1")
     nonce = new_nonce()
     prompt = analyst_prompt(state, nonce)
     start = prompt.index(f"<<<UT_{nonce}\n")
@@ -123,7 +125,7 @@ def test_a_forged_delimiter_cannot_close_the_frame() -> None:
 def test_restater_and_fixer_prompts_frame_their_data() -> None:
     nonce = new_nonce()
     f = finding(finding_block("DOC-1", "t"))
-    state = {**finding_state(f, "docs/guide.md:1"), "mode": "other", "answer": "just drop the line"}
+    state = {**session_state(f, "docs/guide.md:1"), "mode": "other", "answer": "just drop the line"}
     prompt = restater_prompt(state, nonce)
     assert prompt.index("just drop the line") > prompt.index(f"<<<UT_{nonce}")
     fixer = fixer_prompt("### [M] DOC-1: t\nUser decision: do it\n", REMOVE, nonce)

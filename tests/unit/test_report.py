@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dispatchq.errors import GrammarError, ReportError, UserError
-from dispatchq.findings.report import (
+from dispatchq.findings.lines import (
     DECISION,
     DISPATCH,
     LOCATION,
@@ -23,22 +23,24 @@ from dispatchq.findings.report import (
     Attempt,
     Decision,
     DispatchMarker,
-    FindingEditor,
-    Hooks,
     Pin,
     PinEntry,
-    Report,
     Status,
     VerificationLine,
-    finding_violations,
     format_location,
+    location_token,
+    parse_path_line,
+    terminal_kind,
+)
+from dispatchq.findings.report import (
+    FindingEditor,
+    Hooks,
+    Report,
+    finding_violations,
     is_loop_line,
     is_loop_own,
-    location_token,
     lock_path,
-    parse_path_line,
     read_report,
-    terminal_kind,
     update_finding,
 )
 

@@ -1,0 +1,89 @@
+"""The gate's three built-in session kinds, and the hooks the session tier calls for them.
+
+Defined in code, not YAML: their prompts state the contract and their hooks carry the
+gate's guarantees, so a config cannot redefine them. The analyst and restater only get
+their prompt built at spawn time (a fresh nonce each time); the fixer's hooks hand each
+step to `dispatchq.findings.fixer.FixerJob`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dispatchq.config import Kind, SessionSpec
+from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.findings.contract import ANALYST, FIXER, RESTATER
+from dispatchq.findings.fixer import FixerJob
+from dispatchq.findings.prompts import analyst_prompt, new_nonce, restater_prompt
+from dispatchq.tiers.hooks import SessionHooks, SpawnVerdict
+
+if TYPE_CHECKING:
+    from dispatchq.core.judgement import Record as Judgement
+    from dispatchq.runtime import Runtime
+    from dispatchq.window.limits import SessionOutcome
+
+__all__ = [
+    "ANALYST_ARGS",
+    "FIXER_ARGS",
+    "FixerHooks",
+    "QuestionHooks",
+    "builtin_kinds",
+]
+
+# --- the built-in kinds ---------------------------------------------------------------------
+_READ_ONLY_TOOLS = (
+    "Read,Grep,Glob,Bash(git log:*),Bash(git show:*),Bash(git diff:*),Bash(git blame:*),Bash(git status:*)"
+)
+ANALYST_ARGS = ("--allowedTools", _READ_ONLY_TOOLS, "--disallowedTools", "Edit,Write,NotebookEdit")
+FIXER_ARGS = ("--permission-mode", "acceptEdits", "--allowedTools", "Read,Grep,Glob,Edit,Write")
+_FALLBACK_PROMPT = "dispatchq builds this prompt in code.\n{{ state }}"
+
+
+class QuestionHooks(SessionHooks):
+    """Hooks of the analyst and restater: only their prompt is dispatchq's own.
+
+    Built at spawn time so the nonce is fresh for every invocation and never stored.
+    """
+
+    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
+        state = record.state if isinstance(record.state, dict) else {}
+        nonce = new_nonce()
+        if record.kind == ANALYST:
+            return analyst_prompt(state, nonce)
+        return restater_prompt(state, nonce)
+
+
+class FixerHooks(SessionHooks):
+    """The fixer job's own steps around the spawn (see `FixerJob`)."""
+
+    def before_spawn(self, runtime: Runtime, record: Judgement) -> SpawnVerdict:
+        return FixerJob.load(runtime, record).before_spawn()
+
+    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
+        return FixerJob.load(runtime, record).prompt()
+
+    def after_session(
+        self, runtime: Runtime, record: Judgement, outcome: SessionOutcome, result: Any
+    ) -> None:
+        FixerJob.load(runtime, record).after_session(outcome, result)
+
+    def not_spawned(self, runtime: Runtime, record: Judgement, reason: str) -> None:
+        FixerJob.load(runtime, record).not_spawned(reason)
+
+
+def _kind(name: str, prompt: str, args: Sequence[str], fmt: str, hooks: SessionHooks) -> Kind:
+    digest = sha256_hex(canonical_json({"builtin": name, "args": list(args), "format": fmt}))
+    return Kind(name=name, session=SessionSpec(prompt, tuple(args), fmt, None, hooks), digest=digest)
+
+
+def builtin_kinds() -> dict[str, Kind]:
+    """The three kinds the gate runs. Defined in code, not YAML: their prompts state the
+    contract and their hooks carry the gate's guarantees, so a config cannot redefine them
+    (a YAML kind of the same name is a config error)."""
+    questions = QuestionHooks()
+    return {
+        ANALYST: _kind(ANALYST, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
+        RESTATER: _kind(RESTATER, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
+        FIXER: _kind(FIXER, _FALLBACK_PROMPT, FIXER_ARGS, "text", FixerHooks()),
+    }
