@@ -39,7 +39,7 @@ from dispatchq.findings.report import (
     one_physical_line,
     parse_path_line,
 )
-from dispatchq.launcher.spawn import _redact as redact_frame_lookalikes
+from dispatchq.core.prompts import redact_frame_lookalikes
 
 ANALYST = "findings-analyst"
 RESTATER = "findings-restater"

@@ -683,8 +683,9 @@ def settle(
     """
     from rq.registry import StartedJobRegistry
 
+    from dispatchq.queue.retrigger import window_for
+    from dispatchq.queue.session_worker import burst
     from dispatchq.runtime import set_runtime
-    from dispatchq.tiers.session import burst
     from dispatchq.window import marker
 
     set_runtime(runtime)
@@ -700,7 +701,7 @@ def settle(
         if burst(runtime):
             last = time.monotonic()
             continue
-        closed = marker.blocking(marker.all_markers(runtime), None)
+        closed = window_for(runtime).closed_for(None)
         if closed and all(r.status != "running" for r in pending):
             return marker.waiting_reason(max(closed, key=lambda m: m.lifts_at))
         blocked = runtime.redis.hget(keys.SESSION_BLOCKED, settings.host)
