@@ -394,7 +394,7 @@ def _run(
                 what = key.data
                 if what == "exit":
                     exited = _exited_unreaped(proc.pid)
-                    if exited:
+                    if exited and pidfd is not None:  # only a registered pidfd reports "exit"
                         sel.unregister(pidfd)
                 elif what == "in":
                     try:

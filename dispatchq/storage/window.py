@@ -130,7 +130,7 @@ class WindowStore:
 
     def retrigger_lock(self, scope: str) -> Lock:
         """The short lock under which a scope's one retrigger is (re)scheduled."""
-        return self.redis.lock(keys.retrigger_lock(scope), timeout=10, blocking_timeout=10)
+        return cast("Lock", self.redis.lock(keys.retrigger_lock(scope), timeout=10, blocking_timeout=10))
 
     # --- probes and slots ---------------------------------------------------------------
     def try_probe(self, scope: str, holder: str, lease: float) -> bool:
@@ -251,6 +251,6 @@ class WindowStore:
 
     def subscribe_wake(self) -> PubSub:
         """A subscription to the wake channel (a marker came down or work arrived)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub = cast("PubSub", self.redis.pubsub(ignore_subscribe_messages=True))
         pubsub.subscribe(keys.WAKE_CHANNEL)
         return pubsub

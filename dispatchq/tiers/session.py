@@ -113,7 +113,7 @@ def held(window: Window, host: str) -> list[Record]:
 
 def hold_paused(window: Window, host: str, model: ModelOf) -> None:
     """Every queued session judgement a closed marker holds back shows `waiting`, with why."""
-    window.hold_paused(held(window, host), model)
+    window.hold_paused(lambda: held(window, host), model)
 
 
 def recheck_blocked(window: Window, settings: Settings, environ: Mapping[str, str]) -> None:

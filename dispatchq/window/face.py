@@ -186,12 +186,17 @@ class Window:
         reason = waiting_reason(max(closed, key=lambda m: m.lifts_at))
         self.records.transition(jid, "waiting", expect=["queued"], fields={"reason": reason})
 
-    def hold_paused(self, records: Iterable[Record], model_of: Callable[[str], str | None]) -> None:
-        """Every queued judgement among `records` that a closed marker holds back shows `waiting`."""
+    def hold_paused(
+        self, records: Callable[[], Iterable[Record]], model_of: Callable[[str], str | None]
+    ) -> None:
+        """Every queued judgement among `records()` that a closed marker holds back shows `waiting`.
+
+        `records` is only called when some marker is closed, so an open window costs one read.
+        """
         closed_markers = [m for m in self.markers() if m.closed()]
         if not closed_markers:
             return
-        for record in records:
+        for record in records():
             if record.status == "queued":
                 closed = blocking(closed_markers, model_of(record.kind))
                 if closed:
