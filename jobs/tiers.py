@@ -35,7 +35,7 @@ def session(jid: str, slot: str, probes: list[str] | None = None) -> str:
 
 
 def retrigger(scope: str, lifts_at: float) -> str:
-    from dispatchq.window.marker import retrigger as fire
+    from dispatchq.queue.retrigger import retrigger as fire
 
     return fire(get_runtime(), scope, lifts_at)
 

@@ -78,12 +78,8 @@ class _Group(click.Group):
             # Redis refusing a write under `maxmemory` (noeviction) is a refusal, not a bug:
             # one line, exit 2; Redis going away mid-command is one line too, exit 1.
             root = ctx.find_root()
-            client = (
-                root.obj.get("runtime").redis
-                if isinstance(root.obj, dict) and root.obj.get("runtime")
-                else None
-            )
-            full = out_of_memory_message(error, client)
+            rt = root.obj.get("runtime") if isinstance(root.obj, dict) else None
+            full = out_of_memory_message(error, rt.redis if rt is not None else None)
             if full is not None:
                 click.echo(f"error: {full}", err=True)
                 sys.exit(2)

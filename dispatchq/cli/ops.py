@@ -248,22 +248,22 @@ def window() -> None:
 @click.option("--reason", default="", help="Why (shown in status and the audit).")
 def window_close(until: str, reason: str) -> None:
     """Close the window: no session starts until then (audited in status)."""
-    from dispatchq.window import marker
+    from dispatchq.queue.retrigger import window_for
 
     rt = runtime(config=False)
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
-    m = marker.close_window(rt, when, reason=reason or "closed by an operator")
+    m = window_for(rt).close(when, reason=reason or "closed by an operator")
     click.echo(f"usage window closed until {datetime.fromtimestamp(m.lifts_at, UTC).isoformat()}")
 
 
 @window.command(name="open")
 def window_open() -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
-    from dispatchq.window import marker
+    from dispatchq.queue.retrigger import window_for
 
-    opened = marker.open_window(runtime(config=False))
+    opened = window_for(runtime(config=False)).open()
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")
 
 

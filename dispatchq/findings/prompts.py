@@ -18,9 +18,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from dispatchq.core.prompts import redact_frame_lookalikes
 from dispatchq.findings.lines import RETIRED
 from dispatchq.findings.report import Finding, is_loop_line
-from dispatchq.launcher.spawn import _redact as redact_frame_lookalikes
 
 __all__ = [
     "ANALYST_CONTRACT",

@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dispatchq.findings.fixer import POLL
+from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.session_worker import burst
 from dispatchq.queue.worker import clean_started
 from dispatchq.storage.findings import FindingsStore
-from dispatchq.tiers.session import burst
-from dispatchq.window import marker
+from dispatchq.window.marker import waiting_reason
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -47,9 +48,9 @@ def settle(
         if burst(runtime):
             last = time.monotonic()
             continue
-        closed = marker.blocking(marker.all_markers(runtime), None)
+        closed = window_for(runtime).closed_for(None)
         if closed and all(r.status != "running" for r in pending):
-            return marker.waiting_reason(max(closed, key=lambda m: m.lifts_at))
+            return waiting_reason(max(closed, key=lambda m: m.lifts_at))
         blocked = FindingsStore(runtime.redis).session_blocked(settings.host)
         if blocked:
             return f"sessions cannot start on this host: {blocked}"

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from dispatchq import keys
 from dispatchq.core.judgement import STATUSES, TIERS
 from dispatchq.queue.liveness import job_liveness, live_rq_workers
+from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 from dispatchq.triage.engine import status_section as triage_section
-from dispatchq.window.marker import status_section as window_section
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime

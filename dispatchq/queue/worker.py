@@ -6,7 +6,7 @@ RQ runs execution, lifecycles, failure registries and retries. What dispatchq ad
   nothing but latency), with a heartbeat thread, so a worker killed mid-job is
   noticed after `heartbeat_interval + heartbeat_grace` seconds instead of after the
   job's whole timeout, and its job is retried by RQ;
-- the session worker's admission loop (see `session_tier`), which replaces RQ's
+- the session worker's admission loop (see `queue.session_worker`), which replaces RQ's
   dequeue so that no session starts while the usage window is closed;
 - `job_failed`, RQ's failure callback: once RQ has no retries left, the job's
   unfinished judgements fail visibly, each with the reason.
@@ -177,7 +177,7 @@ def make_worker(
     queues = runtime.dispatcher.queues_for(tier)
     cls: type[DispatchqWorker] = DispatchqWorker
     if tier == "session":
-        from dispatchq.tiers.session import SessionWorker
+        from dispatchq.queue.session_worker import SessionWorker
 
         cls = SessionWorker
     worker = cls(
@@ -304,7 +304,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
         return  # RQ will run the job again; the judgements are still safe
     func = (job.func_name or "").rsplit(".", 1)[-1]
     if func == "session":
-        from dispatchq.tiers.session import session_job_lost
+        from dispatchq.queue.session_worker import session_job_lost
 
         session_job_lost(runtime, job, exc_value)
         return
@@ -355,7 +355,7 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
                 )
                 progressed = True
         if sessions:
-            from dispatchq.tiers.session import burst as session_burst
+            from dispatchq.queue.session_worker import burst as session_burst
 
             progressed |= session_burst(runtime)
         if progressed:

@@ -1,3 +1,8 @@
-"""The usage window: reading limit messages (pure) and the marker that pauses sessions."""
+"""The usage window: reading limit messages (pure), the marker that pauses sessions, and its face.
+
+`limits` reads a session's whole run and `messages` the words of a limit (both pure);
+`marker` is the marker as a value and the rules over it; `face.Window` is the one object
+the session tier, operators and the retrigger use to ask and tell the window.
+"""
 
 __all__: list[str] = []

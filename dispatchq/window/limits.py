@@ -48,13 +48,24 @@ field names are the CLI's own):
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dispatchq.window.messages import (
+    GENERAL_SCOPE,
+    LimitSignal,
+    detect_limit,
+    epoch_instant,
+    is_transient,
+    is_whole_limit,
+    is_whole_transient,
+    normalize_message,
+    require_aware,
+    resolve_timezone,
+)
 
 __all__ = [
     "GENERAL_SCOPE",
@@ -75,37 +86,7 @@ __all__ = [
 
 OutcomeKind = Literal["answer", "limit", "transient", "error"]
 WindowState = Literal["open", "closed"]
-GENERAL_SCOPE = "general"
-
-# Messages are rounded to the hour or so: a stated time this recently past means "just reset".
-JUST_RESET_WINDOW = timedelta(hours=1)
 SYNTHETIC_MODEL = "<synthetic>"
-
-
-@dataclass(frozen=True)
-class LimitSignal:
-    """When the usage window reopens, and what said so.
-
-    `lifts_at` is an aware UTC instant, never in the past (a stale or just-passed time is
-    `now` with `just_reset=True`: lift and let one probe find out). `scope` is `general` or
-    `model:<name>` (a model's own weekly limit pauses only what runs on that model).
-    `stated` is the reset as the message stated it (`"8pm|America/New_York"`,
-    `"resetsAt=1749924000"`, `"unknown"`): two refusals with the same `stated` are the same
-    stale message, which is what `reprobe_backoff` keys on.
-    """
-
-    lifts_at: datetime
-    kind: str
-    scope: str
-    message: str
-    just_reset: bool = False
-    stated: str = "unknown"
-    source: Literal["event", "text", "status"] = "text"
-    reset_known: bool = True
-
-    @property
-    def model(self) -> str | None:
-        return self.scope.removeprefix("model:") if self.scope.startswith("model:") else None
 
 
 @dataclass(frozen=True)
@@ -181,388 +162,6 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
     return events
 
 
-# --- normalisation -------------------------------------------------------------------------
-_JSON_UNICODE = re.compile(r"\\u([0-9a-fA-F]{4})(?:\\u([0-9a-fA-F]{4}))?")
-_JSON_SIMPLE = re.compile(r"\\([\"\\/bfnrt])")
-_SIMPLE_MAP = {'"': '"', "\\": "\\", "/": "/", "b": " ", "f": " ", "n": "\n", "r": " ", "t": " "}
-_SEPARATORS = re.compile(r"\s*[·∙•‧⋅]\s*|\s+[-–—]\s+")
-
-
-def _unescape_json(text: str) -> str:
-    if "\\" not in text:
-        return text
-
-    def unicode(match: re.Match[str]) -> str:
-        first = int(match.group(1), 16)
-        if match.group(2):
-            second = int(match.group(2), 16)
-            if 0xD800 <= first < 0xDC00 and 0xDC00 <= second < 0xE000:
-                return chr(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
-            return _safe_chr(first) + _safe_chr(second)
-        return _safe_chr(first)
-
-    text = _JSON_UNICODE.sub(unicode, text)
-    return _JSON_SIMPLE.sub(lambda m: _SIMPLE_MAP[m.group(1)], text)
-
-
-def _safe_chr(code: int) -> str:
-    return " " if 0xD800 <= code < 0xE000 else chr(code)
-
-
-def normalize_message(text: str, *, keep_lines: bool = False) -> str:
-    """One spelling for the many ways the same message reaches us.
-
-    JSON escapes decoded (a message copied out of a JSON string), curly apostrophes made
-    straight, every separator (`·`, `∙`, `•`, ` - `, ` – `, ` — `) made ` · `, whitespace
-    collapsed (messages wrap across lines in terminals). `keep_lines` keeps newlines, for the
-    whole-text check that drops hint lines.
-    """
-    text = _unescape_json(text)
-    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'").replace("\u2032", "'")
-    text = _SEPARATORS.sub(" · ", text)
-    if keep_lines:
-        lines = [re.sub(r"[ \t\r\f\v]+", " ", line).strip() for line in text.split("\n")]
-        return "\n".join(lines).strip()
-    return re.sub(r"\s+", " ", text).strip()
-
-
-# --- transient throttles ------------------------------------------------------------------
-_TRANSIENT = re.compile(
-    r"api error:? rate limit reached"
-    r"|server is temporarily limiting requests"
-    r"|not your usage limit"
-    r"|overloaded_error"
-    r"|api error:? \(?529\b"
-    r"|\b529 overloaded"
-    r"|api error:? \(?5(?:00|02|03|04)\b"
-    r"|request rejected \(429\) · rate limited"
-    r"|rate limited\. please try again later",
-    re.IGNORECASE,
-)
-_TRANSIENT_STATUSES = frozenset({500, 502, 503, 504, 529})
-
-
-def is_transient(text: str, api_error_status: int | None = None) -> bool:
-    """A throttle or overload that says nothing about the usage window.
-
-    `Server is temporarily limiting requests (not your usage limit)` contains "usage limit",
-    which is why this check runs before limit detection.
-    """
-    if api_error_status in _TRANSIENT_STATUSES:
-        return True
-    return bool(_TRANSIENT.search(normalize_message(text)))
-
-
-# --- the limit message grammar -------------------------------------------------------------
-_HIT = r"you(?:'ve| have) (?:hit|reached)"
-_KNOWN_MODELS = r"opus|sonnet|haiku|fable"
-_ORG = r"(?:org's|organization's|org|organization|team's)"
-_NOT_A_MODEL = frozenset(
-    {"your", "the", "a", "an", "all", "models", "claude", "ai", "session", "usage", "weekly", "monthly"}
-)
-
-# (regex, kind); kind "model" takes the model from the `model` group. First match wins.
-_HEADS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), kind)
-    for pattern, kind in (
-        (r"(?:claude(?: ai)? )?usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", "unknown"),
-        (rf"{_HIT} (?:your |the )?{_ORG} monthly (?:usage |spend )?limit", "org_monthly"),
-        (r"(?:org's|organization's) monthly (?:usage |spend )?limit (?:reached|hit)", "org_monthly"),
-        (r"you(?:'re| are) out of (?:extra usage|usage credits|credits)", "credits"),
-        (r"extra usage (?:limit )?(?:reached|exhausted)", "credits"),
-        (rf"{_HIT} your (?:5-hour|five-hour|session) limit", "five_hour"),
-        (r"(?:5|five)[- ]hour limit reached|session limit reached", "five_hour"),
-        (rf"{_HIT} your (?P<model>[a-z][\w.]*) weekly limit", "model"),
-        (r"(?P<model>\b[a-z][\w.]*) weekly limit reached", "model"),
-        (rf"{_HIT} your (?P<model>{_KNOWN_MODELS})(?: [\d.]+)? limit", "model"),
-        (rf"{_HIT} your weekly limit|weekly limit reached", "seven_day"),
-        (r"claude(?: ai)? usage limit reached", "unknown"),
-        (rf"{_HIT} your (?:usage )?limit", "unknown"),
-    )
-)
-
-_MONTHS = {
-    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
-    "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
-}  # fmt: skip
-_MON = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
-_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?(?:,? (?P<year>\d{4}))?"
-_TIME = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?(?![\w:])"
-_ZONE = r"(?:\s*\((?P<zone>[^()]{1,64})\)|\s+(?P<bare_zone>UTC|GMT)\b)?"
-_RESET_WORD = re.compile(r"\b(?:resets?|will reset|reset)(?: at| on)?\s+", re.IGNORECASE)
-_SPECS = tuple(
-    re.compile(pattern, re.IGNORECASE)
-    for pattern in (
-        rf"{_MON} {_DAY}(?:(?:,| at|, at)? {_TIME})?{_ZONE}",
-        rf"(?P<iso>\d{{4}}-\d{{2}}-\d{{2}})(?:[t ](?P<iso_h>\d{{2}}):(?P<iso_m>\d{{2}}))?{_ZONE}",
-        rf"{_TIME}(?:,? (?:on )?{_MON} {_DAY})?{_ZONE}",
-        r"in (?P<rel_n>\d+)\s*(?P<rel_u>hours?|hrs?|h|minutes?|mins?|m|days?|d)\b"
-        r"(?:\s*(?:and )?(?P<rel_n2>\d+)\s*(?:minutes?|mins?|m)\b)?",
-    )
-)
-_WHOLE_GAP = re.compile(r"^[\s.,;:!·]*(?:your (?:usage )?limit(?: will)?\s*)?$", re.IGNORECASE)
-_WHOLE_TAIL = re.compile(r"^[\s.,;:!·]*$")
-
-
-def resolve_timezone(zone: str | tzinfo) -> tzinfo:
-    """A tzinfo from a setting (`Europe/Berlin`, `UTC`, `Etc/GMT+5`) or an object as is."""
-    if isinstance(zone, tzinfo):
-        return zone
-    try:
-        return ZoneInfo(zone.strip())
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"unknown time zone {zone!r}") from None
-
-
-def _zone(name: str | None, default: tzinfo) -> tuple[tzinfo, str]:
-    if not name:
-        return default, _zone_name(default)
-    try:
-        # zoneinfo knows what Etc/GMT+5 means (UTC-5); never parse signs by hand.
-        return ZoneInfo(name.strip()), name.strip()
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return default, _zone_name(default)
-
-
-def _zone_name(zone: tzinfo) -> str:
-    return getattr(zone, "key", None) or str(zone)
-
-
-def _epoch(value: object) -> datetime | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(seconds) or seconds <= 0:
-        return None
-    if seconds > 1e11:  # milliseconds
-        seconds /= 1000.0
-    try:
-        return datetime.fromtimestamp(seconds, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
-def _clock(hour: str, minute: str | None, ampm: str | None) -> tuple[int, int] | None:
-    h, m = int(hour), int(minute or 0)
-    if m > 59:
-        return None
-    if ampm:
-        if not 1 <= h <= 12:
-            return None
-        pm = ampm.lower().startswith("p")
-        h = (h % 12) + (12 if pm else 0)
-    elif h > 23:
-        return None
-    return h, m
-
-
-def _local(day: date, hm: tuple[int, int], zone: tzinfo) -> datetime:
-    return datetime(day.year, day.month, day.day, hm[0], hm[1], tzinfo=zone).astimezone(UTC)
-
-
-def _nearest_year(month: int, day: int, hm: tuple[int, int], zone: tzinfo, now: datetime) -> datetime | None:
-    """The instance of month/day nearest to now: a date well in the past means next year."""
-    year = now.astimezone(zone).year
-    best: datetime | None = None
-    for y in (year - 1, year, year + 1):
-        try:
-            candidate = _local(date(y, month, day), hm, zone)
-        except ValueError:  # Feb 29 in a common year
-            continue
-        if best is None or abs(candidate - now) < abs(best - now):
-            best = candidate
-    return best
-
-
-@dataclass(frozen=True)
-class _Reset:
-    lifts_at: datetime | None  # None: no usable reset information
-    just_reset: bool
-    stated: str
-    end: int  # where the reset clause ended in the searched text
-
-
-def _resolve_spec(match: re.Match[str], now: datetime, default: tzinfo) -> _Reset:
-    groups = match.groupdict()
-    zone, zone_label = _zone(groups.get("zone") or groups.get("bare_zone"), default)
-    stated = f"{match.group(0).strip().lower()}|{zone_label}"
-    if groups.get("rel_n"):
-        unit = groups["rel_u"].lower()
-        n = int(groups["rel_n"])
-        delta = (
-            timedelta(days=n)
-            if unit.startswith("d")
-            else timedelta(hours=n)
-            if unit.startswith("h")
-            else timedelta(minutes=n)
-        )
-        delta += timedelta(minutes=int(groups.get("rel_n2") or 0))
-        # Relative times move with `now`; state them by their absolute instant, minute-rounded.
-        lifts = now + delta
-        return _Reset(lifts, False, f"in|{lifts.replace(second=0, microsecond=0).isoformat()}", match.end())
-    hm: tuple[int, int] | None = (0, 0)
-    if groups.get("hour"):
-        hm = _clock(groups["hour"], groups.get("minute"), groups.get("ampm"))
-        if hm is None:
-            return _Reset(None, False, "unknown", match.end())
-    if groups.get("iso"):
-        try:
-            day = date.fromisoformat(groups["iso"])
-            if groups.get("iso_h"):
-                hm = _clock(groups["iso_h"], groups["iso_m"], None)
-            lifts = _local(day, hm or (0, 0), zone) if hm else None
-        except ValueError:
-            lifts = None
-        return _past_means_now(lifts, now, stated, match.end())
-    if groups.get("mon"):
-        month, day_n = _MONTHS[groups["mon"][:3].lower()], int(groups["day"])
-        assert hm is not None
-        try:
-            if groups.get("year"):
-                lifts: datetime | None = _local(date(int(groups["year"]), month, day_n), hm, zone)
-            else:
-                lifts = _nearest_year(month, day_n, hm, zone, now)
-        except ValueError:
-            lifts = None
-        return _past_means_now(lifts, now, stated, match.end())
-    # A time with no date: the next such time in that zone, unless it passed less than an
-    # hour ago (messages are rounded): then it has just reset.
-    assert hm is not None
-    today = now.astimezone(zone).date()
-    candidates = sorted(_local(today + timedelta(days=d), hm, zone) for d in (-1, 0, 1, 2))
-    previous = max((c for c in candidates if c <= now), default=None)
-    if previous is not None and now - previous < JUST_RESET_WINDOW:
-        return _Reset(now, True, stated, match.end())
-    upcoming = min(c for c in candidates if c > now)
-    return _Reset(upcoming, False, stated, match.end())
-
-
-def _past_means_now(lifts: datetime | None, now: datetime, stated: str, end: int) -> _Reset:
-    if lifts is None:
-        return _Reset(None, False, "unknown", end)
-    if lifts <= now:
-        return _Reset(now, True, stated, end)
-    return _Reset(lifts, False, stated, end)
-
-
-def _find_reset(text: str, start: int, now: datetime, default: tzinfo) -> tuple[_Reset | None, int]:
-    """The reset clause following a limit head; returns it and where it began."""
-    for word in _RESET_WORD.finditer(text, start):
-        if word.start() - start > 160:  # a "reset" this far away belongs to other text
-            break
-        for spec in _SPECS:
-            match = spec.match(text, word.end())
-            if match:
-                return _resolve_spec(match, now, default), word.start()
-    return None, -1
-
-
-def _whole_limit(text: str) -> bool:
-    """Cheap live check: the text *starts* with a limit message and is message-sized."""
-    norm = _strip_hints(text)
-    if not norm or len(norm) > 300 or is_transient(norm):
-        return False
-    return any(head.match(norm) for head, _ in _HEADS)
-
-
-def _whole_transient(text: str) -> bool:
-    """A successful result whose whole text is an API error line (seen in some versions)."""
-    norm = _strip_hints(text)
-    lowered = norm.lower()
-    starts = lowered.startswith(("api error", "server is temporarily limiting"))
-    return starts and len(norm) <= 300 and is_transient(norm)
-
-
-def _strip_hints(text: str) -> str:
-    """Drop slash-command hint lines/segments (`/upgrade to …`) for the whole-text check."""
-    lines = [
-        line for line in normalize_message(text, keep_lines=True).split("\n") if not line.startswith("/")
-    ]
-    joined = " ".join(line for line in lines if line)
-    return re.sub(r"\s*·\s*/\S.*$", "", joined)
-
-
-def detect_limit(
-    text: str,
-    *,
-    now: datetime,
-    default_tz: str | tzinfo,
-    unknown_reset: float,
-    whole: bool = False,
-) -> LimitSignal | None:
-    """The usage limit stated in `text`, with the UTC instant it lifts; None if none.
-
-    `whole=True` demands that the text *is* a limit message (optionally followed by
-    slash-command hints): that is how a successful result carrying only the limit message
-    (seen in some versions) is told from an answer that merely quotes one. Throttles that
-    are not the usage limit are never a limit (`is_transient`).
-    """
-    _check_now(now)
-    default = resolve_timezone(default_tz)
-    if is_transient(text):
-        return None
-    norm = _strip_hints(text) if whole else normalize_message(text)
-    for head, kind in _HEADS:
-        match = head.search(norm)
-        if not match:
-            continue
-        model = (match.groupdict().get("model") or "").lower()
-        if kind == "model" and (not model or model in _NOT_A_MODEL):
-            continue
-        if whole and norm[: match.start()].strip(" .·"):
-            return None
-        return _signal(norm, match, kind, model, now, default, unknown_reset, whole)
-    return None
-
-
-def _signal(
-    norm: str,
-    match: re.Match[str],
-    kind: str,
-    model: str,
-    now: datetime,
-    default: tzinfo,
-    unknown_reset: float,
-    whole: bool,
-) -> LimitSignal | None:
-    scope = GENERAL_SCOPE
-    if kind == "model":
-        kind, scope = f"seven_day_{model}", f"model:{model}"
-    epoch = match.groupdict().get("epoch")
-    if epoch:
-        end = match.end()
-        lifts = _epoch(epoch)
-        reset = _past_means_now(lifts, now, f"epoch={epoch}", end) if lifts else None
-    else:
-        reset, reset_start = _find_reset(norm, match.end(), now, default)
-        if reset is not None and whole and not _WHOLE_GAP.match(norm[match.end() : reset_start]):
-            return None
-        end = reset.end if reset is not None else match.end()
-    if whole and not _WHOLE_TAIL.match(norm[end:]):
-        return None
-    message = norm[match.start() : end].strip() if not whole else norm.strip()
-    if reset is None or reset.lifts_at is None:
-        return LimitSignal(
-            lifts_at=now + timedelta(seconds=unknown_reset),
-            kind=kind,
-            scope=scope,
-            message=message,
-            stated="unknown",
-            reset_known=False,
-        )
-    return LimitSignal(
-        lifts_at=reset.lifts_at,
-        kind=kind,
-        scope=scope,
-        message=message,
-        just_reset=reset.just_reset,
-        stated=reset.stated,
-    )
-
-
 # --- structured events ---------------------------------------------------------------------
 _RATE_TYPE = re.compile(r"^[a-z0-9_]{1,48}$")
 
@@ -593,13 +192,13 @@ def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
 
 def limit_from_event(event: Mapping[str, Any], *, now: datetime, unknown_reset: float) -> LimitSignal | None:
     """The structured signal: a `rate_limit_event` that rejected, with its `resetsAt`."""
-    _check_now(now)
+    require_aware(now)
     rejection = _rejection(event)
     if rejection is None:
         return None
     rate_type, resets_at = rejection
     kind, scope = _event_kind(rate_type)
-    lifts = _epoch(resets_at)
+    lifts = epoch_instant(resets_at)
     label = rate_type if isinstance(rate_type, str) else "unknown"
     if lifts is None:
         return LimitSignal(
@@ -678,9 +277,10 @@ def window_state(event: Mapping[str, Any]) -> WindowState | None:
             return "open"
         return None
     if kind == "result":
-        text = event.get("result") if isinstance(event.get("result"), str) else ""
+        raw = event.get("result")
+        text = raw if isinstance(raw, str) else ""
         if not event.get("is_error"):
-            return "closed" if _whole_limit(text) else "open"
+            return "closed" if is_whole_limit(text) else "open"
         status = _int(event.get("api_error_status"))
         if is_transient(text, status):
             return None
@@ -711,11 +311,6 @@ def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
-
-
-def _check_now(now: datetime) -> None:
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("now must be an aware datetime")
 
 
 def _merge(structured: LimitSignal, text: LimitSignal | None) -> LimitSignal:
@@ -754,7 +349,7 @@ def read_outcome(
     `unknown_reset` seconds costs one spawn; assuming a throttle could burn many); a
     *successful* result is the limit only when its whole text is a limit message.
     """
-    _check_now(now)
+    require_aware(now)
     default = resolve_timezone(default_tz)
     events = parse_events(stdout)
     results = [e for e in events if e.get("type") == "result"]
@@ -794,28 +389,39 @@ def read_outcome(
         text = str(reason) if reason else ""
 
     status = _int(result.get("api_error_status")) if result is not None else None
-    base = {
-        "text": text,
-        "session_id": session_id,
-        "is_error": is_error,
-        "api_error_status": status,
-        "subtype": result.get("subtype") if result is not None else None,
-        "terminal_reason": result.get("terminal_reason") if result is not None else None,
-        "num_turns": _count(result.get("num_turns")) if result is not None else None,
-        "total_cost_usd": _float(result.get("total_cost_usd")) if result is not None else None,
-        "window_opened": opened,
-        "result": result,
-    }
-    limit_args = {"now": now, "default_tz": default, "unknown_reset": unknown_reset}
+
+    def outcome(
+        kind: OutcomeKind, *signals: LimitSignal, primary: LimitSignal | None = None
+    ) -> SessionOutcome:
+        return SessionOutcome(
+            kind=kind,
+            text=text,
+            session_id=session_id,
+            is_error=is_error,
+            limit=primary if primary is not None else (signals[0] if signals else None),
+            limits=signals,
+            api_error_status=status,
+            subtype=result.get("subtype") if result is not None else None,
+            terminal_reason=result.get("terminal_reason") if result is not None else None,
+            num_turns=_count(result.get("num_turns")) if result is not None else None,
+            total_cost_usd=_float(result.get("total_cost_usd")) if result is not None else None,
+            window_opened=opened,
+            result=result,
+        )
+
+    def limit_in(words: str, *, whole: bool = False) -> LimitSignal | None:
+        if not words:
+            return None
+        return detect_limit(words, now=now, default_tz=default, unknown_reset=unknown_reset, whole=whole)
 
     if structured:
-        text_signal = detect_limit(text, **limit_args) if text else None
+        text_signal = limit_in(text)
         merged = tuple(_merge(s, text_signal) for s in structured)
-        return SessionOutcome(kind="limit", limit=_primary(merged), limits=merged, **base)
+        return outcome("limit", *merged, primary=_primary(merged))
     if is_error:
         if is_transient(text, status):
-            return SessionOutcome(kind="transient", **base)
-        signal = detect_limit(text, **limit_args) if text else None
+            return outcome("transient")
+        signal = limit_in(text)
         if signal is None and status == 429:
             signal = LimitSignal(
                 lifts_at=now + timedelta(seconds=unknown_reset),
@@ -826,14 +432,14 @@ def read_outcome(
                 reset_known=False,
             )
         if signal is not None:
-            return SessionOutcome(kind="limit", limit=signal, limits=(signal,), **base)
-        return SessionOutcome(kind="error", **base)
-    if text and _whole_transient(text):
-        return SessionOutcome(kind="transient", **base)
-    signal = detect_limit(text, whole=True, **limit_args) if text else None
+            return outcome("limit", signal)
+        return outcome("error")
+    if text and is_whole_transient(text):
+        return outcome("transient")
+    signal = limit_in(text, whole=True)
     if signal is not None:
-        return SessionOutcome(kind="limit", limit=signal, limits=(signal,), **base)
-    return SessionOutcome(kind="answer", **base)
+        return outcome("limit", signal)
+    return outcome("answer")
 
 
 # --- re-probe back-off -------------------------------------------------------------------
@@ -854,7 +460,7 @@ def reprobe_backoff(
     A different stated time starts the count afresh. Returns the (possibly moved) signal and
     the refusal count to store with the marker.
     """
-    _check_now(now)
+    require_aware(now)
     if previous_stated is None or signal.stated != previous_stated:
         return signal, 1
     refusals = max(previous_refusals, 1) + 1

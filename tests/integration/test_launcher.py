@@ -20,16 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from dispatchq.core.prompts import render_prompt, template_placeholders, validate_template
 from dispatchq.errors import ConfigError, SettingsError, UserError
 from dispatchq.launcher.environment import session_environment
-from dispatchq.launcher.spawn import (
-    LaunchResult,
-    build_argv,
-    launch,
-    render_prompt,
-    template_placeholders,
-    validate_template,
-)
+from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.window.limits import read_outcome
 
 REPO = Path(__file__).resolve().parents[2]

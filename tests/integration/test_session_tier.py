@@ -40,6 +40,7 @@ from dispatchq.client import Client
 from dispatchq.core.judgement import Record
 from dispatchq.processes import set_runtime
 from dispatchq.queue.dispatch import Moves
+from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
@@ -253,10 +254,10 @@ class Harness:
     def close_for(self, seconds: float) -> float:
         """What `dispatchq window close --until 3s` does, without a CLI start-up eating the window."""
         until = datetime.now(UTC) + timedelta(seconds=seconds)
-        return marker.close_window(self.rt, until, reason=f"closed for {seconds:g}s", who="test").lifts_at
+        return window_for(self.rt).close(until, reason=f"closed for {seconds:g}s", who="test").lifts_at
 
     def marker(self, scope: str = GENERAL_SCOPE) -> marker.Marker | None:
-        return marker.get(self.rt, scope)
+        return window_for(self.rt).get(scope)
 
     def marker_state(self, scope: str = GENERAL_SCOPE) -> str | None:
         value = self.redis.hget(keys.marker(scope), "state")
@@ -272,7 +273,7 @@ class Harness:
         return out
 
     def audit(self) -> list[dict[str, Any]]:
-        return marker.audit_log(self.rt, 20)
+        return window_for(self.rt).audit_log(20)
 
 
 @pytest.fixture
@@ -438,7 +439,7 @@ _REPORTER = r"""
 import os, sys, time
 from datetime import UTC, datetime
 from dispatchq.window.limits import LimitSignal
-from dispatchq.window.marker import raise_marker
+from dispatchq.queue.retrigger import window_for
 from dispatchq.processes import build_runtime
 go, lifts, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rt = build_runtime()
@@ -448,7 +449,7 @@ rt.redis.ping()
 open(f"{go}.{name}", "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
-raise_marker(rt, signal, session=name)
+window_for(rt).raise_marker(signal, session=name)
 """
 
 
@@ -486,6 +487,7 @@ def test_concurrent_reports_from_threads_keep_the_latest(harness: Harness) -> No
     base = datetime.now(UTC) + timedelta(hours=2)
     threads, rounds = 16, 30
     start = threading.Barrier(threads)
+    window = window_for(harness.rt)
 
     def report(index: int) -> None:
         start.wait()
@@ -493,7 +495,7 @@ def test_concurrent_reports_from_threads_keep_the_latest(harness: Harness) -> No
             offset = step * threads + (index * 5) % threads  # interleaved: every thread keeps moving it
             lifts = base + timedelta(seconds=offset)
             signal = LimitSignal(lifts, "seven_day_opus", "model:opus", f"t{offset}", stated=f"t{offset}")
-            marker.raise_marker(harness.rt, signal, session=f"t{offset}")
+            window.raise_marker(signal, session=f"t{offset}")
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(report, range(threads)))
@@ -510,7 +512,7 @@ def test_a_stale_retrigger_does_nothing_and_the_scheduler_process_lifts_the_mark
 ) -> None:
     harness.scheduler()
     later = datetime.now(UTC) + timedelta(hours=1)
-    marker.close_window(harness.rt, later, reason="reserved", who="test")
+    window_for(harness.rt).close(later, reason="reserved", who="test")
     assert len(harness.retriggers()) == 1
 
     # A retrigger for an earlier lift fires (as one would after the marker moved later).

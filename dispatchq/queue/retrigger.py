@@ -1,0 +1,106 @@
+"""The window's RQ side: the one scheduled retrigger per scope, and the window wired for a process.
+
+Exactly one retrigger is scheduled with rq-scheduler for the lift instant of each
+scope (re-scheduled, never duplicated, when the lift moves later). It runs on the
+control queue that `dispatchq scheduler` executes itself. Session workers also time
+the lift themselves, so a dead scheduler costs nothing but its status line.
+
+The window (`dispatchq.window.face.Window`) does not import the queue; `window_for`
+hands it `schedule_retrigger` as its `reschedule` callable.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from dispatchq import keys
+from dispatchq.queue.scheduler import scheduler_for
+from dispatchq.storage.window import WindowStore
+from dispatchq.window.face import Window
+
+if TYPE_CHECKING:
+    from dispatchq.runtime import Runtime
+
+__all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "status_section", "window_for"]
+
+RETRIGGER_JOB = "jobs.tiers.retrigger"  # the name RQ jobs already in users' Redis carry
+
+
+def window_for(runtime: Runtime) -> Window:
+    """The window as this process sees it: its store, records, settings, kinds and scheduler."""
+    store = WindowStore(runtime.redis)
+
+    def reschedule(scope: str) -> str | None:
+        return schedule_retrigger(runtime, window, scope)
+
+    window = Window(
+        store, runtime.store, runtime.settings, kinds=lambda: runtime.config.kinds, reschedule=reschedule
+    )
+    return window
+
+
+def schedule_retrigger(runtime: Runtime, window: Window, scope: str) -> str | None:
+    """Make the scheduled retriggers for `scope` exactly one, at the marker's lift instant.
+
+    Done under a short lock so that concurrent raisers, whatever their order, leave
+    one job at the latest time rather than one each.
+    """
+    store = window.store
+    with store.retrigger_lock(scope):
+        marker = window.get(scope)
+        scheduler = scheduler_for(runtime)
+        for job in list(scheduler.get_jobs()):
+            if job.func_name == RETRIGGER_JOB and job.args and job.args[0] == scope:
+                scheduler.cancel(job)
+        if marker is None or not marker.closed():
+            store.clear_marker_field(scope, "retrigger")
+            return None
+        # rq-scheduler keeps whole seconds: round up so it never fires before the lift.
+        at = datetime.fromtimestamp(math.ceil(marker.lifts_at), UTC)
+        job = scheduler.enqueue_at(
+            at,
+            RETRIGGER_JOB,
+            scope,
+            marker.lifts_at,
+            queue_name=keys.CONTROL_QUEUE,
+            timeout=60,
+            job_result_ttl=0,
+            job_description=f"dispatchq retrigger {scope}",
+        )
+        store.set_marker_fields(scope, retrigger=job.id)
+        return str(job.id)
+
+
+def retrigger(runtime: Runtime, scope: str, lifts_at: float) -> str:
+    """The scheduled job (`jobs.tiers.retrigger`): at the lift instant, one probe goes first."""
+    return window_for(runtime).lift(scope)
+
+
+def status_section(runtime: Runtime) -> dict[str, Any]:
+    """The usage-window part of `dispatchq status --json`."""
+    window = window_for(runtime)
+    retriggers = []
+    for job, when in scheduler_for(runtime).get_jobs(with_times=True):
+        if job.func_name == RETRIGGER_JOB:
+            at = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+            retriggers.append(
+                {"scope": job.args[0] if job.args else "?", "at": at.isoformat(), "job": job.id}
+            )
+    store = window.store
+    spawned, refused = store.session_counts()
+    section = window.status()
+    audit = section.pop("window_audit")
+    return {
+        **section,
+        "retrigger": retriggers[0]["at"] if retriggers else None,
+        "retriggers": retriggers,
+        "sessions": {
+            "running": store.running(),
+            "spawned": spawned,
+            "refused_at_spawn": refused,
+            "blocked": store.blocked(),
+        },
+        "window_audit": audit,
+    }

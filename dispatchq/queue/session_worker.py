@@ -1,0 +1,139 @@
+"""The session tier's RQ side: a worker whose dequeue is the window's admission.
+
+RQ's own dequeue would pop the next job from a list; a session must first pass the
+window (`dispatchq.tiers.session.admit`: markers, a shared slot, the probe election,
+the claim from dispatchq's own line). So `SessionWorker` replaces
+`dequeue_job_and_maintain_ttl` with that loop, sleeping on the wake channel (or until a
+lift instant) between tries, and only then makes the RQ job (`jobs.tiers.session`) that
+runs the admitted judgement. Everything after that — execution, timeouts, heartbeats,
+abandoned jobs — is RQ's, through `DispatchqWorker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from rq import Callback, Queue
+from rq.job import Job
+
+from dispatchq import keys
+from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.worker import DispatchqWorker, make_worker
+from dispatchq.settings import parent_environment
+from dispatchq.tiers.session import (
+    BLOCKED_RECHECK,
+    Admission,
+    admit,
+    hold_paused,
+    lines_for,
+    model_of,
+    recheck_blocked,
+    worker_died,
+)
+
+if TYPE_CHECKING:
+    from dispatchq.runtime import Runtime
+
+__all__ = ["SESSION_JOB", "SessionWorker", "burst", "session_job_lost"]
+
+SESSION_JOB = "jobs.tiers.session"  # the name RQ jobs already in users' Redis carry
+FAILURE_CALLBACK = "jobs.tiers.on_job_failure"
+
+
+class SessionWorker(DispatchqWorker):
+    """An RQ worker whose dequeue is dispatchq's admission loop (see the module docstring)."""
+
+    runtime: Runtime
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        burst = timeout is None
+        runtime = self.runtime
+        settings = runtime.settings
+        window = window_for(runtime)
+
+        def model(kind_name: str) -> str | None:
+            return model_of(runtime.config.kinds, kind_name)
+
+        queue = Queue(keys.queue_name("session"), connection=self.connection)
+        pubsub = None
+        last_recheck = 0.0
+        try:
+            while True:
+                self.heartbeat()
+                if self.should_run_maintenance_tasks:
+                    self.run_maintenance_tasks()
+                if self._stop_requested:
+                    return None
+                if not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK:
+                    last_recheck = time.monotonic()
+                    recheck_blocked(window, settings, parent_environment())
+                decision = admit(window, settings.host, self.name, model)
+                if isinstance(decision, Admission):
+                    return self._job_for(decision, queue), queue
+                if burst:
+                    return None
+                if pubsub is None:
+                    pubsub = window.store.subscribe_wake()
+                    continue  # re-check once subscribed, so no wake-up falls between
+                wait = 5.0
+                if decision.until is not None:
+                    # Wake at the lift instant itself: a dead scheduler costs no delay.
+                    wait = max(0.0, min(wait, decision.until - time.time()))
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline and not self._stop_requested:
+                    message = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                    if message is not None:
+                        break
+        finally:
+            if pubsub is not None:
+                with contextlib.suppress(Exception):
+                    pubsub.close()
+
+    def _job_for(self, admission: Admission, queue: Queue) -> Job:
+        runtime = self.runtime
+        runtime.store.set_fields(admission.jid, job=f"session:{admission.slot}")
+        job = queue.create_job(
+            SESSION_JOB,
+            args=(admission.jid, admission.slot),
+            kwargs={"probes": admission.probes},
+            timeout=runtime.dispatcher.job_timeout("session"),
+            result_ttl=0,
+            failure_ttl=runtime.settings.result_ttl,
+            on_failure=Callback(FAILURE_CALLBACK),
+            description=f"dispatchq session {admission.jid}",
+        )
+        job.origin = queue.name
+        job.save()
+        return job
+
+
+def burst(runtime: Runtime) -> bool:
+    """Run sessions in this process until none can start now; True if any finished."""
+    settings = runtime.settings
+    window = window_for(runtime)
+    if not window.store.any_waiting(lines_for(settings.host)):
+        return False
+    recheck_blocked(window, settings, parent_environment())
+
+    def model(kind_name: str) -> str | None:
+        return model_of(runtime.config.kinds, kind_name)
+
+    before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    worker = make_worker(runtime, "session")
+    worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
+    hold_paused(
+        window, settings.host, model
+    )  # beyond the admission lookahead too: `run` names why each one waits
+    after = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    return after != before
+
+
+def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
+    """RQ gave up on a session job (its worker died): the judgement goes back to the front."""
+    if not job.args:
+        return
+    slot = str(job.args[1]) if len(job.args) > 1 else None
+    probes = list((job.kwargs or {}).get("probes", []))
+    worker_died(window_for(runtime), str(job.args[0]), slot, probes)
