@@ -25,12 +25,12 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, Kinds, Question, SessionSpec
+from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.errors import ConfigError
 from dispatchq.triage.rules import load_triage
 
 __all__ = [
     "KIND_KEYS",
-    "PLACEHOLDERS",
     "QUESTION_KEYS",
     "SESSION_KEYS",
     "TOP_KEYS",
@@ -43,7 +43,6 @@ __all__ = [
     "load_config",
     "load_kind",
     "parse_config",
-    "placeholders",
 ]
 
 KIND_KEYS = {
@@ -61,8 +60,6 @@ KIND_KEYS = {
 QUESTION_KEYS = {"type", "instructions", "criteria", "priority"}
 SESSION_KEYS = {"prompt", "args", "format", "model"}
 TOP_KEYS = {"kinds", "triage"}
-PLACEHOLDERS = {"target", "item", "state", "context"}
-_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -88,11 +85,6 @@ def _refuse_unknown(where: str, raw: dict[str, Any], allowed: set[str]) -> None:
         raise ConfigError(
             f"{where}.{sorted(unknown)[0]}: unknown key (allowed: {', '.join(sorted(allowed))})"
         )
-
-
-def placeholders(template: str) -> list[str]:
-    """The `{{ name }}` placeholders a prompt uses (single braces are literal text)."""
-    return [m.group(1) for m in _PLACEHOLDER.finditer(template)]
 
 
 @contextmanager
@@ -187,7 +179,7 @@ def _session(kind: str, raw: Any) -> SessionSpec:
     prompt = raw.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f"{where}.prompt: required, a text with {{{{ target }}}}-style placeholders")
-    for name in placeholders(prompt):
+    for name in template_placeholders(prompt):
         if name not in PLACEHOLDERS:
             known = ", ".join(sorted(PLACEHOLDERS))
             raise ConfigError(f"{where}.prompt: unknown placeholder {{{{ {name} }}}} (known: {known})")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.config import Kind, SessionSpec
 from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.core.kinds import Kind, SessionSpec
 from dispatchq.findings.contract import ANALYST, FIXER, RESTATER
 from dispatchq.findings.fixer import FixerJob
 from dispatchq.findings.prompts import analyst_prompt, new_nonce, restater_prompt

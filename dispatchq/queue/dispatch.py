@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from rq import Callback, Queue, Retry
 
 from dispatchq import git, keys
-from dispatchq.config import Kind
 from dispatchq.core.judgement import TIERS, JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import RANK, entry_tier, next_tier
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.queue.liveness import job_liveness

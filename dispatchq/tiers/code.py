@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatchq import git
-from dispatchq.config import Kind
 from dispatchq.core.judgement import Judgement
+from dispatchq.core.kinds import Kind
 from dispatchq.launcher.environment import child_environment
 from dispatchq.queue.dispatch import Moves
 from dispatchq.settings import parent_environment

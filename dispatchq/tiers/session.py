@@ -46,8 +46,8 @@ from dispatchq.window.face import SLOT_LEASE, Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, window_state
 
 if TYPE_CHECKING:
-    from dispatchq.config import Kind
     from dispatchq.core.judgement import Record
+    from dispatchq.core.kinds import Kind
     from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
     from dispatchq.window.face import Window

@@ -34,8 +34,8 @@ from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
 
 if TYPE_CHECKING:
-    from dispatchq.config import Kind
     from dispatchq.core.judgement import Record
+    from dispatchq.core.kinds import Kind
     from dispatchq.settings import Settings
     from dispatchq.storage.store import Store
     from dispatchq.storage.window import LineEntry, WindowStore

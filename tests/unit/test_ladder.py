@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
-from dispatchq.config import Kind, parse_config
+from dispatchq.config import parse_config
 from dispatchq.core.answers import Answer
+from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import RANK, decide_typed, entry_tier, next_tier, threshold_for
 from dispatchq.errors import LadderError
 from dispatchq.processes import drain
