@@ -101,11 +101,12 @@ def collect_status(rt: Any) -> dict[str, Any]:
     else:
         data.update(status_section(rt))
     try:
+        from dispatchq.storage.triage import TriageStorage
         from dispatchq.triage.engine import status_section as triage_section
     except ImportError:
         pass
     else:
-        data["triage"] = triage_section(rt)
+        data["triage"] = triage_section(TriageStorage(rt.redis))
     return data
 
 

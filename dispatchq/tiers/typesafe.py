@@ -532,7 +532,9 @@ class TypeSafeProvider:
         with self._calls_lock:
             self._calls += 1
         try:
-            response = self._client.system_one(state=state, questions=dict(questions))
+            # Wire dicts, not the SDK's typed models: the SDK validates them itself.
+            wire: Any = dict(questions)
+            response = self._client.system_one(state=state, questions=wire)
         except TypeSafeError as error:
             outcome = classify_error(error, self._key.get_secret_value())
             log.warning("typed provider %s: %s", outcome.reason, outcome.message)
