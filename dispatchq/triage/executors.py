@@ -127,7 +127,7 @@ class Ledger:
         return sha256_hex(canonical_json([decision_id, rule, target, action.to_json()]))
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
-        entry: dict[str, Any] | None = self._storage.ledger_entry(fingerprint)
+        entry: dict[str, Any] | None = self._storage.ledger_entry(fingerprint)  # JSON object or None
         return entry
 
     def record(self, fingerprint: str, entry: dict[str, Any]) -> None:
