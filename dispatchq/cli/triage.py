@@ -81,12 +81,6 @@ def _read_json(path: Path, what: str) -> Any:
         raise UserError(f"{what} {path}: not JSON ({error.msg} at line {error.lineno})") from None
 
 
-def _close(executor: Executor) -> None:
-    close = getattr(executor, "close", None)
-    if callable(close):
-        close()
-
-
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
@@ -182,7 +176,7 @@ def triage_command(
             answers_from=answers_from,
         )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json(result.to_json())
     else:
@@ -228,7 +222,7 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
             gate_auto=gate_auto,
         )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json(report.to_json())
         return
@@ -251,7 +245,7 @@ def apply_command(decision_id: str, rules: tuple[str, ...], as_json: bool) -> No
             decision_id, config, store=TriageStore(storage), executor=executor, rules=rules
         )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json([e.to_json() for e in done])
     else:

@@ -328,7 +328,5 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
             mode_override=cast("Mode | None", mode),  # the CLI offered only MODES
         )
     finally:
-        close = getattr(executor, "close", None)
-        if callable(close):
-            close()
+        executor.close()
     return result.to_json()

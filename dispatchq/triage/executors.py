@@ -98,6 +98,10 @@ class Executor(Protocol):
 
     def perform(self, action: Command, target: str) -> ActionResult: ...
 
+    def close(self) -> None:
+        """Release what the executor holds (a connection pool); the caller calls it once, at the end."""
+        ...
+
 
 def comment_marker(rule: str, template: str) -> str:
     """The hidden marker a rule's comment carries: one comment per rule and template."""
@@ -172,6 +176,9 @@ class RecordingExecutor:
 
     def __repr__(self) -> str:
         return f"RecordingExecutor(ops={sorted(self._ops)})"
+
+    def close(self) -> None:
+        """Nothing to release: the storage's Redis client belongs to the caller."""
 
     def supports(self, op: str) -> bool:
         return op in self._ops
