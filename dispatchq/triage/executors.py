@@ -438,7 +438,8 @@ class GitHubExecutor:
             )
             for comment in comments:
                 if marker in str(comment.get("body") or ""):
-                    return comment
+                    found: dict[str, Any] = comment  # the API's JSON object for one comment
+                    return found
             if len(comments) < 100:
                 return None
         return None
