@@ -21,6 +21,8 @@ from dispatchq.storage.store import Store
 if TYPE_CHECKING:
     import redis
 
+    from dispatchq.tiers.typesafe import Provider
+
 __all__ = ["Runtime"]
 
 
@@ -31,6 +33,8 @@ class Runtime:
     config_override: Config | None = field(default=None, repr=False)
     #: Kinds defined in code (the decision gate's), found by name in every config.
     builtin: Mapping[str, Kind] = field(default_factory=dict, repr=False)
+    #: The typed tier's provider (one HTTP connection pool per process), made on first use.
+    typed_provider: Provider | None = field(default=None, repr=False)
 
     @cached_property
     def store(self) -> Store:

@@ -23,9 +23,12 @@ def code(ids: list[str]) -> int:
 
 
 def typed(ids: list[str]) -> int:
+    from rq import get_current_job
+
     from dispatchq.tiers.typed import process_batch
 
-    return process_batch(get_runtime(), ids)
+    job = get_current_job()  # which job carries `ids`: a sibling may have moved some elsewhere
+    return process_batch(get_runtime(), ids, job_id=job.id if job is not None else None)
 
 
 def session(jid: str, slot: str, probes: list[str] | None = None) -> str:

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import click
-import redis
 
+from dispatchq.cli import runtime, settings
 from dispatchq.errors import ConfigError, UserError
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.tiers.typed import enqueue_triage, provider_ask, provider_for
 from dispatchq.triage.engine import (
     AnswersFrom,
     Ask,
@@ -34,42 +36,36 @@ from dispatchq.triage.engine import (
     replay,
     triage,
 )
-from dispatchq.triage.executors import Executor, build_executor
-from dispatchq.triage.rules import MODES, Event, Mode, TriageConfig, lint
+from dispatchq.triage.executors import Executor, build_executor, capabilities
+from dispatchq.triage.rules import MODES, Event, Mode, TriageConfig, decision_key
+from dispatchq.triage.table import lint
+
+__all__ = ["apply_command", "lint_command", "register", "replay_command", "triage_command"]
 
 # --- wiring: where the config, Redis, the executor's credentials and the provider come from.
 
 
 def _load_triage_config() -> TriageConfig:
     """The validated `triage` section of DISPATCHQ_CONFIG."""
-    from dispatchq.cli import runtime
-
     config = runtime().config
     if config.triage is None:
         raise ConfigError(f"{config.path or 'config'}: triage: the section is missing")
     return cast(TriageConfig, config.triage)
 
 
-def _redis() -> redis.Redis:
-    from dispatchq.cli import runtime
-
-    return runtime(config=False).redis
+def _storage() -> TriageStorage:
+    return TriageStorage(runtime(config=False).redis)
 
 
-def _executor(config: TriageConfig, client: redis.Redis) -> Executor:
-    from dispatchq.cli import settings
-
+def _executor(config: TriageConfig, storage: TriageStorage) -> Executor:
     s = settings()
     return build_executor(
-        config.executor, client, github_token=s.github_token, github_api_url=s.github_api_url
+        config.executor, storage, github_token=s.github_token, github_api_url=s.github_api_url
     )
 
 
 def _provider_ask() -> Ask:
     """The typed tier's provider (keyless: every question asked, none answered, no request)."""
-    from dispatchq.cli import runtime
-    from dispatchq.tiers.typed import provider_ask, provider_for
-
     return provider_ask(provider_for(runtime(config=False)))
 
 
@@ -83,12 +79,6 @@ def _read_json(path: Path, what: str) -> Any:
         raise UserError(f"{what} {path}: {error.strerror or error}") from None
     except json.JSONDecodeError as error:
         raise UserError(f"{what} {path}: not JSON ({error.msg} at line {error.lineno})") from None
-
-
-def _close(executor: Executor) -> None:
-    close = getattr(executor, "close", None)
-    if callable(close):
-        close()
 
 
 def _echo_json(data: Any) -> None:
@@ -160,10 +150,6 @@ def triage_command(
     if enqueue:
         if answers_file is not None:
             raise click.UsageError("--answers is for evaluating now; an enqueued event asks the provider")
-        from dispatchq.cli import runtime
-        from dispatchq.tiers.typed import enqueue_triage
-        from dispatchq.triage.rules import decision_key
-
         job_id = enqueue_triage(runtime(), _read_json(event_file, "event file"), mode)
         decision = decision_key(event, config)
         if as_json:
@@ -176,21 +162,21 @@ def triage_command(
         ask = answers_file_ask(_read_json(answers_file, "answers file"))
     else:
         ask = _provider_ask()
-    client = _redis()
-    executor = _executor(config, client)
+    storage = _storage()
+    executor = _executor(config, storage)
     try:
         result = triage(
             event,
             config,
             ask=ask,
-            store=TriageStore(client),
+            store=TriageStore(storage),
             executor=executor,
             budget=RunBudget.from_config(config),
             mode_override=cast(Mode | None, mode),
             answers_from=answers_from,
         )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json(result.to_json())
     else:
@@ -202,9 +188,8 @@ def triage_command(
 def lint_command(as_json: bool) -> None:
     """Report references that will fail at run time; exit 1 if there are any (for CI)."""
     config = _load_triage_config()
-    # Only `supports` is consulted: no Redis, no network, no token needed.
-    executor = build_executor(config.executor, redis.Redis(), github_token=None)
-    problems = lint(config, executor, config.base_dir)
+    # Only what the executor supports is consulted: no Redis, no network, no token needed.
+    problems = lint(config, capabilities(config.executor), config.base_dir)
     if as_json:
         _echo_json([p.to_json() for p in problems])
     elif problems:
@@ -225,11 +210,11 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
     """Re-resolve stored events over stored answers (no provider call); show what would change."""
     since = _parse_since(since_text) if since_text else None
     config = _load_triage_config()
-    client = _redis()
-    executor = _executor(config, client)
+    storage = _storage()
+    executor = _executor(config, storage)
     try:
         report = replay(
-            TriageStore(client),
+            TriageStore(storage),
             config,
             executor=executor,
             since=since,
@@ -237,7 +222,7 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
             gate_auto=gate_auto,
         )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json(report.to_json())
         return
@@ -253,12 +238,14 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
 def apply_command(decision_id: str, rules: tuple[str, ...], as_json: bool) -> None:
     """Perform the suggested actions of a decision that a person accepted."""
     config = _load_triage_config()
-    client = _redis()
-    executor = _executor(config, client)
+    storage = _storage()
+    executor = _executor(config, storage)
     try:
-        done = apply_suggested(decision_id, config, store=TriageStore(client), executor=executor, rules=rules)
+        done = apply_suggested(
+            decision_id, config, store=TriageStore(storage), executor=executor, rules=rules
+        )
     finally:
-        _close(executor)
+        executor.close()
     if as_json:
         _echo_json([e.to_json() for e in done])
     else:

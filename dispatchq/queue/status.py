@@ -13,6 +13,7 @@ from dispatchq.core.judgement import STATUSES, TIERS
 from dispatchq.queue.liveness import job_liveness, live_rq_workers
 from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
+from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import status_section as triage_section
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "judgements_orphaned": _orphaned(rt),
     }
     data.update(window_section(rt))
-    data["triage"] = triage_section(rt)
+    data["triage"] = triage_section(TriageStorage(rt.redis))
     return data
 
 

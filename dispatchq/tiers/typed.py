@@ -12,16 +12,17 @@ content key plus the requested model, so a re-delivered judgement makes no reque
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-from dispatchq import keys
 from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
 from dispatchq.queue.dispatch import Moves
+from dispatchq.queue.scheduler import schedule_typed_retry
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.storage.typed import TypedStorage
 from dispatchq.tiers.typesafe import (
     Answered,
     Ask,
@@ -32,18 +33,32 @@ from dispatchq.tiers.typesafe import (
     Transient,
     make_provider,
 )
+from dispatchq.triage.engine import Ask as TriageAsk
+from dispatchq.triage.engine import AskResult, HourlyBudget, TriageStore, triage
+from dispatchq.triage.executors import build_executor
+from dispatchq.triage.rules import Event, Mode
 
 if TYPE_CHECKING:
     from dispatchq.config import Kind
     from dispatchq.runtime import Runtime
     from dispatchq.storage.store import Claimed
 
+__all__ = [
+    "KEYLESS_WHY",
+    "SIBLING_CAP",
+    "enqueue_triage",
+    "process_batch",
+    "provider_ask",
+    "provider_for",
+    "run_triage",
+]
+
 KEYLESS_WHY = "no TypeSafe key: the typed tier answers nothing"
 
 
 def provider_for(runtime: Runtime) -> Provider:
     """One provider (one HTTP connection pool) per process."""
-    provider = getattr(runtime, "_typed_provider", None)
+    provider = runtime.typed_provider
     if provider is None:
         settings = runtime.settings
         provider = make_provider(
@@ -55,29 +70,27 @@ def provider_for(runtime: Runtime) -> Provider:
                 max_questions_per_request=settings.typed_max_questions,
             ),
         )
-        runtime._typed_provider = provider  # type: ignore[attr-defined]
+        runtime.typed_provider = provider
     return provider
 
 
-def _cache_get(runtime: Runtime, content_key: str, model: str | None) -> Answered | None:
+def _cache_get(storage: TypedStorage, content_key: str, model: str | None) -> Answered | None:
     if model is None:
         return None
-    raw = runtime.redis.get(keys.typed_cache(content_key, model))
-    return Answered.from_json(json.loads(raw)) if raw else None
+    cached = storage.cached_answers(content_key, model)
+    return Answered.from_json(cached) if cached else None
 
 
-def _cache_put(runtime: Runtime, content_key: str, model: str | None, answered: Answered) -> None:
+def _cache_put(
+    storage: TypedStorage, content_key: str, model: str | None, answered: Answered, ttl: int
+) -> None:
     # Only complete answers are cached: a missing answer, an error or a keyless run
     # must be asked again next time, not remembered.
     if model is None or answered.missing:
         return
-    runtime.redis.set(
-        keys.typed_cache(content_key, model),
-        json.dumps(answered.to_json()),
-        # Not the record's TTL: a judgement re-delivered after its record expired (so no
-        # longer a live duplicate) is exactly what the cache is for.
-        ex=runtime.settings.typed_cache_ttl,
-    )
+    # Not the record's TTL: a judgement re-delivered after its record expired (so no
+    # longer a live duplicate) is exactly what the cache is for.
+    storage.cache_answers(content_key, model, answered.to_json(), ttl)
 
 
 def _host(runtime: Runtime, claimed: Claimed) -> str | None:
@@ -121,7 +134,7 @@ def _decide(
             **extra,
         )
     else:
-        fields = {"raw": raw}
+        fields: dict[str, Any] = {"raw": raw}
         if decision.confidence is not None:
             fields["confidence"] = decision.confidence
         moves.move_up(
@@ -140,58 +153,45 @@ def _decide(
 SIBLING_CAP = 5000
 
 
-def _claim_siblings(runtime: Runtime, claimed: list[Claimed]) -> list[Claimed]:
+def _claim_siblings(runtime: Runtime, storage: TypedStorage, claimed: list[Claimed]) -> list[Claimed]:
     """Also take waiting judgements (from any job) that share a state with these.
 
     Jev answers many questions about one state in one request, so k judgements on one
     state should cost one request even when they arrived in different RQ jobs. Their
     own jobs later find them taken and do nothing.
     """
-    redis = runtime.redis
-    groups = {keys.typed_state(state_digest(c.input.get("state"))) for c in claimed}
+    digests = {state_digest(c.input.get("state")) for c in claimed}
     mine = {c.id for c in claimed}
-    pipe = redis.pipeline(transaction=False)
-    for group in groups:
-        pipe.srandmember(group, SIBLING_CAP)
-    extra = sorted({m.decode() if isinstance(m, bytes) else m for ms in pipe.execute() for m in ms} - mine)
+    extra = sorted(storage.waiting_on(digests, SIBLING_CAP) - mine)
     siblings = runtime.store.claim(extra[:SIBLING_CAP], "typed", strict=True) if extra else []
-    pipe = redis.pipeline(transaction=False)
-    taken = [c.id for c in (*claimed, *siblings)]
-    for group in groups:
-        pipe.srem(group, *taken)
-    pipe.execute()
+    storage.stop_waiting(digests, [c.id for c in (*claimed, *siblings)])
     return siblings
 
 
-def _still_carried(runtime: Runtime, ids: Sequence[str]) -> list[str]:
+def _still_carried(storage: TypedStorage, ids: Sequence[str], job_id: str | None) -> list[str]:
     """The ids whose record still names the running RQ job as the one that carries it.
 
     Another job may have taken a judgement as a sibling and, on provider trouble, put it
     under a scheduled retry job: its original job must leave it to wait for the advised
     delay instead of asking again at once.
     """
-    from rq import get_current_job
-
-    job = get_current_job()
-    if job is None:  # called outside RQ (tests, benchmarks): the caller owns the ids
+    if job_id is None:  # called outside RQ (tests, benchmarks): the caller owns the ids
         return list(ids)
-    pipe = runtime.redis.pipeline(transaction=False)
-    for jid in ids:
-        pipe.hget(keys.record(jid), "job")
-    owners = pipe.execute()
-    return [
-        jid
-        for jid, owner in zip(ids, owners, strict=True)
-        if not owner or (owner.decode() if isinstance(owner, bytes) else owner) == job.id
-    ]
+    owners = storage.carrying_jobs(ids)
+    return [jid for jid, owner in zip(ids, owners, strict=True) if not owner or owner == job_id]
 
 
-def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
-    """Ask the provider about one job's judgements (batched by state) and act on the band."""
-    claimed = runtime.store.claim(_still_carried(runtime, ids), "typed")
+def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = None) -> int:
+    """Ask the provider about one job's judgements (batched by state) and act on the band.
+
+    `job_id` is the RQ job carrying `ids` (the entry point `jobs.tiers.typed` passes it);
+    None outside RQ, where the caller owns every id.
+    """
+    storage = TypedStorage(runtime.redis)
+    claimed = runtime.store.claim(_still_carried(storage, ids, job_id), "typed")
     if not claimed:
         return 0
-    claimed += _claim_siblings(runtime, claimed)
+    claimed += _claim_siblings(runtime, storage, claimed)
     provider = provider_for(runtime)
     moves = Moves()
     kinds: dict[str, Kind] = {}
@@ -208,26 +208,27 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
         if provider.keyless:
             moves.move_up(c.id, kind, "typed", KEYLESS_WHY, host=_host(runtime, c))
             continue
-        cached = _cache_get(runtime, c.content_key, model)
+        cached = _cache_get(storage, c.content_key, model)
         if cached is not None:
             _decide(runtime, moves, c, kind, cached, cached=True, model=model)
             continue
         questions = {qid: q.wire() for qid, q in kind.questions.items()}
-        asks.append(Ask(c.id, c.input.get("state"), questions))
+        state: Any = c.input.get("state")  # the producer's JSON, as it was enqueued
+        asks.append(Ask(c.id, state, questions))
     if provider.keyless:  # `dispatchq status` reports the tier keyless while this is set
-        runtime.redis.set(keys.TYPED_KEYLESS, runtime.settings.host, ex=3600)
-    elif runtime.redis.get(keys.TYPED_KEYLESS) in (runtime.settings.host, runtime.settings.host.encode()):
-        runtime.redis.delete(keys.TYPED_KEYLESS)  # this host has a key now
+        storage.note_keyless(runtime.settings.host)
+    else:
+        storage.clear_keyless(runtime.settings.host)
     retries: dict[float, list[str]] = {}
     if asks:
         before = provider.calls
         outcomes = provider.ask_many(asks)
-        runtime.redis.incrby(keys.TYPED_REQUESTS, provider.calls - before)
+        storage.count_requests(provider.calls - before)
         for jid, outcome in outcomes.items():
             c, kind = by_id[jid], kinds[jid]
             host = _host(runtime, c)
             if isinstance(outcome, Answered):
-                _cache_put(runtime, c.content_key, model, outcome)
+                _cache_put(storage, c.content_key, model, outcome, runtime.settings.typed_cache_ttl)
                 _decide(runtime, moves, c, kind, outcome, cached=False, model=model)
             elif isinstance(outcome, Transient):
                 attempts = runtime.store.incr_attempts(jid)
@@ -252,8 +253,6 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
 
 def _retry_later(runtime: Runtime, ids: list[str], delay: float) -> None:
     """Re-enqueue after the provider's advised delay, without holding a worker meanwhile."""
-    from dispatchq.queue.scheduler import schedule_typed_retry
-
     job = schedule_typed_retry(runtime, ids, delay)
     when = time.strftime("%H:%M:%S", time.gmtime(time.time() + delay))
     for jid in ids:
@@ -269,11 +268,10 @@ def _retry_later(runtime: Runtime, ids: list[str], delay: float) -> None:
 
 
 # --- triage: the rules engine's questions go through the same provider --------------------
-def provider_ask(provider: Provider) -> Any:
+def provider_ask(provider: Provider) -> TriageAsk:
     """The rules engine's `ask(state, questions) -> AskResult`, over the typed tier's provider."""
-    from dispatchq.triage.engine import AskResult
 
-    def ask(state: Any, questions: Any) -> AskResult:
+    def ask(state: Any, questions: Mapping[str, dict[str, Any]]) -> AskResult:
         if provider.keyless:
             return AskResult(unanswered=dict.fromkeys(questions, "keyless"))
         before = provider.calls
@@ -307,18 +305,15 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
     Triage has no confidence band of its own and never escalates to a session: the
     table's gates are the band. Its budget is per hour across every enqueued event.
     """
-    from dispatchq.triage.engine import HourlyBudget, TriageStore, triage
-    from dispatchq.triage.executors import build_executor
-    from dispatchq.triage.rules import Event
-
     config = runtime.config.triage
     if config is None:
         raise RuntimeError("the config has no triage section")
     event = Event.from_json(event_data)
     settings = runtime.settings
+    storage = TriageStorage(runtime.redis)
     executor = build_executor(
         config.executor,
-        runtime.redis,
+        storage,
         github_token=settings.github_token,
         github_api_url=settings.github_api_url,
     )
@@ -327,13 +322,11 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
             event,
             config,
             ask=provider_ask(provider_for(runtime)),
-            store=TriageStore(runtime.redis),
+            store=TriageStore(storage),
             executor=executor,
-            budget=HourlyBudget(runtime.redis, settings.triage_hourly_budget),
-            mode_override=mode,  # type: ignore[arg-type]
+            budget=HourlyBudget(storage, settings.triage_hourly_budget),
+            mode_override=cast("Mode | None", mode),  # the CLI offered only MODES
         )
     finally:
-        close = getattr(executor, "close", None)
-        if callable(close):
-            close()
+        executor.close()
     return result.to_json()

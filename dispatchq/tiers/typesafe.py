@@ -50,9 +50,39 @@ from typesafe_sdk import (
 )
 
 from dispatchq.core.answers import Answer
+from dispatchq.core.judgement import canonical_json
 from dispatchq.errors import AnswerError, SettingsError
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "NAMESPACE_SEPARATOR",
+    "REDACTED",
+    "Answered",
+    "Ask",
+    "Batch",
+    "JSONState",
+    "KeylessProvider",
+    "NoKey",
+    "Outcome",
+    "Permanent",
+    "Provider",
+    "ProviderOptions",
+    "Transient",
+    "TypeSafeProvider",
+    "Usage",
+    "WireQuestion",
+    "advised_delay",
+    "canonical_state",
+    "classify_error",
+    "make_provider",
+    "merge_outcomes",
+    "namespaced",
+    "plan_batches",
+    "read_answers",
+    "redact",
+    "split_outcome",
+]
 
 JSONState: TypeAlias = str | dict[str, Any] | list[Any]
 """The state a judgement's questions are about: text or JSON, as the API accepts it."""
@@ -234,8 +264,12 @@ class Batch:
 
 
 def canonical_state(state: JSONState) -> str:
-    """The state as canonical JSON, so equal states compare equal however they were built."""
-    return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The state as canonical JSON, so equal states compare equal however they were built.
+
+    The one canonical spelling (`dispatchq.core.judgement.canonical_json`): the same that
+    keys the judgement, so two judgements share a request exactly when their states hash alike.
+    """
+    return canonical_json(state)
 
 
 def namespaced(index: int, question_id: str) -> str:
@@ -532,7 +566,9 @@ class TypeSafeProvider:
         with self._calls_lock:
             self._calls += 1
         try:
-            response = self._client.system_one(state=state, questions=dict(questions))
+            # Wire dicts, not the SDK's typed models: the SDK validates them itself.
+            wire: Any = dict(questions)
+            response = self._client.system_one(state=state, questions=wire)
         except TypeSafeError as error:
             outcome = classify_error(error, self._key.get_secret_value())
             log.warning("typed provider %s: %s", outcome.reason, outcome.message)

@@ -19,32 +19,41 @@ Why the pieces sit where they do:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
-import redis
-
-from dispatchq import keys
 from dispatchq.core.answers import Answer
 from dispatchq.errors import AnswerError, ExecutorError, UserError
+from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
-from dispatchq.triage.rules import (
-    ActionSpec,
-    Entry,
-    Event,
-    Knowledge,
-    Mode,
-    RuleError,
-    TriageConfig,
-    canonical_json,
-    decision_key,
-    resolve,
-)
+from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decision_key
+from dispatchq.triage.table import Entry, Knowledge, RuleError, resolve
+
+__all__ = [
+    "RUNS_KEPT",
+    "AnswersFrom",
+    "Ask",
+    "AskResult",
+    "Budget",
+    "HourlyBudget",
+    "ReplayChange",
+    "ReplayReport",
+    "RunBudget",
+    "StoredDecision",
+    "TriageResult",
+    "TriageStore",
+    "answers_file_ask",
+    "apply_suggested",
+    "keyless_ask",
+    "outcome_counts",
+    "replay",
+    "status_section",
+    "triage",
+]
 
 log = logging.getLogger(__name__)
 
@@ -139,31 +148,26 @@ class RunBudget:
 class HourlyBudget:
     """Provider requests enqueued triage may spend per clock hour, shared through Redis."""
 
-    def __init__(self, client: redis.Redis, limit: int, *, clock: Callable[[], float] = time.time) -> None:
-        self._redis = client
+    #: A window's counter outlives its hour by one more, then Redis drops it.
+    WINDOW_TTL = 7200
+
+    def __init__(self, storage: TriageStorage, limit: int, *, clock: Callable[[], float] = time.time) -> None:
+        self._storage = storage
         self.limit = limit
         self._clock = clock
 
-    def _key(self) -> str:
-        return keys.triage_budget(time.strftime("%Y%m%d%H", time.gmtime(self._clock())))
+    def _window(self) -> str:
+        return time.strftime("%Y%m%d%H", time.gmtime(self._clock()))
 
     def available(self) -> bool:
-        return int(self._redis.get(self._key()) or 0) < self.limit
+        return self._storage.budget_spent(self._window()) < self.limit
 
     def spend(self, requests: int) -> None:
         if requests > 0:
-            key = self._key()
-            pipe = self._redis.pipeline()
-            pipe.incrby(key, requests)
-            pipe.expire(key, 7200)
-            pipe.execute()
+            self._storage.spend_budget(self._window(), requests, self.WINDOW_TTL)
 
 
 # ------------------------------------------------------------------------------------- store
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -188,33 +192,30 @@ class StoredDecision:
 class TriageStore:
     """Triage decisions in dispatchq's Redis: answers, last resolution, run counts.
 
-    One hash per decision key (`keys.triage_decision`), indexed by time in
-    `TRIAGE_EVENTS` for replay; recent runs' counts in a capped `TRIAGE_RUNS` list for
-    `dispatchq status`.
+    The domain side of `TriageStorage`: it turns stored JSON into events, answers and
+    decisions and back. One stored decision per decision key, indexed by time for
+    replay; recent runs' counts in a capped list for `dispatchq status`.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
-        self._redis = client
-        self.ledger = Ledger(client)
+    def __init__(self, storage: TriageStorage) -> None:
+        self.storage = storage
+        self.ledger = Ledger(storage)
 
     def load(self, decision_id: str) -> StoredDecision | None:
-        raw = self._redis.hgetall(keys.triage_decision(decision_id))
-        if not raw:
+        data = self.storage.decision(decision_id)
+        if data is None:
             return None
-        data = {_text(k): _text(v) for k, v in raw.items()}
-        answers = {q: Answer.from_json(a) for q, a in json.loads(data.get("answers", "{}")).items()}
-        result = json.loads(data["result"]) if data.get("result") else None
         return StoredDecision(
             decision_id=decision_id,
-            event=Event.from_json(json.loads(data["event"])),
-            config_hash=data.get("config_hash", ""),
-            answers=answers,
-            unanswered=json.loads(data.get("unanswered", "{}")),
-            over_budget=frozenset(json.loads(data.get("over_budget", "[]"))),
-            answers_from=data.get("answers_from", "provider"),  # type: ignore[arg-type]
-            result=result,
-            created=float(data.get("created", 0)),
-            updated=float(data.get("updated", 0)),
+            event=Event.from_json(data["event"]),
+            config_hash=data["config_hash"],
+            answers={q: Answer.from_json(a) for q, a in data["answers"].items()},
+            unanswered=data["unanswered"],
+            over_budget=frozenset(data["over_budget"]),
+            answers_from=cast(AnswersFrom, data["answers_from"]),
+            result=data["result"],
+            created=data["created"],
+            updated=data["updated"],
         )
 
     def save_answers(
@@ -225,31 +226,22 @@ class TriageStore:
         knowledge: Knowledge,
         answers_from: AnswersFrom,
     ) -> None:
-        now = time.time()
-        key = keys.triage_decision(decision_id)
-        pipe = self._redis.pipeline()
-        pipe.hsetnx(key, "created", repr(now))
-        pipe.hset(
-            key,
-            mapping={
-                "event": canonical_json(event.to_json()),
-                "config_hash": config_hash,
-                "answers": canonical_json({q: a.to_json() for q, a in knowledge.answers.items()}),
-                "unanswered": canonical_json(dict(knowledge.unanswered)),
-                "over_budget": canonical_json(sorted(knowledge.over_budget)),
-                "answers_from": answers_from,
-                "updated": repr(now),
-            },
+        self.storage.save_decision(
+            decision_id,
+            event=event.to_json(),
+            config_hash=config_hash,
+            answers={q: a.to_json() for q, a in knowledge.answers.items()},
+            unanswered=dict(knowledge.unanswered),
+            over_budget=sorted(knowledge.over_budget),
+            answers_from=answers_from,
+            now=time.time(),
         )
-        pipe.zadd(keys.TRIAGE_EVENTS, {decision_id: now})
-        pipe.execute()
 
     def save_result(self, decision_id: str, result: Mapping[str, Any]) -> None:
-        self._redis.hset(keys.triage_decision(decision_id), "result", canonical_json(dict(result)))
+        self.storage.save_decision_result(decision_id, result)
 
     def since(self, since: float | None = None) -> list[StoredDecision]:
-        ids = self._redis.zrangebyscore(keys.TRIAGE_EVENTS, since if since is not None else "-inf", "+inf")
-        records = [self.load(_text(i)) for i in ids]
+        records = [self.load(i) for i in self.storage.decision_ids(since)]
         return [r for r in records if r is not None]
 
     def find(self, decision_id: str) -> StoredDecision:
@@ -259,8 +251,7 @@ class TriageStore:
         if record is not None:
             return record
         if len(wanted) >= 8:
-            ids = [_text(i) for i in self._redis.zrange(keys.TRIAGE_EVENTS, 0, -1)]
-            matches = [i for i in ids if i.startswith(wanted)]
+            matches = [i for i in self.storage.decision_ids() if i.startswith(wanted)]
             if len(matches) == 1:
                 found = self.load(matches[0])
                 if found is not None:
@@ -277,11 +268,10 @@ class TriageStore:
             "mode": mode,
             "time": time.time(),
         }
-        self._redis.hset(keys.TRIAGE_NEEDS_TRIAGE, decision_id, canonical_json(record))
+        self.storage.mark_needs_triage(decision_id, record)
 
     def needs_triage(self) -> dict[str, dict[str, Any]]:
-        raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
-        return {_text(k): json.loads(_text(v)) for k, v in raw.items()}
+        return self.storage.needs_triage()
 
     def record_run(self, result: TriageResult) -> None:
         line = {
@@ -293,13 +283,10 @@ class TriageStore:
             "requests": result.requests,
             "counts": result.counts(),
         }
-        pipe = self._redis.pipeline()
-        pipe.lpush(keys.TRIAGE_RUNS, canonical_json(line))
-        pipe.ltrim(keys.TRIAGE_RUNS, 0, RUNS_KEPT - 1)
-        pipe.execute()
+        self.storage.push_run(line, RUNS_KEPT)
 
     def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
-        return [json.loads(_text(v)) for v in self._redis.lrange(keys.TRIAGE_RUNS, 0, max(0, limit - 1))]
+        return self.storage.recent_runs(limit)
 
 
 def outcome_counts(runs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -310,19 +297,14 @@ def outcome_counts(runs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return dict(total)
 
 
-def status_section(runtime: Any, *, last: int = 20) -> dict[str, Any]:
-    """The triage part of `dispatchq status --json`: the last runs' counts by outcome.
-
-    Takes anything with a `.redis` client (the lead's Runtime), so it stays importable
-    without the settings machinery.
-    """
-    store = TriageStore(runtime.redis)
-    runs = store.recent_runs(last)
+def status_section(storage: TriageStorage, *, last: int = 20) -> dict[str, Any]:
+    """The triage part of `dispatchq status --json`: the last runs' counts by outcome."""
+    runs = TriageStore(storage).recent_runs(last)
     return {
         "runs": len(runs),
         "last_run": runs[0]["time"] if runs else None,
         "counts": outcome_counts(runs),
-        "needs_triage": int(runtime.redis.hlen(keys.TRIAGE_NEEDS_TRIAGE)),
+        "needs_triage": storage.needs_triage_count(),
     }
 
 
@@ -381,7 +363,7 @@ class TriageResult:
         """The person's view: suppressed is the product in shadow mode, so it is never hidden."""
 
         def qtype(entry: Entry) -> str | None:
-            if config is None or entry.question not in config.questions:
+            if config is None or entry.question is None or entry.question not in config.questions:
                 return None
             return config.questions[entry.question].type
 
@@ -448,20 +430,20 @@ def triage(
         over_budget = set(missing)
     elif missing:
         asked = tuple(missing)
-        result = _ask(ask, event, config, missing)
-        requests = max(0, int(result.requests))
+        said = _ask(ask, event, config, missing)
+        requests = max(0, int(said.requests))
         budget.spend(requests)
         for qid in missing:
-            answer = result.answers.get(qid)
+            answer = said.answers.get(qid)
             expected = config.questions[qid].type
             if answer is not None and answer.type == expected:
                 answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
             elif answer is not None:
                 unanswered[qid] = f"answer is a {answer.type}, the question is a {expected}"
-            elif qid in result.over_budget:
+            elif qid in said.over_budget:
                 over_budget.add(qid)
             else:
-                unanswered[qid] = result.unanswered.get(qid, "dropped")
+                unanswered[qid] = said.unanswered.get(qid, "dropped")
 
     knowledge = Knowledge(answers, unanswered, frozenset(over_budget))
     store.save_answers(decision_id, event, config.hash, knowledge, answers_from)
@@ -704,23 +686,3 @@ def replay(
                     ReplayChange(record.decision_id, record.event, key[0], action, old_side, new_side)
                 )
     return ReplayReport(len(latest), tuple(changes))
-
-
-__all__ = [
-    "Ask",
-    "AskResult",
-    "Budget",
-    "HourlyBudget",
-    "ReplayChange",
-    "ReplayReport",
-    "RunBudget",
-    "StoredDecision",
-    "TriageResult",
-    "TriageStore",
-    "answers_file_ask",
-    "apply_suggested",
-    "keyless_ask",
-    "outcome_counts",
-    "replay",
-    "triage",
-]

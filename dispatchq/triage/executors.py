@@ -16,7 +16,7 @@ shown: not in a repr, an error message or a log line.
 
 from __future__ import annotations
 
-import json
+import copy
 import re
 import time
 from collections.abc import Iterable
@@ -25,11 +25,29 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import quote, urlsplit
 
 import httpx2
-import redis
+from pydantic import SecretStr
 
-from dispatchq import keys
+from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.errors import ExecutorError, UserError
-from dispatchq.triage.rules import KNOWN_OPS, ActionSpec, canonical_json, sha256_hex
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.triage.rules import KNOWN_OPS, ActionSpec
+from dispatchq.triage.table import SupportsOps
+
+__all__ = [
+    "DEFAULT_GITHUB_API_URL",
+    "ActionResult",
+    "Command",
+    "Executor",
+    "GitHubExecutor",
+    "IssueRef",
+    "Ledger",
+    "RecordingExecutor",
+    "Status",
+    "build_executor",
+    "capabilities",
+    "comment_body",
+    "comment_marker",
+]
 
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 
@@ -80,6 +98,10 @@ class Executor(Protocol):
 
     def perform(self, action: Command, target: str) -> ActionResult: ...
 
+    def close(self) -> None:
+        """Release what the executor holds (a connection pool); the caller calls it once, at the end."""
+        ...
+
 
 def comment_marker(rule: str, template: str) -> str:
     """The hidden marker a rule's comment carries: one comment per rule and template."""
@@ -94,10 +116,6 @@ def comment_body(body: str, marker: str) -> str:
 # ------------------------------------------------------------------------------------ ledger
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 class Ledger:
     """Performed actions, written only after an executor succeeded.
 
@@ -105,31 +123,31 @@ class Ledger:
     so a redelivered event finds its actions done and the executor is not called again.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
-        self._redis = client
+    def __init__(self, storage: TriageStorage) -> None:
+        self._storage = storage
 
     @staticmethod
     def fingerprint(decision_id: str, rule: str, action: ActionSpec, target: str) -> str:
         return sha256_hex(canonical_json([decision_id, rule, target, action.to_json()]))
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
-        raw = self._redis.hget(keys.TRIAGE_LEDGER, fingerprint)
-        return None if raw is None else json.loads(_text(raw))
+        entry: dict[str, Any] | None = self._storage.ledger_entry(fingerprint)  # JSON object or None
+        return entry
 
     def record(self, fingerprint: str, entry: dict[str, Any]) -> None:
-        self._redis.hset(keys.TRIAGE_LEDGER, fingerprint, canonical_json({**entry, "time": time.time()}))
+        self._storage.put_ledger_entry(fingerprint, {**entry, "time": time.time()})
 
     def entries(self) -> list[dict[str, Any]]:
-        return [json.loads(_text(v)) for v in self._redis.hvals(keys.TRIAGE_LEDGER)]
+        return self._storage.ledger_entries()
 
     def added_label(self, target: str, label: str) -> bool:
-        return bool(self._redis.sismember(keys.triage_labels_added(target), label))
+        return self._storage.label_added(target, label)
 
     def note_label_added(self, target: str, label: str) -> None:
-        self._redis.sadd(keys.triage_labels_added(target), label)
+        self._storage.note_label_added(target, label)
 
     def note_label_removed(self, target: str, label: str) -> None:
-        self._redis.srem(keys.triage_labels_added(target), label)
+        self._storage.note_label_removed(target, label)
 
 
 def _refuse_foreign_label(ledger: Ledger, target: str, label: str) -> ActionResult | None:
@@ -151,19 +169,22 @@ class RecordingExecutor:
 
     name = "recording"
 
-    def __init__(self, client: redis.Redis, *, ops: Iterable[str] | None = None) -> None:
-        self._redis = client
+    def __init__(self, storage: TriageStorage, *, ops: Iterable[str] | None = None) -> None:
+        self._storage = storage
         self._ops = frozenset(KNOWN_OPS if ops is None else ops)
-        self.ledger = Ledger(client)
+        self.ledger = Ledger(storage)
 
     def __repr__(self) -> str:
         return f"RecordingExecutor(ops={sorted(self._ops)})"
+
+    def close(self) -> None:
+        """Nothing to release: the storage's Redis client belongs to the caller."""
 
     def supports(self, op: str) -> bool:
         return op in self._ops
 
     def state(self, target: str) -> dict[str, Any]:
-        raw = self._redis.hget(keys.TRIAGE_RECORDED_STATE, target)
+        stored = self._storage.recorded_state(target)
         base: dict[str, Any] = {
             "state": "open",
             "labels": [],
@@ -171,14 +192,14 @@ class RecordingExecutor:
             "comments": {},
             "locked": False,
         }
-        return {**base, **json.loads(_text(raw))} if raw is not None else base
+        return {**base, **stored} if stored is not None else base
 
     def seed(self, target: str, **state: Any) -> None:
         """Put a target in a known state (tests, and replaying a real target's state)."""
-        self._redis.hset(keys.TRIAGE_RECORDED_STATE, target, canonical_json({**self.state(target), **state}))
+        self._storage.put_recorded_state(target, {**self.state(target), **state})
 
     def recorded(self) -> list[dict[str, Any]]:
-        return [json.loads(_text(v)) for v in self._redis.lrange(keys.TRIAGE_RECORDED, 0, -1)]
+        return self._storage.recorded_writes()
 
     def perform(self, action: Command, target: str) -> ActionResult:
         if not self.supports(action.op):
@@ -191,13 +212,8 @@ class RecordingExecutor:
         wanted, detail = _recorded_change(current, action)
         if wanted == current:
             return ActionResult("unchanged", detail)
-        pipe = self._redis.pipeline()
-        pipe.hset(keys.TRIAGE_RECORDED_STATE, target, canonical_json(wanted))
-        pipe.rpush(
-            keys.TRIAGE_RECORDED,
-            canonical_json({"target": target, "op": action.op, "detail": detail, "time": time.time()}),
-        )
-        pipe.execute()
+        line = {"target": target, "op": action.op, "detail": detail, "time": time.time()}
+        self._storage.record_write(target, wanted, line)
         if action.op == "label.add":
             self.ledger.note_label_added(target, action.label or "")
         elif action.op == "label.remove":
@@ -206,7 +222,7 @@ class RecordingExecutor:
 
 
 def _recorded_change(current: dict[str, Any], action: Command) -> tuple[dict[str, Any], str]:
-    state = json.loads(json.dumps(current))
+    state = copy.deepcopy(current)
     op = action.op
     if op == "label.add":
         if action.label not in state["labels"]:
@@ -281,7 +297,7 @@ class GitHubExecutor:
     """Labels, comments, close/reopen and assignment through GitHub's REST API.
 
     The token (`DISPATCHQ_GITHUB_TOKEN`) and the API base URL
-    (`DISPATCHQ_GITHUB_API_URL`) are passed in; settings read them. The token only
+    (`DISPATCHQ_GITHUB_API_URL`) are passed in; settings read them, never this class. The token only
     ever travels in the Authorization header, and every message built from a
     response passes through `_redact` before it can be raised or printed.
     """
@@ -292,13 +308,13 @@ class GitHubExecutor:
 
     def __init__(
         self,
-        token: Any,
+        token: SecretStr | str | None,
         api_url: str = DEFAULT_GITHUB_API_URL,
         *,
         ledger: Ledger,
         timeout: float = 10.0,
     ) -> None:
-        secret = token.get_secret_value() if hasattr(token, "get_secret_value") else token
+        secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         self._token = _Token(secret) if secret else None
         parts = urlsplit(api_url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
@@ -422,7 +438,8 @@ class GitHubExecutor:
             )
             for comment in comments:
                 if marker in str(comment.get("body") or ""):
-                    return comment
+                    found: dict[str, Any] = comment  # the API's JSON object for one comment
+                    return found
             if len(comments) < 100:
                 return None
         return None
@@ -450,14 +467,35 @@ class GitHubExecutor:
 
 def build_executor(
     name: str,
-    client: redis.Redis,
+    storage: TriageStorage,
     *,
-    github_token: Any = None,
+    github_token: SecretStr | str | None = None,
     github_api_url: str = DEFAULT_GITHUB_API_URL,
 ) -> Executor:
-    """The executor a config names (`triage.executor`), over dispatchq's Redis for the ledger."""
+    """The executor a config names (`triage.executor`), over dispatchq's Redis for the ledger.
+
+    The token and URL come from settings (`DISPATCHQ_GITHUB_TOKEN`, `DISPATCHQ_GITHUB_API_URL`),
+    read by the caller at the edge: nothing here looks at the environment.
+    """
     if name == "github":
-        return GitHubExecutor(github_token, github_api_url, ledger=Ledger(client))
+        return GitHubExecutor(github_token, github_api_url, ledger=Ledger(storage))
     if name == "recording":
-        return RecordingExecutor(client)
+        return RecordingExecutor(storage)
+    raise UserError(f"triage.executor: unknown executor {name!r}")
+
+
+@dataclass(frozen=True)
+class _Capabilities:
+    ops: frozenset[str]
+
+    def supports(self, op: str) -> bool:
+        return op in self.ops
+
+
+def capabilities(name: str) -> SupportsOps:
+    """What the executor a config names can do, without Redis, a network or a token (for lint)."""
+    if name == "github":
+        return _Capabilities(GitHubExecutor.OPS)
+    if name == "recording":
+        return _Capabilities(frozenset(KNOWN_OPS))
     raise UserError(f"triage.executor: unknown executor {name!r}")

@@ -1,48 +1,55 @@
-"""The rules engine's pure half: the `triage` config, CEL conditions, and the resolution table.
+"""The rules engine's config: the `triage` section's vocabulary, loading, and the decision key.
 
-Nothing here talks to Redis, GitHub or a provider. Given a config, an event and what is
-known about the answers (which arrived, which were asked and came back empty, which
-the budget kept us from asking), `resolve` decides every planned action by a fixed
-first-match table. Keeping it pure is what lets `replay` re-run history as a what-if
-and lets the tests reach every row without a network.
+`load_triage` turns the section the YAML loader handed over into a `TriageConfig`
+(questions, rules with their parsed CEL `if`, planned actions), refusing at load
+time what can never work; `decision_key` names one event under one config. The
+resolution table is `dispatchq.triage.table`, the CEL conditions
+`dispatchq.triage.cel`.
 
-CEL comes from `cel-python` (`celpy`): its parse tree is a plain `lark` tree, so the
-identifiers an `if` references can be read off the parsed expression (comprehension
-variables excluded) instead of guessed from error messages at run time.
+Nothing here talks to Redis, GitHub or a provider: `replay` re-runs history as a
+what-if, and the tests reach every path without a network.
+
+Every hash here is `dispatchq.core.judgement.canonical_json` (orjson, NaN refused),
+the one canonical spelling dispatchq hashes; so what reaches a hash must be plain
+JSON data, refused with the field named (`UserError` for an event, `ConfigError` for
+the config) rather than silently stringified.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import celpy
-import lark
-from celpy import celtypes
+from dispatchq.core.answers import ANSWER_TYPES, AnswerType, wire_question
+from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.errors import ConfigError, UserError
+from dispatchq.triage.cel import BINDINGS, RESERVED_WORDS, Condition
 
-from dispatchq.core.answers import (
-    ANSWER_TYPES,
-    Answer,
-    AnswerType,
-    margin,
-    meets,
-    min_confidence,
-    noul_gate_as_probability,
-    wire_question,
-)
-from dispatchq.errors import ConditionError, ConfigError, UserError
-
-log = logging.getLogger(__name__)
+__all__ = [
+    "DESTRUCTIVE_OPS",
+    "EVENT_NAME",
+    "EXECUTORS",
+    "GITHUB_LOGIN",
+    "KNOWN_OPS",
+    "MODES",
+    "QUESTION_ID",
+    "RULE_ID",
+    "ActionSpec",
+    "Event",
+    "Mode",
+    "Question",
+    "Rule",
+    "TriageConfig",
+    "config_hash",
+    "decision_key",
+    "load_triage",
+]
 
 Mode = Literal["shadow", "suggest", "auto"]
 MODES: tuple[Mode, ...] = ("shadow", "suggest", "auto")
-Outcome = Literal["apply", "suggest", "suppress"]
 
 #: Every op a rule may plan. An executor supports a subset (row 7 covers the rest).
 KNOWN_OPS: tuple[str, ...] = (
@@ -59,69 +66,13 @@ KNOWN_OPS: tuple[str, ...] = (
 DESTRUCTIVE_OPS = frozenset({"close", "lock", "delete-branch"})
 EXECUTORS: tuple[str, ...] = ("recording", "github")
 
-# Reason codes, in table order (rows 3-12; rows 1 and 2 are never listed as entries).
-BUDGET_EXHAUSTED = "budget_exhausted"
-NO_ANSWERS = "no_answers"
-UNKNOWN_QUESTION = "unknown_question"
-DESTRUCTIVE_NOT_OPTED_IN = "destructive_not_opted_in"
-UNSUPPORTED_BY_EXECUTOR = "unsupported_by_executor"
-MISSING_TEMPLATE = "missing_template"
-BELOW_SUGGEST_THRESHOLD = "below_suggest_threshold"
-SHADOW_MODE = "shadow_mode"
-SUGGEST = "suggest"
-APPLY = "apply"
-REASONS: tuple[str, ...] = (
-    BUDGET_EXHAUSTED,
-    NO_ANSWERS,
-    UNKNOWN_QUESTION,
-    DESTRUCTIVE_NOT_OPTED_IN,
-    UNSUPPORTED_BY_EXECUTOR,
-    MISSING_TEMPLATE,
-    BELOW_SUGGEST_THRESHOLD,
-    SHADOW_MODE,
-    SUGGEST,
-    APPLY,
-)
-#: Reasons that mean "nothing could be decided" for the escalation rule: the answers or
-#: the config fell short. A shadow-mode suppression is a decision that was not written.
-UNDECIDED_REASONS = frozenset(
-    {
-        BUDGET_EXHAUSTED,
-        NO_ANSWERS,
-        UNKNOWN_QUESTION,
-        DESTRUCTIVE_NOT_OPTED_IN,
-        UNSUPPORTED_BY_EXECUTOR,
-        MISSING_TEMPLATE,
-        BELOW_SUGGEST_THRESHOLD,
-    }
-)
-
 EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
 QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 GITHUB_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
-# CEL reserved words and the names CEL gives its types: a question called `in` or `int`
-# would be unreadable in an expression.
-_CEL_WORDS = (
-    "true false null in as break const continue else for function if import let loop package "
-    "namespace return var void while bool bytes double duration int list map null_type string "
-    "timestamp uint dyn type has"
-)
-_RESERVED = frozenset(_CEL_WORDS.split())
-BINDINGS = frozenset({"event", "confidence"})
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _CLOSE_REASONS = ("completed", "not_planned")
 
 # ----------------------------------------------------------------------------------- JSON
-
-
-def canonical_json(value: Any) -> str:
-    """One spelling per value, so equal content hashes equally across processes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _plain(value: Any) -> Any:
@@ -131,6 +82,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _json_data(where: str, value: Any, error: type[UserError]) -> Any:
+    """`value` as plain JSON data, or `error` naming the field.
+
+    What is hashed must have one canonical spelling: a NaN, an infinity, an integer
+    beyond 64 bits, or a Python object (a `datetime` handed to the Python API, a date
+    the YAML loader read from an unquoted `2024-01-01`) has none, and is refused here
+    instead of being hashed as whatever `str()` makes of it.
+    """
+    plain = _plain(value)
+    try:
+        canonical_json(plain)
+    except (TypeError, ValueError) as problem:  # orjson.JSONEncodeError is a TypeError
+        raise error(f"{where}: not plain JSON data ({problem})") from None
+    return plain
 
 
 # ---------------------------------------------------------------------------------- event
@@ -171,7 +138,13 @@ class Event:
             context = {}
         if not isinstance(context, Mapping):
             raise UserError("event.context: expected an object")
-        return cls(name, target, item, _plain(context), _plain(data.get("state")))
+        return cls(
+            name,
+            target,
+            item,
+            _json_data("event.context", context, UserError),
+            _json_data("event.state", data.get("state"), UserError),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,128 +164,6 @@ class Event:
         # The event name and a digest of its state: an edited issue re-triages, a
         # redelivered identical event does not.
         return {"event": self.event, "item": self.item, "state": sha256_hex(canonical_json(self.state))}
-
-
-# ------------------------------------------------------------------------------------ CEL
-
-
-_CEL = celpy.Environment()
-
-
-@dataclass(frozen=True, eq=False)
-class Condition:
-    """A parsed `if`: the source, the names it reads, and a program to run it."""
-
-    source: str
-    names: frozenset[str]
-    confidence_refs: frozenset[str]
-    program: Any = field(repr=False)
-
-    @classmethod
-    def compile(cls, source: str) -> Condition:
-        """Parse now so a broken `if` refuses the file at load time; raise ValueError."""
-        try:
-            tree = _CEL.compile(source)
-        except Exception as error:  # celpy raises CELParseError, lark a few others
-            line = getattr(error, "line", None)
-            column = getattr(error, "column", None)
-            where = f" at line {line}, column {column}" if line is not None else ""
-            raise ValueError(f"does not parse as CEL{where}: {source!r}") from None
-        names = _free_names(tree, frozenset())
-        return cls(source, frozenset(names), frozenset(_confidence_refs(tree)), _CEL.program(tree))
-
-    def question_refs(self, question_ids: Iterable[str]) -> frozenset[str]:
-        ids = set(question_ids)
-        return frozenset((self.names | self.confidence_refs) & ids)
-
-    def evaluate(self, activation: Mapping[str, Any]) -> bool:
-        """True or False, or ConditionError: a non-boolean result is a type error too."""
-        try:
-            value = self.program.evaluate(dict(activation))
-        except Exception as error:
-            raise ConditionError(_cel_message(error)) from None
-        if isinstance(value, celpy.CELEvalError):
-            raise ConditionError(_cel_message(value))
-        if not isinstance(value, bool | celtypes.BoolType):
-            raise ConditionError(f"evaluates to {type(value).__name__}, not a bool")
-        return bool(value)
-
-
-def _cel_message(error: BaseException) -> str:
-    """One readable line: celpy embeds the whole activation in some messages."""
-    args = getattr(error, "args", ())
-    text = str(args[0]) if args else str(error)
-    cause = args[1] if len(args) > 1 and isinstance(args[1], type) else type(error)
-    text = text.split(" (in activation", 1)[0].splitlines()[0] if text else ""
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return f"{cause.__name__}: {text}"
-
-
-def _children(node: lark.Tree) -> list[Any]:
-    return [c for c in node.children if c is not None]
-
-
-def _bare_ident(node: Any) -> str | None:
-    """The name when a subtree is nothing but one identifier (a macro's loop variable)."""
-    while isinstance(node, lark.Tree):
-        kids = _children(node)
-        if node.data == "ident":
-            return str(kids[0])
-        if len(kids) != 1:
-            return None
-        node = kids[0]
-    return None
-
-
-def _free_names(node: Any, bound: frozenset[str]) -> set[str]:
-    """Identifiers the expression reads from its bindings (not macro loop variables)."""
-    if not isinstance(node, lark.Tree):
-        return set()
-    kids = _children(node)
-    if node.data in ("ident", "dot_ident"):
-        name = str(kids[0])
-        return set() if name in bound else {name}
-    if node.data == "ident_arg":  # a global function call: the name is not a variable
-        return set().union(*(_free_names(k, bound) for k in kids[1:]))
-    if node.data == "member_dot_arg":
-        target, method, *rest = kids
-        names = _free_names(target, bound)
-        args = _children(rest[0]) if rest else []
-        if str(method) in _MACROS and len(args) >= 2 and (var := _bare_ident(args[0])):
-            inner = bound | {var}
-            return names.union(*(_free_names(a, inner) for a in args[1:]))
-        return names.union(*(_free_names(a, bound) for a in args))
-    if node.data == "member_dot":  # `x.field`: the field name is not a variable
-        return _free_names(kids[0], bound)
-    return set().union(*(_free_names(k, bound) for k in kids))
-
-
-def _confidence_refs(tree: lark.Tree) -> set[str]:
-    """Question ids read as `confidence.q` or `confidence["q"]`: they are dependencies too."""
-    refs: set[str] = set()
-    for node in tree.iter_subtrees():
-        kids = _children(node)
-        if node.data == "member_dot" and _bare_ident(kids[0]) == "confidence":
-            refs.add(str(kids[1]))
-        elif node.data == "member_index" and _bare_ident(kids[0]) == "confidence":
-            literal = _string_literal(kids[1])
-            if literal is not None:
-                refs.add(literal)
-    return refs
-
-
-def _string_literal(node: Any) -> str | None:
-    while isinstance(node, lark.Tree):
-        kids = _children(node)
-        if node.data == "literal":
-            text = str(kids[0])
-            if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and "\\" not in text:
-                return text[1:-1]
-            return None
-        if len(kids) != 1:
-            return None
-        node = kids[0]
-    return None
 
 
 # --------------------------------------------------------------------------------- config
@@ -576,7 +427,7 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
     questions = _questions(top.get("questions", {}) or {})
     rules = _rules(top.get("rules", []) or [], questions)
 
-    plain = _plain(top)
+    plain = _json_data("triage", top, ConfigError)  # what config_hash hashes
     return TriageConfig(
         mode=mode,
         gate_suggest=gate_suggest,
@@ -614,7 +465,7 @@ def _questions(value: Any) -> dict[str, Question]:
         where = f"triage.questions.{qid}"
         if not isinstance(qid, str) or not QUESTION_ID.match(qid):
             raise ConfigError(f"{where}: a question id must be a CEL identifier (letters, digits, _)")
-        if qid in _RESERVED or qid in BINDINGS:
+        if qid in RESERVED_WORDS or qid in BINDINGS:
             raise ConfigError(f"{where}: {qid!r} is reserved in rule expressions")
         spec = _mapping(where, spec)
         _refuse_unknown(where, spec, _QUESTION_KEYS)
@@ -634,7 +485,9 @@ def _questions(value: Any) -> dict[str, Question]:
                 raise ConfigError(f"{where}: a noul needs instructions or criteria")
         events = spec.get("events")
         scoped = frozenset(_events(f"{where}.events", events)) if events is not None else None
-        out[qid] = Question(qid, qtype, _plain(spec.get("instructions")), _plain(criteria), scoped)
+        instructions = _json_data(f"{where}.instructions", spec.get("instructions"), ConfigError)
+        criteria = _json_data(f"{where}.criteria", criteria, ConfigError)
+        out[qid] = Question(qid, qtype, instructions, criteria, scoped)
     return out
 
 
@@ -752,334 +605,3 @@ def decision_key(event: Event, config: TriageConfig) -> str:
         config.hash,
     ]
     return sha256_hex(canonical_json(payload))
-
-
-# ------------------------------------------------------------------------------ resolving
-
-
-@dataclass(frozen=True)
-class Knowledge:
-    """What is known about the answers an event needs, and why the missing ones are missing."""
-
-    answers: Mapping[str, Answer]
-    unanswered: Mapping[str, str] = field(default_factory=dict)  # asked, nothing came back: why
-    over_budget: frozenset[str] = frozenset()  # not asked: the budget was spent
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One planned action and how it resolved, with the numbers that were compared."""
-
-    rule: str
-    action: ActionSpec
-    outcome: Outcome
-    reason: str
-    explanation: str
-    confidence: float | None = None
-    threshold: float | None = None
-    margin: float | None = None
-    question: str | None = None  # the least sure question the confidence came from
-    executed: str | None = None  # for applied entries: what the executor did
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "action": self.action.to_json(),
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "explanation": self.explanation,
-            "confidence": _round(self.confidence),
-            "threshold": _round(self.threshold),
-            "margin": _round(self.margin),
-            "question": self.question,
-            "executed": self.executed,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Entry:
-        return cls(
-            rule=data["rule"],
-            action=ActionSpec.from_json(data["action"]),
-            outcome=data["outcome"],
-            reason=data["reason"],
-            explanation=data.get("explanation", ""),
-            confidence=data.get("confidence"),
-            threshold=data.get("threshold"),
-            margin=data.get("margin"),
-            question=data.get("question"),
-            executed=data.get("executed"),
-        )
-
-    def render(self, question_type: str | None = None) -> str:
-        """`x label: add needs-repro    [needs-repro] shadow_mode — shadow mode ...`."""
-        mark = {"apply": "+", "suggest": "?", "suppress": "x"}[self.outcome]
-        line = f"{mark} {self.action.text()}    [{self.rule}] {self.reason} — {self.explanation}"
-        numbers = []
-        if self.confidence is not None:
-            numbers.append(f"confidence {self.confidence:.4g}")
-        if self.threshold is not None:
-            numbers.append(f"threshold {self.threshold:.4g}")
-            if question_type == "noul":
-                hi, lo = noul_gate_as_probability(self.threshold)
-                numbers[-1] += f" (p >= {hi:g} or p <= {lo:g})"
-        if self.margin is not None:
-            numbers.append(f"margin {self.margin:+.4g}")
-        if self.executed:
-            numbers.append(f"executed: {self.executed}")
-        return line + ("\n      " + "  ".join(numbers) if numbers else "")
-
-
-def _round(value: float | None) -> float | None:
-    """For output only: 0.8600000000000001 reads as 0.86 (comparisons use answers.meets)."""
-    return None if value is None else round(value, 9)
-
-
-@dataclass(frozen=True)
-class RuleError:
-    """Row 2: an `if` that threw. Not an entry (nothing was planned), but never silent."""
-
-    rule: str
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "error": self.message}
-
-
-@dataclass(frozen=True)
-class Resolution:
-    entries: tuple[Entry, ...]
-    errors: tuple[RuleError, ...]
-
-    @property
-    def undecided(self) -> bool:
-        """Nothing could be decided: no action decided (even in shadow), something fell short."""
-        decided = any(e.outcome != "suppress" or e.reason == SHADOW_MODE for e in self.entries)
-        return not decided and (bool(self.errors) or any(e.reason in UNDECIDED_REASONS for e in self.entries))
-
-
-class SupportsOps(Protocol):
-    def supports(self, op: str) -> bool: ...
-
-
-def bindings(event: Event, answers: Mapping[str, Answer]) -> dict[str, Any]:
-    """CEL bindings: each question id → its value, `confidence` → map, `event` → the event."""
-    activation: dict[str, Any] = {}
-    for qid, answer in answers.items():
-        value = answer.expression_value
-        activation[qid] = celtypes.StringType(value) if isinstance(value, str) else celtypes.DoubleType(value)
-    activation["confidence"] = celtypes.MapType(
-        {celtypes.StringType(q): celtypes.DoubleType(a.confidence) for q, a in answers.items()}
-    )
-    activation["event"] = celpy.json_to_cel(event.to_json())
-    return activation
-
-
-def resolve(
-    config: TriageConfig,
-    event: Event,
-    knowledge: Knowledge,
-    *,
-    executor: SupportsOps,
-    mode: Mode | None = None,
-    template_exists: Callable[[str], bool] | None = None,
-) -> Resolution:
-    """Resolve every planned action of every rule through the first-match table.
-
-    Rows, first match wins: 1 disabled/not triggered/`if` false (silent) · 2 `if` throws
-    (logged) · 3 budget_exhausted · 4 no_answers · 5 unknown_question ·
-    6 destructive_not_opted_in · 7 unsupported_by_executor · 8 missing_template ·
-    9 below_suggest_threshold · 10 shadow_mode · 11 suggest · 12 apply.
-
-    A missing answer is not a throw: when the `if` references one it is undetermined,
-    and rows 3-5 say why. So a keyless run lists every rule that needed answers as
-    `no_answers` instead of nothing.
-    """
-    mode = mode or config.mode
-    exists = template_exists or config.template_exists
-    answers = {q: a for q, a in knowledge.answers.items() if q in config.questions}
-    activation: dict[str, Any] | None = None
-    entries: list[Entry] = []
-    errors: list[RuleError] = []
-
-    for rule in config.rules:
-        # Row 1: disabled or not triggered.
-        if not rule.triggered_by(event.event):
-            continue
-        missing = sorted(q for q in rule.dependencies if q not in answers)
-        # Row 2 (and the silent half of row 1): an `if` whose answers are all here.
-        if rule.condition is not None and rule.refs <= answers.keys():
-            if activation is None:
-                activation = bindings(event, answers)
-            try:
-                matched = rule.condition.evaluate(activation)
-            except ConditionError as error:
-                log.warning("triage rule %s: if failed on %s: %s", rule.id, event.target, error)
-                errors.append(RuleError(rule.id, str(error)))
-                continue
-            if not matched:
-                continue
-        # Rows 3-5: undetermined, or determined but a gateOn answer is missing.
-        if missing:
-            reason, explanation = _missing_reason(config, event, knowledge, missing)
-            entries.extend(Entry(rule.id, a, "suppress", reason, explanation) for a in rule.actions)
-            continue
-
-        confidence, weakest = _rule_confidence(rule, answers)
-        for action in rule.actions:
-            entries.append(_resolve_action(config, rule, action, confidence, weakest, mode, executor, exists))
-    return Resolution(tuple(entries), tuple(errors))
-
-
-def _missing_reason(
-    config: TriageConfig, event: Event, knowledge: Knowledge, missing: list[str]
-) -> tuple[str, str]:
-    budget = [q for q in missing if q in knowledge.over_budget]
-    if budget:
-        return BUDGET_EXHAUSTED, f"the request budget was spent before {_names(budget)} could be asked"
-    unasked = [q for q in missing if not config.questions[q].asked_for(event.event)]
-    empty = [q for q in missing if q not in unasked]
-    if empty:
-        whys = sorted({knowledge.unanswered.get(q, "no answer recorded") for q in empty})
-        return NO_ANSWERS, f"no answer for {_names(empty)} ({'; '.join(whys)})"
-    return (
-        UNKNOWN_QUESTION,
-        f"{_names(unasked)} {'is' if len(unasked) == 1 else 'are'} not asked for {event.event}",
-    )
-
-
-def _names(ids: list[str]) -> str:
-    return ", ".join(ids)
-
-
-def _rule_confidence(rule: Rule, answers: Mapping[str, Answer]) -> tuple[float, str | None]:
-    """The minimum over `gateOn` (else the `if` references); 1 when unconditional.
-
-    Never an average: one confident answer must not carry a coin flip.
-    """
-    ids = list(rule.confidence_ids)
-    confidence = min_confidence(dict(answers), ids)
-    if confidence is None:  # resolve() only gets here with every dependency answered
-        raise AssertionError(f"rule {rule.id}: confidence over missing answers")
-    weakest = min(ids, key=lambda q: (answers[q].confidence, q)) if ids else None
-    return confidence, weakest
-
-
-def _resolve_action(
-    config: TriageConfig,
-    rule: Rule,
-    action: ActionSpec,
-    confidence: float,
-    weakest: str | None,
-    mode: Mode,
-    executor: SupportsOps,
-    template_exists: Callable[[str], bool],
-) -> Entry:
-    def entry(outcome: Outcome, reason: str, explanation: str, threshold: float | None = None) -> Entry:
-        gap = margin(confidence, threshold) if threshold is not None else None
-        return Entry(rule.id, action, outcome, reason, explanation, confidence, threshold, gap, weakest)
-
-    # Row 6: destructive ops need an explicit opt-in.
-    if action.op in DESTRUCTIVE_OPS and action.op not in config.allow_destructive:
-        return entry(
-            "suppress",
-            DESTRUCTIVE_NOT_OPTED_IN,
-            f"{action.op} destroys; list it in triage.allowDestructive to allow it",
-        )
-    # Row 7: the configured executor (even in shadow mode: shadow previews what it would do).
-    if not executor.supports(action.op):
-        return entry(
-            "suppress", UNSUPPORTED_BY_EXECUTOR, f"the {config.executor} executor cannot {action.op}"
-        )
-    # Row 8.
-    if action.template is not None and not template_exists(action.template):
-        path = config.templates.get(action.template)
-        where = f" ({path})" if path else " (not in triage.templates)"
-        return entry("suppress", MISSING_TEMPLATE, f"template {action.template!r}{where} does not exist")
-    # Row 9.
-    if not meets(confidence, config.gate_suggest):
-        return entry(
-            "suppress",
-            BELOW_SUGGEST_THRESHOLD,
-            f"confidence {confidence:.4g} is below the suggest gate {config.gate_suggest:g}",
-            config.gate_suggest,
-        )
-    # Row 10: the numbers still show whether auto would have applied it.
-    if mode == "shadow":
-        return entry(
-            "suppress", SHADOW_MODE, "shadow mode decides and logs but writes nothing", config.gate_auto
-        )
-    # Row 11.
-    if mode == "suggest":
-        return entry(
-            "suggest", SUGGEST, "suggest mode: a person accepts it with `triage apply`", config.gate_auto
-        )
-    if not meets(confidence, config.gate_auto):
-        return entry(
-            "suggest",
-            SUGGEST,
-            f"confidence {confidence:.4g} is below the auto gate {config.gate_auto:g}",
-            config.gate_auto,
-        )
-    # Row 12.
-    return entry(
-        "apply",
-        APPLY,
-        f"confidence {confidence:.4g} meets the auto gate {config.gate_auto:g}",
-        config.gate_auto,
-    )
-
-
-# ------------------------------------------------------------------------------------ lint
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A reference that will fail at run time (rows 5, 7, 8), found before it does."""
-
-    where: str
-    message: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
-
-    def to_json(self) -> dict[str, str]:
-        return {"where": self.where, "message": self.message, "reason": self.reason}
-
-
-def lint(config: TriageConfig, executor: SupportsOps, base_dir: Path | None = None) -> list[Problem]:
-    """Everything `load_triage` let through that a run would resolve as a suppression.
-
-    For CI: a non-empty list means some rule can never act as written.
-    """
-    base = Path(base_dir) if base_dir is not None else config.base_dir
-    problems: list[Problem] = []
-    for rule in config.rules:
-        where = f"triage.rules[{rule.id}]"
-        for event_name in rule.events:
-            for qid in sorted(rule.dependencies):
-                if not config.questions[qid].asked_for(event_name):
-                    problems.append(
-                        Problem(where, f"question {qid!r} is not asked for {event_name}", UNKNOWN_QUESTION)
-                    )
-        for i, action in enumerate(rule.actions):
-            at = f"{where}.actions[{i}]"
-            if not executor.supports(action.op):
-                problems.append(
-                    Problem(at, f"the {config.executor} executor cannot {action.op}", UNSUPPORTED_BY_EXECUTOR)
-                )
-            if action.template is not None:
-                relative = config.templates.get(action.template)
-                if relative is None:
-                    problems.append(
-                        Problem(
-                            at, f"template {action.template!r} is not in triage.templates", MISSING_TEMPLATE
-                        )
-                    )
-                elif not (base / relative).is_file():
-                    problems.append(
-                        Problem(
-                            at, f"template {action.template!r}: {relative} does not exist", MISSING_TEMPLATE
-                        )
-                    )
-    return problems

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 
 import dispatchq.cli.triage as cli_triage
 from dispatchq.cli import main
+from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import RecordingExecutor
 
 CONFIG = """\
@@ -85,7 +86,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     (tmp_path / "templates" / "needs-repro.md").write_text("Please add the steps that reproduce this.\n")
     e.write_config()
     monkeypatch.setenv("DISPATCHQ_CONFIG", str(tmp_path / "dispatchq.yaml"))
-    monkeypatch.setattr(cli_triage, "_redis", e.redis)
+    monkeypatch.setattr(cli_triage, "_storage", lambda: TriageStorage(e.redis()))
     return e
 
 
@@ -106,7 +107,7 @@ def test_answers_file_in_shadow_mode_prints_the_suppressed_list(env: Env) -> Non
     line = "x label: add needs-repro    [needs-repro] shadow_mode — "
     assert line + "shadow mode decides and logs but writes nothing" in result.stdout
     assert "Suppressed (2)" in result.stdout
-    assert RecordingExecutor(env.redis()).recorded() == []
+    assert RecordingExecutor(TriageStorage(env.redis())).recorded() == []
 
 
 def test_auto_mode_applies_through_the_recording_executor(env: Env) -> None:
@@ -123,7 +124,7 @@ def test_auto_mode_applies_through_the_recording_executor(env: Env) -> None:
         ("label.add", "performed"),
         ("comment", "performed"),
     ]
-    state = RecordingExecutor(env.redis()).state("acme/app#12")
+    state = RecordingExecutor(TriageStorage(env.redis())).state("acme/app#12")
     assert state["labels"] == ["needs-repro"]
     (body,) = state["comments"].values()
     assert body.startswith("Please add the steps") and "<!-- dispatchq:comment:" in body
@@ -145,11 +146,14 @@ def test_suggest_then_apply(env: Env) -> None:
         "--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS)
     )
     assert len(out["suggested"]) == 2
-    assert RecordingExecutor(env.redis()).recorded() == []
+    assert RecordingExecutor(TriageStorage(env.redis())).recorded() == []
     result = env.run("apply", out["decision_id"][:10], "--rule", "needs-repro")
     assert result.exit_code == 0, result.output
     assert "label: add needs-repro    [needs-repro] performed" in result.stdout
-    assert [r["op"] for r in RecordingExecutor(env.redis()).recorded()] == ["label.add", "comment"]
+    assert [r["op"] for r in RecordingExecutor(TriageStorage(env.redis())).recorded()] == [
+        "label.add",
+        "comment",
+    ]
 
 
 def test_apply_an_unknown_decision_is_a_user_error(env: Env) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
+from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import TriageStore
 from dispatchq.triage.executors import RecordingExecutor
 from tests.conftest import run_cli
@@ -114,7 +115,7 @@ class Triage:
         return json.loads(done.stdout)
 
     def recorded(self) -> list[dict[str, Any]]:
-        return RecordingExecutor(self.redis).recorded()
+        return RecordingExecutor(TriageStorage(self.redis)).recorded()
 
 
 def reasons(out: dict[str, Any], part: str = "suppressed") -> list[tuple[str, str]]:
@@ -264,9 +265,9 @@ def test_an_enqueued_event_is_performed_by_a_typed_worker_process(
         ("label.add", "label"),
         ("label.add", "label"),
     ]
-    state = RecordingExecutor(world.redis).state(TARGET)
+    state = RecordingExecutor(TriageStorage(world.redis)).state(TARGET)
     assert state["labels"] == ["needs-repro", "triage-seen"] and len(state["comments"]) == 1
-    stored = TriageStore(world.redis).load(queued["decision_id"])
+    stored = TriageStore(TriageStorage(world.redis)).load(queued["decision_id"])
     assert stored is not None and stored.result is not None
     assert reasons(dict(stored.result), "applied") == [
         ("needs-repro", "apply"),
@@ -295,7 +296,10 @@ def test_apply_performs_an_accepted_suggestion_once(world: Triage, provider: Fak
     done = world.cli("apply", out["decision_id"], "--json")
     assert [e["executed"].split(":", 1)[0] for e in done] == ["performed"] * 3
     assert len(world.recorded()) == 3
-    assert RecordingExecutor(world.redis).state(TARGET)["labels"] == ["needs-repro", "triage-seen"]
+    assert RecordingExecutor(TriageStorage(world.redis)).state(TARGET)["labels"] == [
+        "needs-repro",
+        "triage-seen",
+    ]
 
     again = world.cli("apply", out["decision_id"], "--json")
     assert all(e["executed"] == "already performed (ledger)" for e in again), again

@@ -149,7 +149,7 @@ def make_rt(typed_env: dict[str, str], redis_client: Any) -> Iterator[Callable[.
 
     yield make
     for runtime in made:
-        provider = getattr(runtime, "_typed_provider", None)
+        provider = runtime.typed_provider
         if provider is not None:
             provider.close()
     set_runtime(None)

@@ -18,6 +18,7 @@ import pytest
 from dispatchq import keys
 from dispatchq.core.answers import Answer
 from dispatchq.errors import ExecutorError, UserError
+from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import AskResult, RunBudget, TriageStore, apply_suggested, triage
 from dispatchq.triage.executors import Command, GitHubExecutor, Ledger, RecordingExecutor, comment_marker
 from dispatchq.triage.rules import Event, TriageConfig, load_triage
@@ -48,7 +49,7 @@ def client() -> fakeredis.FakeRedis:
 
 @pytest.fixture
 def executor(github: FakeGitHub, client: fakeredis.FakeRedis) -> Iterator[GitHubExecutor]:
-    ex = GitHubExecutor(TOKEN, github.url, ledger=Ledger(client))
+    ex = GitHubExecutor(TOKEN, github.url, ledger=Ledger(TriageStorage(client)))
     yield ex
     ex.close()
 
@@ -94,7 +95,13 @@ SURE = {"needs_repro": {"type": "noul", "noul": 0.99}}
 
 def run(cfg: TriageConfig, client: fakeredis.FakeRedis, executor: Any, ask: Any, **kw: Any) -> Any:
     return triage(
-        EVENT, cfg, ask=ask, store=TriageStore(client), executor=executor, budget=RunBudget(None), **kw
+        EVENT,
+        cfg,
+        ask=ask,
+        store=TriageStore(TriageStorage(client)),
+        executor=executor,
+        budget=RunBudget(None),
+        **kw,
     )
 
 
@@ -153,7 +160,7 @@ def test_an_executor_failure_is_not_ledgered_and_a_retry_completes(
     assert label.executed.startswith("failed: POST /repos/acme/app/issues/12/labels: HTTP 502")
     assert TOKEN not in label.executed  # the fake echoed the Authorization header
     assert comment.executed.startswith("performed")
-    ledgered = [e["action"]["op"] for e in Ledger(client).entries()]
+    ledgered = [e["action"]["op"] for e in Ledger(TriageStorage(client)).entries()]
     assert ledgered == ["comment"]
 
     retried = run(cfg, client, executor, CountingAsk(SURE))
@@ -260,7 +267,7 @@ def test_close_reopen_and_assign_write_when_needed(github: FakeGitHub, executor:
 
 def test_the_token_never_appears_in_errors_or_reprs(github: FakeGitHub, client: fakeredis.FakeRedis) -> None:
     wrong = "ghp_not-the-right-one-987654"
-    executor = GitHubExecutor(wrong, github.url, ledger=Ledger(client))
+    executor = GitHubExecutor(wrong, github.url, ledger=Ledger(TriageStorage(client)))
     with pytest.raises(ExecutorError) as caught:
         executor.perform(Command("label.add", label="x"), TARGET)
     assert "HTTP 401" in str(caught.value)
@@ -272,7 +279,7 @@ def test_the_token_never_appears_in_errors_or_reprs(github: FakeGitHub, client: 
 
 
 def test_no_token_means_no_request(github: FakeGitHub, client: fakeredis.FakeRedis) -> None:
-    executor = GitHubExecutor(None, github.url, ledger=Ledger(client))
+    executor = GitHubExecutor(None, github.url, ledger=Ledger(TriageStorage(client)))
     with pytest.raises(ExecutorError, match="DISPATCHQ_GITHUB_TOKEN"):
         executor.perform(Command("label.add", label="x"), TARGET)
     assert github.seen == []
@@ -291,7 +298,7 @@ def test_a_malformed_target_is_refused_before_any_request(
 
 def test_an_api_url_with_credentials_is_refused(client: fakeredis.FakeRedis) -> None:
     with pytest.raises(UserError, match="DISPATCHQ_GITHUB_API_URL"):
-        GitHubExecutor(TOKEN, "https://user:pw@example.invalid", ledger=Ledger(client))
+        GitHubExecutor(TOKEN, "https://user:pw@example.invalid", ledger=Ledger(TriageStorage(client)))
 
 
 # ----------------------------------------------------------------------------- apply, suggest
@@ -303,10 +310,14 @@ def test_apply_performs_an_accepted_suggestion_once(
     cfg = config(tmp_path, "suggest")
     result = run(cfg, client, executor, CountingAsk(SURE))
     assert len(result.suggested) == 2 and github.seen == []
-    done = apply_suggested(result.decision_id[:12], cfg, store=TriageStore(client), executor=executor)
+    done = apply_suggested(
+        result.decision_id[:12], cfg, store=TriageStore(TriageStorage(client)), executor=executor
+    )
     assert [e.executed.split(":")[0] for e in done] == ["performed", "performed"]
     writes = len(github.writes)
-    again = apply_suggested(result.decision_id, cfg, store=TriageStore(client), executor=executor)
+    again = apply_suggested(
+        result.decision_id, cfg, store=TriageStore(TriageStorage(client)), executor=executor
+    )
     assert all(e.executed.startswith("already") for e in again)
     assert len(github.writes) == writes
 
@@ -317,7 +328,10 @@ def test_apply_refuses_in_shadow_mode(
     result = run(config(tmp_path, "suggest"), client, executor, CountingAsk(SURE))
     with pytest.raises(UserError, match="shadow"):
         apply_suggested(
-            result.decision_id, config(tmp_path, "shadow"), store=TriageStore(client), executor=executor
+            result.decision_id,
+            config(tmp_path, "shadow"),
+            store=TriageStore(TriageStorage(client)),
+            executor=executor,
         )
     assert github.seen == []
 
@@ -326,7 +340,7 @@ def test_apply_refuses_in_shadow_mode(
 
 
 def test_the_recording_executor_keeps_to_its_own_keys(client: fakeredis.FakeRedis) -> None:
-    recording = RecordingExecutor(client)
+    recording = RecordingExecutor(TriageStorage(client))
     recording.seed(TARGET, labels=["bug"])
     assert recording.perform(Command("label.remove", label="bug"), TARGET).status == "refused"
     assert recording.perform(Command("label.add", label="triaged"), TARGET).status == "performed"
@@ -339,7 +353,7 @@ def test_the_recording_executor_keeps_to_its_own_keys(client: fakeredis.FakeRedi
 
 
 def test_the_recording_executor_honours_its_op_list(client: fakeredis.FakeRedis) -> None:
-    recording = RecordingExecutor(client, ops=["label.add"])
+    recording = RecordingExecutor(TriageStorage(client), ops=["label.add"])
     assert not recording.supports("comment")
     with pytest.raises(ExecutorError):
         recording.perform(Command("comment", body="x", marker="<!-- m -->"), TARGET)

@@ -202,9 +202,9 @@ def test_code_answers_are_never_asked_of_the_typed_tier_or_a_session(
     seen_by_typed: list[str] = []
     real = typed_tier.process_batch
 
-    def spy(runtime: Any, ids: list[str]) -> int:
+    def spy(runtime: Any, ids: list[str], **kwargs: Any) -> int:
         seen_by_typed.extend(ids)
-        return real(runtime, ids)
+        return real(runtime, ids, **kwargs)
 
     monkeypatch.setattr(typed_tier, "process_batch", spy)
     client_ids = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,10 @@ import fakeredis
 import pytest
 
 from dispatchq.core.answers import Answer
+from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.errors import ConfigError, UserError
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.triage.cel import Condition
 from dispatchq.triage.engine import (
     AskResult,
     RunBudget,
@@ -28,19 +32,8 @@ from dispatchq.triage.engine import (
     triage,
 )
 from dispatchq.triage.executors import GitHubExecutor, Ledger, RecordingExecutor
-from dispatchq.triage.rules import (
-    ActionSpec,
-    Condition,
-    Entry,
-    Event,
-    Knowledge,
-    Resolution,
-    TriageConfig,
-    decision_key,
-    lint,
-    load_triage,
-    resolve,
-)
+from dispatchq.triage.rules import ActionSpec, Event, TriageConfig, decision_key, load_triage
+from dispatchq.triage.table import Entry, Knowledge, Resolution, lint, resolve
 
 GITHUB_OPS = frozenset({"label.add", "label.remove", "comment", "close", "reopen", "assign"})
 
@@ -304,7 +297,7 @@ def test_a_throwing_if_is_logged_and_the_run_continues(caplog: pytest.LogCapture
     )
     ev = Event("issues.opened", "acme/app#12")
     knowledge = Knowledge(answers_of({"area": choice("bug", 0.9), "needs_repro": HIGH}))
-    with caplog.at_level(logging.WARNING, logger="dispatchq.triage.rules"):
+    with caplog.at_level(logging.WARNING, logger="dispatchq.triage.table"):
         resolution = resolve(config, ev, knowledge, executor=Caps())
     assert [e.rule for e in resolution.errors] == ["broken"]
     assert "TypeError" in resolution.errors[0].message
@@ -577,6 +570,46 @@ def test_events_are_validated_like_any_input() -> None:
         Event.from_json({"evnet": "issues.opened", "target": "acme/app#1"})
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("state", {"score": float("nan")}, "no JSON spelling"),
+        ("state", {"at": datetime(2026, 1, 1, tzinfo=UTC)}, "datetime is not JSON data"),
+        ("state", [2**70], "64-bit"),
+        ("context", {"since": date(2026, 1, 1)}, "date is not JSON data"),
+    ],
+)
+def test_an_event_that_is_not_plain_json_is_refused_not_stringified(field: str, value: Any, why: str) -> None:
+    """The decision key hashes the event with the one canonical JSON: no spelling, no key.
+
+    (The Python API can hand over any object; `str()` of it is no identity.)
+    """
+    data = {"event": "issues.opened", "target": "acme/app#1", field: value}
+    with pytest.raises(UserError, match=rf"event\.{field}: not plain JSON data \(.*{why}"):
+        Event.from_json(data)
+
+
+def test_a_triage_section_that_is_not_plain_json_is_refused() -> None:
+    """An unquoted YAML date or `.nan` has no canonical spelling, so the config hash refuses it."""
+    dated = copy.deepcopy(ISSUE_EXAMPLE)
+    dated["questions"]["needs_repro"]["instructions"] = date(2026, 1, 1)
+    with pytest.raises(ConfigError, match=r"triage\.questions\.needs_repro\.instructions: not plain JSON"):
+        load_triage(dated)
+    huge = {**ISSUE_EXAMPLE, "budget": {"requests": 2**70}}
+    with pytest.raises(ConfigError, match=r"^triage: not plain JSON data"):
+        load_triage(huge)
+
+
+def test_hashes_use_the_one_canonical_json() -> None:
+    config = load_triage(ISSUE_EXAMPLE)
+    event = Event.from_json({**EVENT.to_json(), "state": {"title": "é", "n": 1.5}})
+    digest = {"event": event.event, "item": event.item, "state": sha256_hex(canonical_json(event.state))}
+    payload = [event.target, digest, event.context, sorted(config.questions_for(event.event)), config.hash]
+    assert decision_key(event, config) == sha256_hex(canonical_json(payload))
+    plain = {k: v for k, v in config.section.items() if k != "mode"}
+    assert config.hash == sha256_hex(canonical_json(plain))
+
+
 # -------------------------------------------------------------------------------- the engine
 
 
@@ -602,12 +635,12 @@ def client() -> fakeredis.FakeRedis:
 
 @pytest.fixture
 def store(client: fakeredis.FakeRedis) -> TriageStore:
-    return TriageStore(client)
+    return TriageStore(TriageStorage(client))
 
 
 @pytest.fixture
 def recording(client: fakeredis.FakeRedis) -> RecordingExecutor:
-    return RecordingExecutor(client)
+    return RecordingExecutor(TriageStorage(client))
 
 
 ENGINE_RULES = [
@@ -817,7 +850,7 @@ def test_the_json_shape(store: TriageStore, recording: RecordingExecutor) -> Non
 
 
 def test_github_executor_capabilities_drive_row_7(client: fakeredis.FakeRedis) -> None:
-    github = GitHubExecutor(None, ledger=Ledger(client))  # supports() needs no token
+    github = GitHubExecutor(None, ledger=Ledger(TriageStorage(client)))  # supports() needs no token
     spec = rule(actions=[{"op": "lock"}, {"op": "assign", "assignees": ["alice"]}])
     config = load_triage(section([spec], allowDestructive=["lock"]))
     resolution = resolve(config, EVENT, Knowledge({}), executor=github)
@@ -825,16 +858,12 @@ def test_github_executor_capabilities_drive_row_7(client: fakeredis.FakeRedis) -
 
 
 def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, store: TriageStore) -> None:
-    recording = RecordingExecutor(client)
+    recording = RecordingExecutor(TriageStorage(client))
     config = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", escalate="needs-triage"))
     go(config, keyless_ask, store, recording, mode_override="shadow")
     go(config, CountingAsk(GOOD), store, recording)
 
-    @dataclass
-    class Runtime:
-        redis: fakeredis.FakeRedis
-
-    status = status_section(Runtime(client))
+    status = status_section(TriageStorage(client))
     assert status["runs"] == 2
     assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
     assert status["needs_triage"] == 0
