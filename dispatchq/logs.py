@@ -97,3 +97,4 @@ def configure(
         for old in list(logger.handlers):
             logger.removeHandler(old)
         logger.propagate = True
+        logger.setLevel(logging.NOTSET)  # RQ sets its own level per work(); the root decides

@@ -738,7 +738,14 @@ def test_keyless_typed_judgements_move_on_with_zero_requests(
     enqueue(keyed, "noul-local", {"body": "x"})
     drain(keyed, sessions=False)
     assert collect_status(keyed)["typed"] == {"keyless": False, "keyless_worker_host": None}
-    assert collect_status(make_rt(keyless=True))["typed"]["keyless"] is True
+    # The workers are the tier, not the operator's shell: a shell without a key does not make
+    # the status say keyless, and live typed workers' own reports decide it.
+    assert collect_status(make_rt(keyless=True))["typed"]["keyless"] is False
+    keyed.store.publish_worker("typed-a", {"tier": "typed", "host": "h", "keyless": True}, ttl=60)
+    assert collect_status(keyed)["typed"]["keyless"] is True
+    keyed.store.publish_worker("typed-b", {"tier": "typed", "host": "h", "keyless": False}, ttl=60)
+    assert collect_status(keyed)["typed"]["keyless"] is False
+    assert {w["name"] for w in collect_status(keyed)["worker_details"]} == {"typed-a", "typed-b"}
 
 
 KEYLESS_LADDER = """
