@@ -96,8 +96,16 @@ def status(as_json: bool) -> None:
     console.print("judgements: " + ", ".join(f"{k} {v}" for k, v in j.items() if v))
     for reason, count in data["waiting"].items():
         console.print(f"  {count} waiting: {reason}")
+    if data.get("judgements_orphaned"):
+        console.print(
+            f"  [yellow]{data['judgements_orphaned']} running judgement(s) orphaned[/]: their worker died; "
+            "RQ retries them once the heartbeat lapses (or `dispatchq retry ID` now)"
+        )
     if data["typed"]["keyless"]:
-        console.print("typed tier: [yellow]keyless[/] (no TYPESAFE_API_KEY): typed judgements escalate")
+        console.print(
+            "typed tier: [yellow]keyless[/] (the typed workers run without TYPESAFE_API_KEY): "
+            "typed judgements escalate"
+        )
     sched = data["scheduler"]
     alive = "[green]alive[/]" if sched["alive"] else "[red]not running[/] (start `dispatchq scheduler`)"
     console.print(f"scheduler: {alive}; {sched['scheduled_jobs']} scheduled jobs")

