@@ -211,6 +211,10 @@ class Settings(BaseSettings):
     session_deny_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra variable names never passed to a child (comma-separated)."
     )
+    session_subprocess_scrub: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Ask Claude Code to scrub its tool subprocesses (needs bubblewrap): auto, on or off.",
+    )
     timezone: str = Field(
         default_factory=_local_timezone, description="Zone for reset times printed without one."
     )

@@ -38,6 +38,7 @@ from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
+from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.launcher.spawn import build_argv, launch
 from dispatchq.queue.retrigger import window_for
 from dispatchq.settings import parent_environment
@@ -255,6 +256,7 @@ def _run(
         deny=settings.session_deny_env,
         credential_var=settings.session_credential_var,
         credential_value=credential,
+        scrub_subprocesses=decide_scrub(settings.session_subprocess_scrub, environ).enabled,
     )
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else _session_dir(settings.data_dir, record.id)

@@ -184,6 +184,8 @@ def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
     if not isinstance(info, Mapping):
         return None
     if info.get("status") == "rejected":
+        if info.get("isUsingOverage") is True and info.get("overageStatus") in ("allowed", "allowed_warning"):
+            return None  # served and billed as extra usage: the request went through
         return info.get("rateLimitType"), info.get("resetsAt")
     if info.get("isUsingOverage") is True and info.get("overageStatus") == "rejected":
         return "overage", info.get("overageResetsAt", info.get("resetsAt"))
@@ -414,6 +416,10 @@ def read_outcome(
             return None
         return detect_limit(words, now=now, default_tz=default, unknown_reset=unknown_reset, whole=whole)
 
+    if structured and result is not None and not is_error and not is_whole_limit(text):
+        structured = []  # a completed answer contradicts the event: it is an answer, never thrown away
+    if structured and is_error and is_transient(text, status):
+        return outcome("transient")  # "(not your usage limit)": the event alone is no limit
     if structured:
         text_signal = limit_in(text)
         merged = tuple(_merge(s, text_signal) for s in structured)

@@ -1,0 +1,220 @@
+"""The session tier against the real Claude Code CLI (pinned, from npm) and a stand-in Messages API.
+
+`tests/fake_claude.py` prints what we believe Claude Code prints; here the real CLI
+(`@anthropic-ai/claude-code`, installed by `python3 ops/dev.py test` under `.cache/claude-code`)
+is the session command, exactly as a user configures it, and `tests/fakes/anthropic_api.py`
+answers its API calls on 127.0.0.1. What the CLI then prints (events, result text, stderr) is
+the CLI's own, so what is asserted is how dispatchq reads the real thing: one spawn for a
+limit hit and none until the lift, no marker for a throttle, a paid answer kept.
+
+Where npm cannot be had the layer is skipped with the reason; under `CI=true` it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatchq import keys
+from dispatchq.processes import set_runtime
+from dispatchq.window.limits import GENERAL_SCOPE
+from tests.conftest import REPO
+from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply
+from tests.integration.test_session_tier import Harness
+
+CLAUDE = REPO / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
+VERSION = "2.1.197"
+
+
+def _claude_ready() -> str | None:
+    """None when the pinned CLI runs here, else why not."""
+    if not sys.platform.startswith("linux"):
+        return "the real-client layer runs on Linux"
+    if not CLAUDE.exists():
+        return f"the real Claude Code CLI is not at {CLAUDE} (`python3 ops/dev.py test` installs it with npm)"
+    done = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or VERSION not in done.stdout:
+        printed = done.stdout.strip() or done.stderr.strip()[-200:]
+        return f"{CLAUDE} --version printed {printed!r} (want {VERSION})"
+    return None
+
+
+_WHY_NOT = _claude_ready()
+if _WHY_NOT is not None and os.environ.get("CI") == "true":
+    raise RuntimeError(f"CI=true and the real-client layer cannot run: {_WHY_NOT}")
+pytestmark = pytest.mark.skipif(
+    _WHY_NOT is not None, reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {_WHY_NOT}"
+)
+
+COMMAND = f"{CLAUDE} -p --output-format stream-json --verbose"
+
+
+class RealHarness(Harness):
+    """The session tier's harness with the real CLI as the session command."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, client: Any, api: FakeAnthropicAPI) -> None:
+        super().__init__(env, tmp, client)
+        home = tmp / "home"
+        home.mkdir()
+        self.api = api
+        self.env.update(
+            DISPATCHQ_SESSION_COMMAND=COMMAND,
+            ANTHROPIC_BASE_URL=api.url,
+            CLAUDE_CODE_OAUTH_TOKEN="stand-in-token",
+            DISABLE_TELEMETRY="1",
+            DISABLE_ERROR_REPORTING="1",
+            DISABLE_AUTOUPDATER="1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            CLAUDE_CODE_MAX_RETRIES="1",
+            HOME=str(home),
+            TZ="UTC",
+        )
+
+    def spawns(self) -> int:
+        """Sessions dispatchq spawned (its own counter: the CLI is not ours to instrument)."""
+        return int(self.redis.get(keys.STATS_SESSIONS_SPAWNED) or 0)
+
+
+@pytest.fixture
+def real(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[RealHarness]:
+    with FakeAnthropicAPI() as api:
+        h = RealHarness(dq_env, tmp_path, redis_client, api)
+        try:
+            yield h
+        finally:
+            h.close()
+            set_runtime(None)
+
+
+def path_without_bwrap(tmp: Path, path: str) -> str:
+    """A PATH with every command of `path` but `bwrap` (symlinks in one folder)."""
+    folder = tmp / "no-bwrap-bin"
+    folder.mkdir()
+    for directory in path.split(os.pathsep):
+        if not directory or not Path(directory).is_dir():
+            continue
+        for entry in Path(directory).iterdir():
+            target = folder / entry.name
+            if entry.name != "bwrap" and not target.exists():
+                target.symlink_to(entry)
+    return str(folder)
+
+
+def run_jsonl(real: RealHarness, lines: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    source = real.tmp / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    return real.cli("run", str(source), "--json", **env)
+
+
+# --- an answer ------------------------------------------------------------------------------------
+def test_the_real_cli_answers_through_a_session_worker(real: RealHarness) -> None:
+    real.api.answer("forty-two")
+    jid = real.enqueue("ask", "the question")
+    done = real.cli("worker", "session", "--burst")
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = real.record(jid)
+    assert record.status == "answered", (record.reason, done.stderr[-2000:])
+    assert record.value == "forty-two"
+    assert real.spawns() == 1
+    assert len(real.api.message_requests) == 1
+    sent = real.api.message_requests[0]
+    assert sent.headers.get("authorization") == "Bearer stand-in-token"
+    assert "the question" in str(sent.body)
+
+
+@pytest.mark.skipif(
+    subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True).returncode != 0,
+    reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
+)
+def test_with_bwrap_usable_sessions_get_the_subprocess_scrub_and_still_answer(real: RealHarness) -> None:
+    real.api.answer("scrubbed")
+    jid = real.enqueue("ask", "q")
+    done = real.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
+    assert done.returncode == 0, done.stderr
+    assert real.record(jid).status == "answered"
+    assert "subprocess scrubbing is off" not in done.stderr
+
+
+def test_without_bwrap_auto_warns_once_and_the_session_still_answers(real: RealHarness) -> None:
+    real.api.answer("unscrubbed")
+    path = path_without_bwrap(real.tmp, real.env.get("PATH", os.defpath))
+    jid = real.enqueue("ask", "q")
+    done = real.cli("worker", "session", "--burst", PATH=path)
+    assert done.returncode == 0, done.stderr
+    assert real.record(jid).status == "answered", real.record(jid).reason
+    assert done.stderr.count("subprocess scrubbing is off: bwrap not found on PATH") == 1
+
+
+def test_without_bwrap_on_refuses_to_start_the_worker_with_the_hint(real: RealHarness) -> None:
+    path = path_without_bwrap(real.tmp, real.env.get("PATH", os.defpath))
+    jid = real.enqueue("ask", "q")
+    done = real.cli("worker", "session", "--burst", PATH=path, DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
+    assert done.returncode == 2, done.stderr
+    assert "apt-get install -y bubblewrap" in done.stderr
+    assert real.spawns() == 0
+    assert real.record(jid).status == "queued"
+
+
+# --- a usage limit: one spawn, none while closed, the lift within seconds -------------------------
+def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealHarness) -> None:
+    resets = int(time.time()) + 6
+    real.api.default = Reply.limit(resets_at=resets, claim="five_hour")
+    ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
+    real.workers(1)
+    real.wait(
+        lambda: real.all_status(ids, "waiting"), "every judgement to wait behind the marker", timeout=60
+    )
+    marker = real.marker()
+    assert marker is not None and marker.closed()
+    assert marker.lifts_at == resets
+    assert marker.kind == "five_hour"
+    assert "session limit" in marker.message
+    assert real.spawns() == 1
+    # Closed: the worker looks at the line and spawns nothing.
+    assert real.spawns_stay(1, period=2.0) == 1
+    real.api.answer("after the lift")
+    real.wait(lambda: real.all_status(ids, "answered"), "the lift, one probe, then the drain", timeout=60)
+    assert real.spawns() == 4
+    assert real.marker(GENERAL_SCOPE) is None
+    for jid in ids:
+        assert real.record(jid).attempts == 0
+
+
+# --- a transient throttle: no marker --------------------------------------------------------------
+def test_a_real_transient_429_puts_up_no_marker(real: RealHarness) -> None:
+    real.api.push(Reply.error(429, "rate_limit_error", "Rate limited"))
+    real.api.answer("after the throttle")
+    jid = real.enqueue("ask", "q")
+    real.workers(1)
+    real.wait(lambda: real.all_status([jid], "answered"), "the retry after the back-off", timeout=60)
+    assert real.marker() is None
+    assert not [a for a in real.audit() if a["action"] == "closed"]
+    assert real.spawns() == 2
+
+
+# --- an overage-billed answer is an answer --------------------------------------------------------
+def test_a_real_answer_billed_as_extra_usage_is_kept(real: RealHarness) -> None:
+    resets = int(time.time()) + 7200
+    real.api.answer(
+        "paid for",
+        **{
+            "anthropic-ratelimit-unified-status": "rejected",
+            "anthropic-ratelimit-unified-overage-status": "allowed",
+            "anthropic-ratelimit-unified-reset": str(resets),
+            "anthropic-ratelimit-unified-representative-claim": "five_hour",
+        },
+    )
+    jid = real.enqueue("ask", "q")
+    done = real.cli("worker", "session", "--burst")
+    assert done.returncode == 0, done.stderr
+    record = real.record(jid)
+    assert record.status == "answered", record.reason
+    assert record.value == "paid for"
+    assert real.spawns() == 1
