@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shlex
 import shutil
 import threading
 import time
@@ -39,7 +41,7 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
 from dispatchq.launcher.sandbox import decide_scrub
-from dispatchq.launcher.spawn import build_argv, launch
+from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
@@ -69,7 +71,9 @@ __all__ = [
     "recheck_blocked",
     "requeue_front",
     "run_claimed",
+    "session_log_path",
     "worker_died",
+    "write_session_log",
 ]
 
 log = logging.getLogger("dispatchq.session")
@@ -179,6 +183,27 @@ def _parse_answer(kind: Kind, text: str) -> tuple[bool, Any]:
         return True, json.loads(body)
     except json.JSONDecodeError as error:
         return False, f"session answer is not JSON ({error.msg} at line {error.lineno})"
+
+
+def session_log_path(data_dir: Path, jid: str) -> Path:
+    """Where a judgement's sessions' stderr is kept (`dispatchq result --json` shows it)."""
+    return data_dir.expanduser() / "session-logs" / f"{jid}.log"
+
+
+def write_session_log(data_dir: Path, jid: str, result: LaunchResult) -> None:
+    """Append one spawn's whole stderr: the reason shown is one line of it, this is the rest."""
+    path = session_log_path(data_dir, jid)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as out:
+            when = datetime.now(UTC).isoformat(timespec="seconds")
+            out.write(f"=== {when} spawn: {shlex.join(result.argv)} (exit {result.returncode})\n")
+            out.write(
+                result.stderr if result.stderr.endswith("\n") or not result.stderr else result.stderr + "\n"
+            )
+    except OSError:
+        log.warning("cannot write the session log %s", path, exc_info=True)
 
 
 def _session_dir(data_dir: Path, jid: str) -> Path:
@@ -320,6 +345,7 @@ def _run(
         hooks.not_spawned(runtime, record, reason)  # undo what before_spawn prepared
         return "missing executable"
     window.store.count_spawned()
+    write_session_log(settings.data_dir, record.id, result)
     outcome = read_outcome(
         result.stdout,
         now=datetime.now(UTC),

@@ -59,6 +59,7 @@ from dispatchq.window.messages import (
     LimitSignal,
     detect_limit,
     epoch_instant,
+    error_line,
     is_transient,
     is_whole_limit,
     is_whole_transient,
@@ -385,7 +386,7 @@ def read_outcome(
         text = stdout.strip()
         is_error = returncode not in (0, None)
     if not text and is_error and stderr.strip():
-        text = stderr.strip()[-4000:]
+        text = error_line(stderr)  # the whole stderr goes to the judgement's session log
     if not text and is_error and result is not None:
         reason = result.get("subtype") or result.get("terminal_reason")
         text = str(reason) if reason else ""

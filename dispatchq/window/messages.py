@@ -23,6 +23,7 @@ __all__ = [
     "LimitSignal",
     "detect_limit",
     "epoch_instant",
+    "error_line",
     "is_transient",
     "is_whole_limit",
     "is_whole_transient",
@@ -452,3 +453,37 @@ def _signal(
         just_reset=reset.just_reset,
         stated=reset.stated,
     )
+
+
+# --- the line that says what went wrong ---------------------------------------------------
+_FRAME = re.compile(r"^at\s+\S.*(?:\(.*:\d+(?::\d+)?\)|:\d+:\d+)$|^at\s+<anonymous>")
+_BANNER = re.compile(r"^(?:Bun v\d|Node\.js v\d|node:internal)")
+_SOURCE = re.compile(r"^\d+\s*\|")
+_MESSAGE = re.compile(r"^(?:error|[A-Za-z]*Error|fatal|warning)\b\s*:", re.IGNORECASE)
+ERROR_LINE_MAX = 400
+
+
+def _reads_as_message(line: str) -> bool:
+    if not line or _FRAME.match(line) or _BANNER.match(line) or _SOURCE.match(line):
+        return False
+    if set(line) <= set("^~-=_*| "):  # a caret or rule under a source excerpt
+        return False
+    letters = sum(ch.isalpha() or ch == " " for ch in line)
+    return letters >= 0.6 * len(line)  # prose, not minified code
+
+
+def error_line(stderr: str, *, limit: int = ERROR_LINE_MAX) -> str:
+    """The message of a failure from its stderr, never source excerpts, stack frames or banner.
+
+    Claude Code's stderr on a start-up failure is ~5 KB: minified source lines (`474 | …`),
+    then `error: bubblewrap is required …`, then `at M7r (/$bunfs/root/…:477:6115)` frames
+    and `Bun v1.4.0 (Linux x64 baseline)`. The last line that starts like an error message
+    wins; failing that, the last line that reads as prose; cut to `limit` characters.
+    """
+    lines = [line.strip() for line in stderr.splitlines()]
+    candidates = [line for line in lines if _reads_as_message(line)]
+    flagged = [line for line in candidates if _MESSAGE.match(line)]
+    chosen = (flagged or candidates or [""])[-1]
+    if len(chosen) > limit:
+        chosen = chosen[: limit - 1].rstrip() + "…"
+    return chosen

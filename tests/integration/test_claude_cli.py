@@ -12,7 +12,9 @@ Where npm cannot be had the layer is skipped with the reason; under `CI=true` it
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +56,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 COMMAND = f"{CLAUDE} -p --output-format stream-json --verbose"
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None,
+    reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
+)
 
 
 class RealHarness(Harness):
@@ -129,10 +135,7 @@ def test_the_real_cli_answers_through_a_session_worker(real: RealHarness) -> Non
     assert "the question" in str(sent.body)
 
 
-@pytest.mark.skipif(
-    subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True).returncode != 0,
-    reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
-)
+@needs_bwrap
 def test_with_bwrap_usable_sessions_get_the_subprocess_scrub_and_still_answer(real: RealHarness) -> None:
     real.api.answer("scrubbed")
     jid = real.enqueue("ask", "q")
@@ -218,3 +221,24 @@ def test_a_real_answer_billed_as_extra_usage_is_kept(real: RealHarness) -> None:
     assert record.status == "answered", record.reason
     assert record.value == "paid for"
     assert real.spawns() == 1
+
+
+# --- the reason is the error line; the whole stderr is in the session log -------------------------
+@needs_bwrap
+def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real: RealHarness) -> None:
+    # Scrubbing is on (bwrap works for the worker) but the session's own PATH has no bwrap: the
+    # real CLI exits 1 with ~5 KB of minified source, the message, stack frames and its banner.
+    real.env["DISPATCHQ_SESSION_COMMAND"] = f"/usr/bin/env PATH=/nonexistent {COMMAND}"
+    jid = real.enqueue("ask", "q")
+    done = real.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
+    assert done.returncode == 0, done.stderr
+    record = real.record(jid)
+    assert record.reason is not None
+    assert "error: bubblewrap is required for subprocess env scrubbing" in record.reason, record.reason
+    assert " at " not in record.reason.split("isolation", 1)[0][-40:]
+    assert "Bun v" not in record.reason and "$bunfs" not in record.reason and "|" not in record.reason
+    shown = json.loads(real.cli("result", jid, "--json").stdout)
+    log = Path(shown["session_log"])
+    text = log.read_text()
+    assert "error: bubblewrap is required" in text and "$bunfs" in text and "Bun v" in text
+    assert len(text) > 3000
