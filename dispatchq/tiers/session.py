@@ -32,6 +32,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ from dispatchq.settings import parent_environment
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, window_state
+from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
@@ -372,7 +374,9 @@ def _account(
     meta: dict[str, Any] = {"session_id": sid, "turns": outcome.num_turns, "cost_usd": outcome.total_cost_usd}
     if outcome.kind == "limit":
         assert outcome.limit is not None
-        reason = window.report_limit(outcome.limits or (outcome.limit,), session=sid)
+        model = kind.session.model if kind.session else None
+        signals = [replace(s, scope=scope_pausing(s.scope, model)) for s in outcome.limits or (outcome.limit,)]
+        reason = window.report_limit(signals, session=sid)
         if outcome.refused_at_spawn:
             window.store.count_refused()
             requeue_front(window, record, reason, status="waiting", trail_why="refused at spawn (no cost)")

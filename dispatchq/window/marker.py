@@ -42,6 +42,7 @@ __all__ = [
     "marker_from_fields",
     "probing",
     "scope_of",
+    "scope_pausing",
     "waiting_reason",
 ]
 
@@ -137,6 +138,19 @@ def applies(scope: str, model: str | None) -> bool:
         return True
     limited = scope.removeprefix("model:").lower()
     return limited in model.lower()
+
+
+def scope_pausing(scope: str, model: str | None) -> str:
+    """The scope a limit reported by a session on `model` must close so that it pauses that session.
+
+    A limit names its own scope (`model:fable` from `You've hit your Fable 5 limit`), and a
+    kind names its model its own way (`claude-opus-4`): when the two do not meet, a marker in
+    the named scope would never stop the kind that hit it (a spawn loop). Then the limit
+    closes the kind's own model scope instead.
+    """
+    if applies(scope, model) or model is None:
+        return scope
+    return f"model:{model.lower()}"
 
 
 def blocking(markers: Iterable[Marker], model: str | None, now: float | None = None) -> list[Marker]:
