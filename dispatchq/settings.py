@@ -231,6 +231,11 @@ class Settings(BaseSettings):
         ge=1,
         description="A probe refused again with the same stated time waits at least this (doubling).",
     )
+    host_probe_interval: int = Field(
+        300,
+        ge=1,
+        description="A host blocked by a host-wide failure (not logged in, no network) probes this often.",
+    )
 
     # --- rules engine -------------------------------------------------------------------------------
     github_token: SecretStr | None = Field(None, description="Token for the GitHub executor.")

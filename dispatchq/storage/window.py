@@ -229,13 +229,17 @@ class WindowStore:
         value = self.redis.hget(keys.SESSION_BLOCKED, host)
         return as_text(value) if value else None
 
-    def block(self, host: str, reason: str, *, fingerprint: str = "", probe_after: float | None = None) -> None:
+    def block(
+        self, host: str, reason: str, *, fingerprint: str = "", probe_after: float | None = None
+    ) -> None:
         """Block sessions on `host` with `reason`; its next probe is due in `probe_after` seconds."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(keys.SESSION_BLOCKED, host, reason)
         pipe.hset(keys.SESSION_BLOCKED_BY, host, fingerprint)
         if probe_after is not None:
-            pipe.set(keys.session_host_probe(host), repr(time.time() + probe_after), ex=max(1, int(probe_after)))
+            pipe.set(
+                keys.session_host_probe(host), repr(time.time() + probe_after), ex=max(1, int(probe_after))
+            )
         pipe.execute()
 
     def unblock(self, host: str) -> bool:

@@ -242,3 +242,81 @@ def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real
     text = log.read_text()
     assert "error: bubblewrap is required" in text and "$bunfs" in text and "Bun v" in text
     assert len(text) > 3000
+
+
+# --- host-wide failures: one spawn, then none until cleared ---------------------------------------
+@pytest.mark.parametrize(
+    ("setup", "why"),
+    [
+        pytest.param({"CLAUDE_CODE_OAUTH_TOKEN": ""}, "Not logged in", id="not-logged-in"),
+        pytest.param(
+            {"reply": Reply.error(401, "authentication_error", "Invalid bearer token")}, "401", id="401"
+        ),
+        pytest.param(
+            {"reply": Reply.error(403, "permission_error", "OAuth token has been revoked.")},
+            "does not have access",
+            id="revoked",
+        ),
+        pytest.param(
+            {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}, "Unable to connect to API", id="no-network"
+        ),
+    ],
+)
+def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
+    real: RealHarness, setup: dict[str, Any], why: str
+) -> None:
+    reply = setup.pop("reply", None)
+    if reply is not None:
+        real.api.default = reply
+    real.env.update(setup)
+    ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
+    real.workers(1)
+    real.wait(lambda: real.all_status(ids, "waiting"), "the host block to hold every judgement", timeout=60)
+    assert real.spawns_stay(1, period=2.0) == 1
+    blocked = real.status()["sessions"]["blocked"]
+    assert why in blocked[real.rt.settings.host], blocked
+    assert real.marker() is None
+    for jid in ids:
+        record = real.record(jid)
+        assert record.attempts == 0 and why in (record.reason or ""), record.reason
+
+    # The host is fixed: a new credential clears the block by itself; otherwise the operator does.
+    real.api.answer("fixed")
+    if reply is None:
+        real.stop(real.procs[-1][0])
+        real.env.update({"CLAUDE_CODE_OAUTH_TOKEN": "stand-in-token", "ANTHROPIC_BASE_URL": real.api.url})
+    if "CLAUDE_CODE_OAUTH_TOKEN" not in setup:
+        done = real.cli("window", "open", "--host")
+        assert done.returncode == 0 and "unblocked" in done.stdout, done.stdout + done.stderr
+    if reply is None:
+        real.workers(1)
+    real.wait(lambda: real.all_status(ids, "answered"), "the drain after the host is cleared", timeout=60)
+    assert real.spawns() == 4
+
+
+def test_a_blocked_host_probes_once_per_interval_and_clears_itself(real: RealHarness) -> None:
+    real.api.default = Reply.error(401, "authentication_error", "Invalid bearer token")
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
+    real.workers(1, DISPATCHQ_HOST_PROBE_INTERVAL="3")
+    real.wait(lambda: real.all_status(ids, "waiting"), "the host block", timeout=60)
+    real.wait(lambda: real.spawns() >= 2, "the periodic probe", timeout=30)
+    real.api.answer("credential renewed upstream")
+    real.wait(
+        lambda: real.all_status(ids, "answered"), "a probe to clear the block and the drain", timeout=60
+    )
+    assert real.status()["sessions"]["blocked"] == {}
+    assert real.spawns() <= 5
+
+
+# --- resume with no transcript: a fresh session ---------------------------------------------------
+def test_a_resume_without_a_transcript_falls_back_to_a_fresh_session(real: RealHarness) -> None:
+    real.api.answer("fresh")
+    jid = real.enqueue("ask", "q")
+    real.rt.store.set_fields(jid, resume_session="0f0e5c0e-8a0b-4c9e-9d51-2f6f0c4c1a11")
+    done = real.cli("worker", "session", "--burst")
+    assert done.returncode == 0, done.stderr
+    record = real.record(jid)
+    assert record.status == "answered", record.reason
+    assert record.attempts == 0
+    assert any("starting a fresh session" in step.why for step in record.trail)
+    assert real.spawns() == 2

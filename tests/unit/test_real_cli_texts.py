@@ -164,7 +164,8 @@ def detect(text: str, now: datetime = NOW) -> Any:
         ),
         ("You've hit your monthly spend limit. /model to switch models.", "monthly", "general", None, False),
         (
-            "You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC.",
+            "You have reached your specified API usage limits. "
+            "You will regain access on 2027-01-01 at 00:00 UTC.",
             "api_usage",
             "general",
             datetime(2027, 1, 1, 0, 0, tzinfo=UTC),
@@ -240,7 +241,8 @@ def test_every_limit_wording_the_real_cli_prints(
         ),
         ("Opus is experiencing high load, please use /model to switch to Sonnet", 429),
         (
-            "API Error: 529 Overloaded. This is a server-side issue, usually temporary — try again in a moment.",
+            "API Error: 529 Overloaded. This is a server-side issue, usually temporary — "
+            "try again in a moment.",
             529,
         ),
     ],
