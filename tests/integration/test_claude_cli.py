@@ -320,3 +320,31 @@ def test_a_resume_without_a_transcript_falls_back_to_a_fresh_session(real: RealH
     assert record.attempts == 0
     assert any("starting a fresh session" in step.why for step in record.trail)
     assert real.spawns() == 2
+
+
+# --- a model's own weekly limit: no spawn loop ----------------------------------------------------
+FABLE_KIND = """
+  fable:
+    session:
+      prompt: "Answer {{ target }}"
+      model: claude-fable-5
+"""
+
+
+def test_a_models_own_limit_costs_one_spawn_and_the_burst_worker_exits(real: RealHarness) -> None:
+    config = real.tmp / "dispatchq.yaml"
+    config.write_text(config.read_text() + FABLE_KIND)
+    resets = int(time.time()) + 3 * 86400
+    real.api.push(Reply.limit(resets_at=resets, claim="seven_day_overage_included"))
+    real.api.answer("sonnet still answers")
+    fables = [real.enqueue("fable", f"f{i}") for i in range(3)]
+    other = real.enqueue("sonnet", "s")
+    for _ in range(2):  # a second burst: still nothing spawned for the paused model
+        done = real.cli("worker", "session", "--burst")
+        assert done.returncode == 0, done.stderr
+    assert real.spawns() == 2
+    marker = real.marker("model:fable")
+    assert marker is not None and marker.closed() and marker.lifts_at == resets
+    assert real.marker() is None  # the general window stays open
+    assert real.all_status(fables, "waiting")
+    assert real.record(other).status == "answered"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff
+from dispatchq.window.marker import applies, scope_pausing
 from dispatchq.window.messages import detect_limit, error_line
 
 NOW = datetime(2026, 12, 1, 7, 16, tzinfo=UTC)
@@ -235,8 +236,8 @@ def test_every_limit_wording_the_real_cli_prints(
     [
         ("API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited", 429),
         (
-            "API Error: Request rejected (429) · This request would exceed the rate limit for your organization "
-            "(0000) of 50 input tokens per minute.",
+            "API Error: Request rejected (429) · This request would exceed the rate limit for your "
+            "organization (0000) of 50 input tokens per minute.",
             429,
         ),
         ("Opus is experiencing high load, please use /model to switch to Sonnet", 429),
@@ -360,3 +361,20 @@ def test_a_resume_without_a_transcript_is_marked_for_a_fresh_session() -> None:
 def test_the_fable_limit_as_the_real_cli_prints_it() -> None:
     signal = detect("You've reached your Fable 5 limit. /model to switch models.")
     assert signal is not None and (signal.kind, signal.scope) == ("seven_day_fable", "model:fable")
+
+
+@pytest.mark.parametrize(
+    ("scope", "model", "pausing"),
+    [
+        ("model:fable", "claude-fable-5", "model:fable"),
+        ("model:fable", None, "model:fable"),
+        ("general", "claude-opus-4", "general"),
+        # The message names a scope the kind's model never matches: close the kind's own model.
+        ("model:opus", "claude-mythos-1", "model:claude-mythos-1"),
+    ],
+)
+def test_a_limit_always_closes_a_scope_that_pauses_the_kind_that_hit_it(
+    scope: str, model: str | None, pausing: str
+) -> None:
+    assert scope_pausing(scope, model) == pausing
+    assert applies(pausing, model)
