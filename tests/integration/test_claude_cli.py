@@ -87,6 +87,13 @@ class RealHarness(Harness):
         """Sessions dispatchq spawned (its own counter: the CLI is not ours to instrument)."""
         return int(self.redis.get(keys.STATS_SESSIONS_SPAWNED) or 0)
 
+    def figure(self, case: str, judgements: int, **counts: int) -> None:
+        """For bench/sessions.py: one line of spawn counts per case, when it asks for them."""
+        path = os.environ.get("BENCH_SPAWN_FIGURES")
+        if path:
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"case": case, "judgements": judgements, **counts}) + "\n")
+
 
 @pytest.fixture
 def real(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[RealHarness]:
@@ -129,6 +136,7 @@ def test_the_real_cli_answers_through_a_session_worker(real: RealHarness) -> Non
     assert record.status == "answered", (record.reason, done.stderr[-2000:])
     assert record.value == "forty-two"
     assert real.spawns() == 1
+    real.figure("answer", 1, spawns=1)
     assert len(real.api.message_requests) == 1
     sent = real.api.message_requests[0]
     assert sent.headers.get("authorization") == "Bearer stand-in-token"
@@ -167,24 +175,31 @@ def test_without_bwrap_on_refuses_to_start_the_worker_with_the_hint(real: RealHa
 
 # --- a usage limit: one spawn, none while closed, the lift within seconds -------------------------
 def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealHarness) -> None:
-    resets = int(time.time()) + 6
-    real.api.default = Reply.limit(resets_at=resets, claim="five_hour")
+    resets = int(time.time()) + 8
+    real.api.push(Reply.limit(resets_at=resets, claim="five_hour"))  # the first request only
+    real.api.answer("after the lift")
     ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
     real.workers(1)
-    real.wait(
-        lambda: real.all_status(ids, "waiting"), "every judgement to wait behind the marker", timeout=60
-    )
+    real.wait(lambda: real.marker() is not None, "the marker to go up", timeout=60)
     marker = real.marker()
-    assert marker is not None and marker.closed()
+    assert marker is not None
     assert marker.lifts_at == resets
     assert marker.kind == "five_hour"
     assert "session limit" in marker.message
-    assert real.spawns() == 1
-    # Closed: the worker looks at the line and spawns nothing.
-    assert real.spawns_stay(1, period=2.0) == 1
-    real.api.answer("after the lift")
+    real.wait(
+        lambda: real.all_status(ids, "waiting") or time.time() >= resets,
+        "every judgement to wait behind the marker",
+        timeout=60,
+    )
+    # Closed: the worker looks at the line and spawns nothing (checked while it is still closed).
+    closed = real.spawns()
+    assert closed == 1
+    if time.time() < resets - 2:
+        assert real.spawns_stay(1, period=1.5) == 1
     real.wait(lambda: real.all_status(ids, "answered"), "the lift, one probe, then the drain", timeout=60)
     assert real.spawns() == 4
+    assert len(real.api.message_requests) == 4
+    real.figure("usage limit (five_hour)", 3, until_lift=closed, while_closed=0, total=real.spawns())
     assert real.marker(GENERAL_SCOPE) is None
     for jid in ids:
         assert real.record(jid).attempts == 0
@@ -200,6 +215,7 @@ def test_a_real_transient_429_puts_up_no_marker(real: RealHarness) -> None:
     assert real.marker() is None
     assert not [a for a in real.audit() if a["action"] == "closed"]
     assert real.spawns() == 2
+    real.figure("transient 429 (not your usage limit)", 1, total=2)
 
 
 # --- an overage-billed answer is an answer --------------------------------------------------------
@@ -221,6 +237,7 @@ def test_a_real_answer_billed_as_extra_usage_is_kept(real: RealHarness) -> None:
     assert record.status == "answered", record.reason
     assert record.value == "paid for"
     assert real.spawns() == 1
+    real.figure("answer billed as extra usage", 1, total=1)
 
 
 # --- the reason is the error line; the whole stderr is in the session log -------------------------
@@ -273,6 +290,7 @@ def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
     real.workers(1)
     real.wait(lambda: real.all_status(ids, "waiting"), "the host block to hold every judgement", timeout=60)
     assert real.spawns_stay(1, period=2.0) == 1
+    blocked_after = real.spawns()
     blocked = real.status()["sessions"]["blocked"]
     assert why in blocked[real.rt.settings.host], blocked
     assert real.marker() is None
@@ -292,6 +310,7 @@ def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
         real.workers(1)
     real.wait(lambda: real.all_status(ids, "answered"), "the drain after the host is cleared", timeout=60)
     assert real.spawns() == 4
+    real.figure(f"host-wide: {why}", 3, until_cleared=blocked_after, total=real.spawns())
 
 
 def test_a_blocked_host_probes_once_per_interval_and_clears_itself(real: RealHarness) -> None:
@@ -320,6 +339,7 @@ def test_a_resume_without_a_transcript_falls_back_to_a_fresh_session(real: RealH
     assert record.attempts == 0
     assert any("starting a fresh session" in step.why for step in record.trail)
     assert real.spawns() == 2
+    real.figure("resume with no transcript", 1, total=2)
 
 
 # --- a model's own weekly limit: no spawn loop ----------------------------------------------------
@@ -348,3 +368,4 @@ def test_a_models_own_limit_costs_one_spawn_and_the_burst_worker_exits(real: Rea
     assert real.marker() is None  # the general window stays open
     assert real.all_status(fables, "waiting")
     assert real.record(other).status == "answered"
+    real.figure("model's own weekly limit (Fable)", 3, until_lift=real.spawns() - 1, while_closed=0)
