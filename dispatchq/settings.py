@@ -231,6 +231,12 @@ class Settings(BaseSettings):
         ge=1,
         description="A probe refused again with the same stated time waits at least this (doubling).",
     )
+    window_reserve: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the usage window kept for people: sessions pause at 1 - this (0: off).",
+    )
     host_probe_interval: int = Field(
         300,
         ge=1,

@@ -49,7 +49,7 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
-from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, window_state
+from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
 from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
@@ -413,6 +413,10 @@ def _run(
         hooks.not_spawned(runtime, record, why)
         return "fresh session"
     accounted = _account(window, record, kind, outcome, result.timed_out, open_window)
+    for signal, used in reserve_signals(
+        outcome.events, reserve=settings.window_reserve, now=datetime.now(UTC)
+    ):
+        window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
     hooks.after_session(runtime, record, outcome, result)
     return accounted
 

@@ -83,6 +83,7 @@ __all__ = [
     "parse_events",
     "read_outcome",
     "reprobe_backoff",
+    "reserve_signals",
     "resolve_timezone",
     "window_state",
 ]
@@ -126,6 +127,7 @@ class SessionOutcome:
     window_opened: bool = False
     result: Mapping[str, Any] | None = None
     resume_missing: bool = False
+    events: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def refused_at_spawn(self) -> bool:
@@ -455,6 +457,7 @@ def read_outcome(
             window_opened=opened,
             result=result,
             resume_missing=resume_missing,
+            events=tuple(e for e in events if e.get("type") == "rate_limit_event"),
         )
 
     def limit_in(words: str, *, whole: bool = False) -> LimitSignal | None:
@@ -496,6 +499,41 @@ def read_outcome(
     if signal is not None:
         return outcome("limit", signal)
     return outcome("answer")
+
+
+# --- the reserve ---------------------------------------------------------------------------
+def reserve_signals(
+    events: Sequence[Mapping[str, Any]], *, reserve: float, now: datetime
+) -> list[tuple[LimitSignal, float]]:
+    """The scopes whose reported use entered the slice kept for people, as `reserved` limits.
+
+    An `allowed_warning` event with `utilization >= 1 - reserve` and a `resetsAt` in the
+    future closes its scope for automation until that instant (with the utilisation, for
+    `status`). `reserve` 0 keeps nothing back.
+    """
+    require_aware(now)
+    out: list[tuple[LimitSignal, float]] = []
+    if reserve <= 0:
+        return out
+    for event in events:
+        info = event.get("rate_limit_info")
+        if event.get("type") != "rate_limit_event" or not isinstance(info, Mapping):
+            continue
+        used = _float(info.get("utilization"))
+        lifts = epoch_instant(info.get("resetsAt"))
+        if info.get("status") != "allowed_warning" or used is None or lifts is None or lifts <= now:
+            continue
+        if used < 1 - reserve:
+            continue
+        rate_type, scope = _event_kind(info.get("rateLimitType"))
+        message = (
+            f"reserve: {used:.0%} of the {rate_type} window used, the last {reserve:.0%} is kept for people"
+        )
+        signal = LimitSignal(
+            lifts, "reserved", scope, message, stated=f"reserve={int(lifts.timestamp())}", source="event"
+        )
+        out.append((signal, used))
+    return out
 
 
 # --- re-probe back-off -------------------------------------------------------------------

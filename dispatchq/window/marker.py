@@ -62,6 +62,7 @@ class Marker:
     refusals: int
     source: str
     retrigger: str | None = None
+    utilization: float | None = None  # the share of the window last reported used (a reserve marker)
 
     def closed(self, now: float | None = None) -> bool:
         """True while no session in this scope may start."""
@@ -83,6 +84,7 @@ class Marker:
             "set_at": datetime.fromtimestamp(self.set_at, UTC).isoformat(),
             "source": self.source,
             "refusals": self.refusals,
+            "utilization": self.utilization,
         }
 
 
@@ -102,6 +104,7 @@ def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
         refusals=int(f.get("refusals") or 0),
         source=f.get("source") or "session",
         retrigger=f.get("retrigger") or None,
+        utilization=float(f["utilization"]) if f.get("utilization") else None,
     )
 
 

@@ -29,7 +29,7 @@ from dispatchq.processes import set_runtime
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.conftest import REPO
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply
-from tests.integration.test_session_tier import Harness
+from tests.integration.test_session_tier import Harness, iso_epoch
 
 CLAUDE = REPO / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
 VERSION = "2.1.197"
@@ -183,7 +183,8 @@ def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealH
     real.wait(lambda: real.marker() is not None, "the marker to go up", timeout=60)
     marker = real.marker()
     assert marker is not None
-    assert marker.lifts_at == resets
+    assert marker.stated == f"resetsAt={resets}"  # the instant the CLI reported
+    assert marker.lifts_at >= resets  # (a loaded host may spawn after it: then it lifts at once)
     assert marker.kind == "five_hour"
     assert "session limit" in marker.message
     real.wait(
@@ -369,3 +370,32 @@ def test_a_models_own_limit_costs_one_spawn_and_the_burst_worker_exits(real: Rea
     assert real.all_status(fables, "waiting")
     assert real.record(other).status == "answered"
     real.figure("model's own weekly limit (Fable)", 3, until_lift=real.spawns() - 1, while_closed=0)
+
+
+# --- the reserve: the end of the window kept for people -------------------------------------------
+def test_the_reserve_keeps_the_last_slice_of_the_window_for_people(real: RealHarness) -> None:
+    resets = int(time.time()) + 7200
+    real.api.answer(
+        "answered near the end",
+        **{
+            "anthropic-ratelimit-unified-status": "allowed_warning",
+            "anthropic-ratelimit-unified-reset": str(resets),
+            "anthropic-ratelimit-unified-representative-claim": "five_hour",
+            "anthropic-ratelimit-unified-5h-utilization": "0.95",
+            "anthropic-ratelimit-unified-5h-reset": str(resets),
+            "anthropic-ratelimit-unified-5h-surpassed-threshold": "0.9",
+        },
+    )
+    first, second = real.enqueue("ask", "a"), real.enqueue("ask", "b")
+    done = real.cli("worker", "session", "--burst", DISPATCHQ_WINDOW_RESERVE="0.1")
+    assert done.returncode == 0, done.stderr
+    assert real.record(first).status == "answered"  # the answer that reported it is kept
+    assert real.record(second).status == "waiting"
+    assert real.spawns() == 1
+    (marker,) = real.status()["markers"]
+    assert (marker["kind"], marker["up"], marker["utilization"]) == ("reserved", True, 0.95)
+    assert iso_epoch(marker["lifts_at"]) == resets
+    # An operator may spend it: open the window, the rest runs.
+    assert real.cli("window", "open").returncode == 0
+    done = real.cli("worker", "session", "--burst")
+    assert real.record(second).status == "answered", real.record(second).reason

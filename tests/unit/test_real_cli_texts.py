@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff
+from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff, reserve_signals
 from dispatchq.window.marker import applies, scope_pausing
 from dispatchq.window.messages import detect_limit, error_line
 
@@ -378,3 +378,28 @@ def test_a_limit_always_closes_a_scope_that_pauses_the_kind_that_hit_it(
 ) -> None:
     assert scope_pausing(scope, model) == pausing
     assert applies(pausing, model)
+
+
+def _warning(used: float, resets: int) -> dict[str, Any]:
+    return _event(
+        status="allowed_warning",
+        resetsAt=resets,
+        rateLimitType="five_hour",
+        utilization=used,
+        isUsingOverage=False,
+        surpassedThreshold=0.9,
+    )
+
+
+def test_the_reserve_closes_a_scope_whose_use_entered_the_kept_slice() -> None:
+    resets = int((NOW + timedelta(hours=2)).timestamp())
+    ((signal, used),) = reserve_signals([_warning(0.95, resets)], reserve=0.1, now=NOW)
+    assert (signal.kind, signal.scope, signal.lifts_at.timestamp(), used) == (
+        "reserved",
+        "general",
+        resets,
+        0.95,
+    )
+    assert reserve_signals([_warning(0.85, resets)], reserve=0.1, now=NOW) == []
+    assert reserve_signals([_warning(0.95, resets)], reserve=0.0, now=NOW) == []  # off by default
+    assert reserve_signals([_event(status="allowed", resetsAt=resets)], reserve=0.5, now=NOW) == []
