@@ -16,6 +16,7 @@ __all__ = [
     "SCHEDULER_HEARTBEAT",
     "SEQUENCE",
     "SESSION_BLOCKED",
+    "SESSION_BLOCKED_BY",
     "SESSION_LINES_PATTERN",
     "SESSION_RUNNING",
     "SESSION_SLOTS",
@@ -43,6 +44,7 @@ __all__ = [
     "queue_name",
     "record",
     "retrigger_lock",
+    "session_host_probe",
     "session_line",
     "status_index",
     "triage_budget",
@@ -204,3 +206,13 @@ def findings_attempt(repo_id: str, finding_id: str, attempt: int) -> str:
     """Hash: one fixer attempt's own state (the before-observation, the marker it replaced,
     a resumable session, the outcome), so every start of the job can read where it stands."""
     return f"{PREFIX}:findings:attempt:{repo_id}:{finding_id}:{attempt}"
+
+
+# Appended for issue 12 (the host breaker).
+SESSION_BLOCKED_BY = f"{PREFIX}:session:blocked-by"
+"""Hash: host -> the fingerprint of the session command and credential a host block was set under."""
+
+
+def session_host_probe(host: str) -> str:
+    """Key with a TTL: while it lives, a blocked host's next probe session is not due yet."""
+    return f"{PREFIX}:session:host-probe:{host}"

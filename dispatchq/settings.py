@@ -211,6 +211,10 @@ class Settings(BaseSettings):
     session_deny_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra variable names never passed to a child (comma-separated)."
     )
+    session_subprocess_scrub: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Ask Claude Code to scrub its tool subprocesses (needs bubblewrap): auto, on or off.",
+    )
     timezone: str = Field(
         default_factory=_local_timezone, description="Zone for reset times printed without one."
     )
@@ -226,6 +230,17 @@ class Settings(BaseSettings):
         300,
         ge=1,
         description="A probe refused again with the same stated time waits at least this (doubling).",
+    )
+    window_reserve: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the usage window kept for people: sessions pause at 1 - this (0: off).",
+    )
+    host_probe_interval: int = Field(
+        300,
+        ge=1,
+        description="A host blocked by a host-wide failure (not logged in, no network) probes this often.",
     )
 
     # --- rules engine -------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".dispatchq-installed"
+# The real Claude Code CLI the real-client tests run (tests/integration/test_claude_cli.py).
+CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
+CLAUDE_CODE_PREFIX = ROOT / ".cache" / "claude-code"
 
 
 def say(message: str) -> None:
@@ -72,7 +75,60 @@ def demo() -> int:
     return code
 
 
+def apt_install(packages: list[str]) -> None:
+    """Debian's packages for the tests, where this host can install them (root with apt-get)."""
+    if not packages or not shutil.which("apt-get") or os.geteuid() != 0:
+        return
+    say(f"apt-get install {' '.join(packages)} (for the real-client tests)")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-q"], env=env, **quiet)
+    if run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], env=env, **quiet):
+        say(f"apt-get install {' '.join(packages)} failed")
+
+
+def claude_code_installed() -> bool:
+    package = CLAUDE_CODE_PREFIX / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
+    binary = CLAUDE_CODE_PREFIX / "node_modules" / ".bin" / "claude"
+    if not package.is_file() or not binary.exists():
+        return False
+    version = CLAUDE_CODE.rsplit("@", 1)[1]
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    return done.returncode == 0 and version in done.stdout
+
+
+def install_test_tools() -> int:
+    """bubblewrap, node/npm and the pinned Claude Code CLI, for the real-client tests.
+
+    npm installs the CLI under .cache/claude-code (ignored by git); never with
+    --omit=optional: the native binary is an optional, per-platform package. Under CI=true
+    a missing npm fails the run; elsewhere the real-client tests skip, saying why.
+    """
+    missing = [] if shutil.which("bwrap") else ["bubblewrap"]
+    if not (shutil.which("npm") and shutil.which("node")):
+        missing += ["nodejs", "npm"]
+    apt_install(missing)
+    if claude_code_installed():
+        return 0
+    npm = shutil.which("npm")
+    if npm is None:
+        if os.environ.get("CI") == "true":
+            say("npm is needed for the real Claude Code CLI tests (CI=true): install nodejs and npm")
+            return 1
+        say("npm not found: the real Claude Code CLI tests will be SKIPPED (install nodejs and npm)")
+        return 0
+    say(f"npm install {CLAUDE_CODE} into {CLAUDE_CODE_PREFIX.relative_to(ROOT)} (once)")
+    CLAUDE_CODE_PREFIX.mkdir(parents=True, exist_ok=True)
+    argv = [npm, "install", "--prefix", str(CLAUDE_CODE_PREFIX), "--no-audit", "--no-fund", CLAUDE_CODE]
+    if run(argv, cwd=ROOT) or not claude_code_installed():
+        say(f"npm install {CLAUDE_CODE} failed")
+        return 1 if os.environ.get("CI") == "true" else 0
+    return 0
+
+
 def test(args: list[str]) -> int:
+    if install_test_tools():
+        return 1
     checks = [
         ("ruff check", [str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"]),
         ("mypy (strict on the pure rooms)", [str(BIN / "mypy")]),

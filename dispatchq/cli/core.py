@@ -136,10 +136,13 @@ def enqueue(
 def result(jid: str, wait: float | None, as_json: bool) -> None:
     """Show a judgement's record: status, the tier that answered, the answer, the trail."""
     from dispatchq.client import Client
+    from dispatchq.tiers.session import session_log_path
 
-    record = Client(runtime=runtime(config=False)).result(jid, wait=wait)
+    rt = runtime(config=False)
+    record = Client(runtime=rt).result(jid, wait=wait)
     if as_json:
-        print_json(record.public())
+        log = session_log_path(rt.settings.data_dir, record.id)
+        print_json({**record.public(), "session_log": str(log) if log.is_file() else None})
         return
     console = make_console()
     console.print(

@@ -267,11 +267,27 @@ def window_close(until: str, reason: str) -> None:
 
 
 @window.command(name="open")
-def window_open() -> None:
+@click.option(
+    "--host",
+    "host",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    help="Clear this host's block after a host-wide failure instead (no NAME: DISPATCHQ_HOST).",
+)
+def window_open(host: str | None) -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
     from dispatchq.queue.retrigger import window_for
 
-    opened = window_for(runtime(config=False)).open()
+    rt = runtime(config=False)
+    if host is not None:
+        from dispatchq.tiers.session import unblock_host
+
+        name = host or rt.settings.host
+        cleared = unblock_host(window_for(rt), name)
+        click.echo(f"host {name}: sessions unblocked" if cleared else f"host {name} was not blocked")
+        return
+    opened = window_for(rt).open()
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")
 
 

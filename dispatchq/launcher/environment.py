@@ -21,7 +21,8 @@ The rule (issue 4, "Environment"):
 - `TYPESAFE_API_KEY` and `TYPESAFE_API_KEY_FILE` never pass, whatever the settings: they are
   not accepted as the credential either.
 - A session then gets exactly one credential, added after the scrub, plus
-  `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1` so Claude Code scrubs its own tool subprocesses too.
+  `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1` so Claude Code scrubs its own tool subprocesses too
+  (where bubblewrap works: `dispatchq.launcher.sandbox`).
 
 Scrubbing the environment is not enough on its own: a process of the same user can read
 another's `/proc/<pid>/environ`. `mark_non_dumpable()` closes that door for dispatchq's own
@@ -200,8 +201,13 @@ def session_environment(
     deny: Iterable[str] = (),
     credential_var: str,
     credential_value: str | None,
+    scrub_subprocesses: bool = True,
 ) -> dict[str, str]:
     """The environment of a headless session: the scrub, its one credential, the scrub flag.
+
+    `scrub_subprocesses` is `dispatchq.launcher.sandbox.decide_scrub`'s answer: the flag is
+    `1` only where bubblewrap works (Claude Code refuses to start with it otherwise), and an
+    explicit `0` elsewhere.
 
     A separate helper rather than a flag on `child_environment` so that a call site reads as
     what it starts: repository code never gets a credential by a forgotten keyword.
@@ -212,7 +218,7 @@ def session_environment(
     if credential is None:
         _check_credential((credential_var, ""))
     env = child_environment(parent, deny=deny, credential=credential)
-    env[SESSION_SCRUB_FLAG] = "1"
+    env[SESSION_SCRUB_FLAG] = "1" if scrub_subprocesses else "0"
     return env
 
 

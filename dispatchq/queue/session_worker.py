@@ -12,6 +12,7 @@ abandoned jobs — is RQ's, through `DispatchqWorker`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from rq import Callback, Queue
 from rq.job import Job
 
 from dispatchq import keys
+from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.worker import DispatchqWorker, make_worker
 from dispatchq.settings import parent_environment
@@ -36,16 +38,35 @@ from dispatchq.tiers.session import (
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["SESSION_JOB", "SessionWorker", "burst", "session_job_lost"]
+__all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_scrub", "session_job_lost"]
 
 SESSION_JOB = "jobs.tiers.session"  # the name RQ jobs already in users' Redis carry
 FAILURE_CALLBACK = "jobs.tiers.on_job_failure"
+
+log = logging.getLogger("dispatchq.session")
+_WARNED: set[str] = set()
+
+
+def check_scrub(runtime: Runtime) -> None:
+    """Before the first admission: can sessions here get the subprocess scrub?
+
+    `on` without a usable bubblewrap raises `SettingsError` (the CLI exits 2 with the hint);
+    `auto` without it logs one warning line per process, however often RQ's loop restarts.
+    """
+    decision = decide_scrub(runtime.settings.session_subprocess_scrub, parent_environment())
+    if decision.warning and decision.warning not in _WARNED:
+        _WARNED.add(decision.warning)
+        log.warning("%s", decision.warning)
 
 
 class SessionWorker(DispatchqWorker):
     """An RQ worker whose dequeue is dispatchq's admission loop (see the module docstring)."""
 
     runtime: Runtime
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        check_scrub(self.runtime)
+        return bool(super().work(*args, **kwargs))
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         burst = timeout is None

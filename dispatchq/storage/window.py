@@ -229,11 +229,41 @@ class WindowStore:
         value = self.redis.hget(keys.SESSION_BLOCKED, host)
         return as_text(value) if value else None
 
-    def block(self, host: str, reason: str) -> None:
-        self.redis.hset(keys.SESSION_BLOCKED, host, reason)
+    def block(
+        self, host: str, reason: str, *, fingerprint: str = "", probe_after: float | None = None
+    ) -> None:
+        """Block sessions on `host` with `reason`; its next probe is due in `probe_after` seconds."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(keys.SESSION_BLOCKED, host, reason)
+        pipe.hset(keys.SESSION_BLOCKED_BY, host, fingerprint)
+        if probe_after is not None:
+            pipe.set(
+                keys.session_host_probe(host), repr(time.time() + probe_after), ex=max(1, int(probe_after))
+            )
+        pipe.execute()
 
-    def unblock(self, host: str) -> None:
-        self.redis.hdel(keys.SESSION_BLOCKED, host)
+    def unblock(self, host: str) -> bool:
+        """Clear the host's block; True if there was one."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(keys.SESSION_BLOCKED, host)
+        pipe.hdel(keys.SESSION_BLOCKED_BY, host)
+        pipe.delete(keys.session_host_probe(host))
+        pipe.publish(keys.WAKE_CHANNEL, f"unblock:{host}")
+        return bool(pipe.execute()[0])
+
+    def blocked_fingerprint(self, host: str) -> str | None:
+        value = self.redis.hget(keys.SESSION_BLOCKED_BY, host)
+        return as_text(value) if value is not None else None
+
+    def try_host_probe(self, host: str, interval: float) -> bool:
+        """Claim a blocked host's periodic probe (once per `interval`, across processes)."""
+        due = repr(time.time() + interval)
+        return bool(self.redis.set(keys.session_host_probe(host), due, nx=True, ex=max(1, int(interval))))
+
+    def host_probe_due(self, host: str) -> float | None:
+        """When the blocked host's next probe is due (epoch seconds), None when due now."""
+        value = self.redis.get(keys.session_host_probe(host))
+        return float(as_text(value)) if value else None
 
     def blocked(self) -> dict[str, str]:
         return {as_text(k): as_text(v) for k, v in self.redis.hgetall(keys.SESSION_BLOCKED).items()}

@@ -23,13 +23,18 @@ at spawn goes back to the front too, and costs no retry.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
+import os
 import re
+import shlex
 import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,12 +43,14 @@ from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
-from dispatchq.launcher.spawn import build_argv, launch
+from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
-from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, window_state
+from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
+from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
@@ -61,14 +68,19 @@ __all__ = [
     "Admission",
     "Wait",
     "admit",
+    "block_host",
     "held",
     "hold_paused",
+    "host_fingerprint",
     "lines_for",
     "model_of",
     "recheck_blocked",
     "requeue_front",
     "run_claimed",
+    "session_log_path",
+    "unblock_host",
     "worker_died",
+    "write_session_log",
 ]
 
 log = logging.getLogger("dispatchq.session")
@@ -93,10 +105,15 @@ def model_of(kinds: Mapping[str, Kind], kind_name: str) -> str | None:
 
 
 def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission | Wait:
-    """Decide whether one more session may start here and now, and which one."""
+    """Decide whether one more session may start here and now, and which one.
+
+    A blocked host spawns nothing, except one probe session per
+    DISPATCHQ_HOST_PROBE_INTERVAL (claimed across processes): if it gets past the host-wide
+    failure, the block is cleared.
+    """
     blocked = window.store.blocked_reason(host)
-    if blocked:
-        return Wait(blocked)
+    if blocked and not window.store.try_host_probe(host, window.settings.host_probe_interval):
+        return Wait(blocked, until=window.store.host_probe_due(host))
     entries = window.store.line_heads(lines_for(host), LOOKAHEAD)
     if not entries:
         return Wait("no session judgements waiting")
@@ -116,17 +133,55 @@ def hold_paused(window: Window, host: str, model: ModelOf) -> None:
     window.hold_paused(lambda: held(window, host), model)
 
 
+def host_fingerprint(settings: Settings, environ: Mapping[str, str]) -> str:
+    """What a host block was set under: the command, where it resolves, the credential (hashed).
+
+    A block clears by itself when any of these changes: the executable got installed, the
+    session command was changed, a new token (or token file) was put in place. Only a digest
+    is stored; the credential itself never leaves this process.
+    """
+    argv = build_argv(settings.session_command)
+    resolved = shutil.which(argv[0], path=environ.get("PATH")) or ""
+    var = settings.session_credential_var
+    secret = read_secret(var, environ) or ""
+    file_name = environ.get(f"{var}_FILE") or ""
+    stamp = ""
+    if file_name:
+        with contextlib.suppress(OSError):
+            stamp = repr(os.stat(file_name).st_mtime_ns)
+    parts = [
+        settings.session_command,
+        resolved,
+        var,
+        hashlib.sha256(secret.encode()).hexdigest(),
+        file_name,
+        stamp,
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def unblock_host(window: Window, host: str) -> bool:
+    """Clear a host's block and release the judgements it held; True if it was blocked."""
+    was = window.store.unblock(host)
+    for record in held(window, host):
+        if record.status == "waiting" and not (record.reason or "").startswith("usage window"):
+            window.records.transition(record.id, "queued", expect=["waiting"], delete=["reason"])
+    return was
+
+
 def recheck_blocked(window: Window, settings: Settings, environ: Mapping[str, str]) -> None:
-    """A missing session executable may have been installed since: look again (on `environ`'s PATH)."""
+    """A blocked host's setting may have changed since (executable installed, new credential)."""
     host = settings.host
     if not window.store.blocked_reason(host):
         return
-    argv = build_argv(settings.session_command)
+    stored = window.store.blocked_fingerprint(host)
+    if stored:
+        if stored != host_fingerprint(settings, environ):
+            unblock_host(window, host)
+        return
+    argv = build_argv(settings.session_command)  # a block set before fingerprints were kept
     if shutil.which(argv[0], path=environ.get("PATH")):
-        window.store.unblock(host)
-        for record in held(window, host):
-            if record.status == "waiting" and not (record.reason or "").startswith("usage window"):
-                window.records.transition(record.id, "queued", expect=["waiting"], delete=["reason"])
+        unblock_host(window, host)
 
 
 def requeue_front(
@@ -178,6 +233,27 @@ def _parse_answer(kind: Kind, text: str) -> tuple[bool, Any]:
         return True, json.loads(body)
     except json.JSONDecodeError as error:
         return False, f"session answer is not JSON ({error.msg} at line {error.lineno})"
+
+
+def session_log_path(data_dir: Path, jid: str) -> Path:
+    """Where a judgement's sessions' stderr is kept (`dispatchq result --json` shows it)."""
+    return data_dir.expanduser() / "session-logs" / f"{jid}.log"
+
+
+def write_session_log(data_dir: Path, jid: str, result: LaunchResult) -> None:
+    """Append one spawn's whole stderr: the reason shown is one line of it, this is the rest."""
+    path = session_log_path(data_dir, jid)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as out:
+            when = datetime.now(UTC).isoformat(timespec="seconds")
+            out.write(f"=== {when} spawn: {shlex.join(result.argv)} (exit {result.returncode})\n")
+            out.write(
+                result.stderr if result.stderr.endswith("\n") or not result.stderr else result.stderr + "\n"
+            )
+    except OSError:
+        log.warning("cannot write the session log %s", path, exc_info=True)
 
 
 def _session_dir(data_dir: Path, jid: str) -> Path:
@@ -255,6 +331,7 @@ def _run(
         deny=settings.session_deny_env,
         credential_var=settings.session_credential_var,
         credential_value=credential,
+        scrub_subprocesses=decide_scrub(settings.session_subprocess_scrub, environ).enabled,
     )
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else _session_dir(settings.data_dir, record.id)
@@ -309,15 +386,11 @@ def _run(
         if grace is not None:
             grace.cancel()
     if result.missing_executable:
-        reason = f"{result.missing_executable}"
-        window.store.block(settings.host, reason)
-        requeue_front(window, record, reason, status="waiting")
-        for other in held(window, settings.host):
-            if other.status == "queued":
-                store.transition(other.id, "waiting", expect=["queued"], fields={"reason": reason})
-        hooks.not_spawned(runtime, record, reason)  # undo what before_spawn prepared
+        block_host(window, record, result.missing_executable, host_fingerprint(settings, environ))
+        hooks.not_spawned(runtime, record, result.missing_executable)  # undo what before_spawn prepared
         return "missing executable"
     window.store.count_spawned()
+    write_session_log(settings.data_dir, record.id, result)
     outcome = read_outcome(
         result.stdout,
         now=datetime.now(UTC),
@@ -326,9 +399,44 @@ def _run(
         returncode=result.returncode,
         stderr=result.stderr,
     )
+    if outcome.kind == "host" and not result.timed_out:
+        block_host(
+            window, record, outcome.text or "session failed on this host", host_fingerprint(settings, environ)
+        )
+        hooks.not_spawned(runtime, record, outcome.text)
+        return "host blocked"
+    if window.store.blocked_reason(settings.host):
+        unblock_host(window, settings.host)  # the probe got past the host-wide failure
+    if outcome.resume_missing and resume:
+        why = f"no transcript of session {resume} on this host; starting a fresh session"
+        requeue_front(window, record, why, resume_session="")
+        hooks.not_spawned(runtime, record, why)
+        return "fresh session"
     accounted = _account(window, record, kind, outcome, result.timed_out, open_window)
+    for signal, used in reserve_signals(
+        outcome.events, reserve=settings.window_reserve, now=datetime.now(UTC)
+    ):
+        window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
     hooks.after_session(runtime, record, outcome, result)
     return accounted
+
+
+def block_host(window: Window, record: Record, reason: str, fingerprint: str) -> None:
+    """A host-wide failure: block the host, this judgement back to the front uncharged, hold the rest.
+
+    Costs at most one spawn per host until an operator (`dispatchq window open --host`), a
+    changed command or credential, or the periodic probe clears it.
+    """
+    settings = window.settings
+    why = reason  # what the judgement, `run` and `status` show (`sessions.blocked` names the host)
+    window.store.block(
+        settings.host, reason, fingerprint=fingerprint, probe_after=settings.host_probe_interval
+    )
+    requeue_front(window, record, why, status="waiting", trail_why=f"host-wide failure (no cost): {reason}")
+    for other in held(window, settings.host):
+        if other.status == "queued":
+            window.records.transition(other.id, "waiting", expect=["queued"], fields={"reason": why})
+    log.warning("sessions blocked on host %s: %s", settings.host, reason)
 
 
 def _account(
@@ -344,7 +452,11 @@ def _account(
     meta: dict[str, Any] = {"session_id": sid, "turns": outcome.num_turns, "cost_usd": outcome.total_cost_usd}
     if outcome.kind == "limit":
         assert outcome.limit is not None
-        reason = window.report_limit(outcome.limits or (outcome.limit,), session=sid)
+        model = kind.session.model if kind.session else None
+        signals = [
+            replace(s, scope=scope_pausing(s.scope, model)) for s in outcome.limits or (outcome.limit,)
+        ]
+        reason = window.report_limit(signals, session=sid)
         if outcome.refused_at_spawn:
             window.store.count_refused()
             requeue_front(window, record, reason, status="waiting", trail_why="refused at spawn (no cost)")

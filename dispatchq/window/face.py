@@ -214,7 +214,13 @@ class Window:
             self.window_open(scope, why=why)
 
     def raise_marker(
-        self, signal: LimitSignal, *, session: str | None, source: str = "session", reason: str = ""
+        self,
+        signal: LimitSignal,
+        *,
+        session: str | None,
+        source: str = "session",
+        reason: str = "",
+        utilization: float | None = None,
     ) -> Marker:
         """Record that the window is closed until `signal.lifts_at`; keep the later time.
 
@@ -243,6 +249,8 @@ class Window:
             "source": source,
             "reason": reason,
         }
+        if utilization is not None:
+            fields["utilization"] = repr(utilization)
         moved = self.store.raise_marker(scope, signal.lifts_at.timestamp(), fields)
         marker = self.get(scope)
         assert marker is not None

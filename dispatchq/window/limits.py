@@ -56,9 +56,11 @@ from typing import Any, Literal
 
 from dispatchq.window.messages import (
     GENERAL_SCOPE,
+    SKEW_WINDOW,
     LimitSignal,
     detect_limit,
     epoch_instant,
+    error_line,
     is_transient,
     is_whole_limit,
     is_whole_transient,
@@ -74,17 +76,19 @@ __all__ = [
     "SessionOutcome",
     "WindowState",
     "detect_limit",
+    "is_host_wide",
     "is_transient",
     "limit_from_event",
     "normalize_message",
     "parse_events",
     "read_outcome",
     "reprobe_backoff",
+    "reserve_signals",
     "resolve_timezone",
     "window_state",
 ]
 
-OutcomeKind = Literal["answer", "limit", "transient", "error"]
+OutcomeKind = Literal["answer", "limit", "transient", "error", "host"]
 WindowState = Literal["open", "closed"]
 SYNTHETIC_MODEL = "<synthetic>"
 
@@ -101,6 +105,12 @@ class SessionOutcome:
     - `transient`: a throttle or overload that is not the usage limit; retry with backoff, no
       marker.
     - `error`: anything else that failed; `text` carries the cause.
+    - `host`: a failure that says nothing about the judgement and everything about the host
+      (not logged in, a rejected credential, no network, no credit, the command refusing to
+      start): the host is blocked, the judgement waits uncharged.
+
+    `resume_missing`: a `--resume` found no transcript on this host (`No conversation found
+    with session ID`): a fresh session for the same judgement will do.
     """
 
     kind: OutcomeKind
@@ -116,6 +126,8 @@ class SessionOutcome:
     total_cost_usd: float | None = None
     window_opened: bool = False
     result: Mapping[str, Any] | None = None
+    resume_missing: bool = False
+    events: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def refused_at_spawn(self) -> bool:
@@ -164,6 +176,10 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 
 # --- structured events ---------------------------------------------------------------------
 _RATE_TYPE = re.compile(r"^[a-z0-9_]{1,48}$")
+_EVENT_MODELS = frozenset({"opus", "sonnet", "haiku", "fable"})
+# Window types whose scope the event states itself; any other (`seven_day_overage_included`,
+# a model's own limit) takes the scope the message names (`You've hit your Fable 5 limit`).
+_STATED_SCOPE = frozenset({"five_hour", "seven_day", "overage"})
 
 
 def _event_kind(rate_type: object) -> tuple[str, str]:
@@ -171,8 +187,9 @@ def _event_kind(rate_type: object) -> tuple[str, str]:
         return "unknown", GENERAL_SCOPE
     if rate_type == "overage":
         return "credits", GENERAL_SCOPE
-    if rate_type.startswith("seven_day_"):
-        return rate_type, f"model:{rate_type.removeprefix('seven_day_')}"
+    model = rate_type.removeprefix("seven_day_")
+    if rate_type.startswith("seven_day_") and model in _EVENT_MODELS:
+        return rate_type, f"model:{model}"
     return rate_type, GENERAL_SCOPE
 
 
@@ -184,6 +201,8 @@ def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
     if not isinstance(info, Mapping):
         return None
     if info.get("status") == "rejected":
+        if info.get("isUsingOverage") is True and info.get("overageStatus") in ("allowed", "allowed_warning"):
+            return None  # served and billed as extra usage: the request went through
         return info.get("rateLimitType"), info.get("resetsAt")
     if info.get("isUsingOverage") is True and info.get("overageStatus") == "rejected":
         return "overage", info.get("overageResetsAt", info.get("resetsAt"))
@@ -212,8 +231,10 @@ def limit_from_event(event: Mapping[str, Any], *, now: datetime, unknown_reset: 
     message = f"rate_limit_event rejected ({label}), resets {lifts.isoformat()}"
     stated = f"resetsAt={int(lifts.timestamp())}"
     if lifts <= now:
-        return LimitSignal(now, kind, scope, message, just_reset=True, stated=stated, source="event")
-    return LimitSignal(lifts, kind, scope, message, stated=stated, source="event")
+        return LimitSignal(
+            now, kind, scope, message, just_reset=True, stated=stated, source="event", stated_at=lifts
+        )
+    return LimitSignal(lifts, kind, scope, message, stated=stated, source="event", stated_at=lifts)
 
 
 def _assistant_text(event: Mapping[str, Any]) -> str:
@@ -289,6 +310,28 @@ def window_state(event: Mapping[str, Any]) -> WindowState | None:
     return None
 
 
+# --- host-wide failures --------------------------------------------------------------------
+_HOST_WIDE = re.compile(
+    r"not logged in|please run /login"
+    r"|invalid api key|invalid bearer token|failed to authenticate"
+    r"|oauth token has been revoked|token (?:has )?expired|authentication_error"
+    r"|credit balance is too low"
+    r"|your account does not have access to claude"
+    r"|this service is disabled for your org"
+    r"|unable to connect to api|connectionrefused|econnrefused|enotfound|getaddrinfo"
+    r"|bubblewrap is required",
+    re.IGNORECASE,
+)
+_NO_TRANSCRIPT = re.compile(r"no conversation found with session id", re.IGNORECASE)
+
+
+def is_host_wide(text: str, api_error_status: int | None = None, *, auth_failed: bool = False) -> bool:
+    """A failure of the host, not of the judgement: every session here would fail the same way."""
+    if api_error_status in (401, 403) or auth_failed:
+        return True
+    return bool(_HOST_WIDE.search(text))
+
+
 # --- the whole run -----------------------------------------------------------------------
 def _int(value: object) -> int | None:
     if isinstance(value, bool):
@@ -320,6 +363,8 @@ def _merge(structured: LimitSignal, text: LimitSignal | None) -> LimitSignal:
     kind, scope = structured.kind, structured.scope
     if kind == "unknown":
         kind, scope = text.kind, text.scope
+    elif kind not in _STATED_SCOPE and not scope.startswith("model:") and text.scope.startswith("model:"):
+        scope = text.scope
     if not structured.reset_known and text.reset_known:
         return replace(text, kind=kind, scope=scope)
     return replace(structured, kind=kind, scope=scope, message=text.message)
@@ -383,12 +428,16 @@ def read_outcome(
         text = stdout.strip()
         is_error = returncode not in (0, None)
     if not text and is_error and stderr.strip():
-        text = stderr.strip()[-4000:]
+        text = error_line(stderr)  # the whole stderr goes to the judgement's session log
     if not text and is_error and result is not None:
         reason = result.get("subtype") or result.get("terminal_reason")
         text = str(reason) if reason else ""
 
     status = _int(result.get("api_error_status")) if result is not None else None
+    auth_failed = any(
+        e.get("error") == "authentication_failed" and e.get("type") == "assistant" for e in events
+    )
+    resume_missing = bool(_NO_TRANSCRIPT.search(stderr) or _NO_TRANSCRIPT.search(text))
 
     def outcome(
         kind: OutcomeKind, *signals: LimitSignal, primary: LimitSignal | None = None
@@ -407,6 +456,8 @@ def read_outcome(
             total_cost_usd=_float(result.get("total_cost_usd")) if result is not None else None,
             window_opened=opened,
             result=result,
+            resume_missing=resume_missing,
+            events=tuple(e for e in events if e.get("type") == "rate_limit_event"),
         )
 
     def limit_in(words: str, *, whole: bool = False) -> LimitSignal | None:
@@ -414,6 +465,10 @@ def read_outcome(
             return None
         return detect_limit(words, now=now, default_tz=default, unknown_reset=unknown_reset, whole=whole)
 
+    if structured and result is not None and not is_error and not is_whole_limit(text):
+        structured = []  # a completed answer contradicts the event: it is an answer, never thrown away
+    if structured and is_error and is_transient(text, status):
+        return outcome("transient")  # "(not your usage limit)": the event alone is no limit
     if structured:
         text_signal = limit_in(text)
         merged = tuple(_merge(s, text_signal) for s in structured)
@@ -421,6 +476,10 @@ def read_outcome(
     if is_error:
         if is_transient(text, status):
             return outcome("transient")
+        if resume_missing:
+            return outcome("error")
+        if is_host_wide(text, status, auth_failed=auth_failed):
+            return outcome("host")
         signal = limit_in(text)
         if signal is None and status == 429:
             signal = LimitSignal(
@@ -442,6 +501,41 @@ def read_outcome(
     return outcome("answer")
 
 
+# --- the reserve ---------------------------------------------------------------------------
+def reserve_signals(
+    events: Sequence[Mapping[str, Any]], *, reserve: float, now: datetime
+) -> list[tuple[LimitSignal, float]]:
+    """The scopes whose reported use entered the slice kept for people, as `reserved` limits.
+
+    An `allowed_warning` event with `utilization >= 1 - reserve` and a `resetsAt` in the
+    future closes its scope for automation until that instant (with the utilisation, for
+    `status`). `reserve` 0 keeps nothing back.
+    """
+    require_aware(now)
+    out: list[tuple[LimitSignal, float]] = []
+    if reserve <= 0:
+        return out
+    for event in events:
+        info = event.get("rate_limit_info")
+        if event.get("type") != "rate_limit_event" or not isinstance(info, Mapping):
+            continue
+        used = _float(info.get("utilization"))
+        lifts = epoch_instant(info.get("resetsAt"))
+        if info.get("status") != "allowed_warning" or used is None or lifts is None or lifts <= now:
+            continue
+        if used < 1 - reserve:
+            continue
+        rate_type, scope = _event_kind(info.get("rateLimitType"))
+        message = (
+            f"reserve: {used:.0%} of the {rate_type} window used, the last {reserve:.0%} is kept for people"
+        )
+        signal = LimitSignal(
+            lifts, "reserved", scope, message, stated=f"reserve={int(lifts.timestamp())}", source="event"
+        )
+        out.append((signal, used))
+    return out
+
+
 # --- re-probe back-off -------------------------------------------------------------------
 def reprobe_backoff(
     signal: LimitSignal,
@@ -451,6 +545,8 @@ def reprobe_backoff(
     now: datetime,
     reprobe_min: float,
     max_delay: float | None = None,
+    skew_backoff: float = 2.0,
+    skew_retries: int = 4,
 ) -> tuple[LimitSignal, int]:
     """Push a repeated stale lift time out, so a stale message never causes a spawn loop.
 
@@ -459,12 +555,26 @@ def reprobe_backoff(
     `reprobe_min` seconds, doubling with each further refusal (capped at `max_delay`).
     A different stated time starts the count afresh. Returns the (possibly moved) signal and
     the refusal count to store with the marker.
+
+    Two exceptions. A message that names no kind (`You've hit your limit · resets 10:31am`)
+    read as "just reset" gets one probe only: refused again with the same time, it meant the
+    next day's occurrence. And a refusal within `SKEW_WINDOW` of the stated instant is clock
+    skew (resets are whole seconds, clocks differ): retried after `skew_backoff` seconds,
+    doubling, `skew_retries` times, before `reprobe_min` applies.
     """
     require_aware(now)
     if previous_stated is None or signal.stated != previous_stated:
         return signal, 1
     refusals = max(previous_refusals, 1) + 1
-    delay = reprobe_min * 2 ** (refusals - 2)
+    if signal.kind == "unknown" and signal.just_reset and signal.next_lifts_at is not None:
+        return replace(signal, lifts_at=signal.next_lifts_at, just_reset=False), refusals
+    near = signal.stated_at is not None and abs(signal.stated_at - now) <= SKEW_WINDOW
+    if near and refusals - 1 <= skew_retries:
+        delay = skew_backoff * 2 ** (refusals - 2)
+        return replace(
+            signal, lifts_at=max(signal.lifts_at, now + timedelta(seconds=delay)), just_reset=False
+        ), refusals
+    delay = reprobe_min * 2 ** (refusals - 2 - (skew_retries if near else 0))
     if max_delay is not None:
         delay = min(delay, max_delay)
     floor = now + timedelta(seconds=delay)

@@ -42,6 +42,7 @@ __all__ = [
     "marker_from_fields",
     "probing",
     "scope_of",
+    "scope_pausing",
     "waiting_reason",
 ]
 
@@ -61,6 +62,7 @@ class Marker:
     refusals: int
     source: str
     retrigger: str | None = None
+    utilization: float | None = None  # the share of the window last reported used (a reserve marker)
 
     def closed(self, now: float | None = None) -> bool:
         """True while no session in this scope may start."""
@@ -82,6 +84,7 @@ class Marker:
             "set_at": datetime.fromtimestamp(self.set_at, UTC).isoformat(),
             "source": self.source,
             "refusals": self.refusals,
+            "utilization": self.utilization,
         }
 
 
@@ -101,6 +104,7 @@ def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
         refusals=int(f.get("refusals") or 0),
         source=f.get("source") or "session",
         retrigger=f.get("retrigger") or None,
+        utilization=float(f["utilization"]) if f.get("utilization") else None,
     )
 
 
@@ -137,6 +141,19 @@ def applies(scope: str, model: str | None) -> bool:
         return True
     limited = scope.removeprefix("model:").lower()
     return limited in model.lower()
+
+
+def scope_pausing(scope: str, model: str | None) -> str:
+    """The scope a limit reported by a session on `model` must close so that it pauses that session.
+
+    A limit names its own scope (`model:fable` from `You've hit your Fable 5 limit`), and a
+    kind names its model its own way (`claude-opus-4`): when the two do not meet, a marker in
+    the named scope would never stop the kind that hit it (a spawn loop). Then the limit
+    closes the kind's own model scope instead.
+    """
+    if applies(scope, model) or model is None:
+        return scope
+    return f"model:{model.lower()}"
 
 
 def blocking(markers: Iterable[Marker], model: str | None, now: float | None = None) -> list[Marker]:

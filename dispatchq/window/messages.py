@@ -20,9 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 __all__ = [
     "GENERAL_SCOPE",
     "JUST_RESET_WINDOW",
+    "SKEW_WINDOW",
     "LimitSignal",
     "detect_limit",
     "epoch_instant",
+    "error_line",
     "is_transient",
     "is_whole_limit",
     "is_whole_transient",
@@ -35,6 +37,9 @@ GENERAL_SCOPE = "general"
 
 # Messages are rounded to the hour or so: a stated time this recently past means "just reset".
 JUST_RESET_WINDOW = timedelta(hours=1)
+# Resets are stated in whole seconds and clocks differ: a refusal this close to the stated
+# instant is clock skew, retried after a short back-off rather than DISPATCHQ_REPROBE_MIN.
+SKEW_WINDOW = timedelta(seconds=15)
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,10 @@ class LimitSignal:
     `model:<name>` (a model's own weekly limit pauses only what runs on that model).
     `stated` is the reset as the message stated it (`"8pm|America/New_York"`,
     `"resetsAt=1749924000"`, `"unknown"`): two refusals with the same `stated` are the same
-    stale message, which is what `reprobe_backoff` keys on.
+    stale message, which is what `reprobe_backoff` keys on. `stated_at` is that instant before
+    a past one was read as "now" (for telling clock skew from a wrong statement), and
+    `next_lifts_at` the next occurrence of a time-only reset read as just passed (where a
+    repeated refusal says the message meant tomorrow).
     """
 
     lifts_at: datetime
@@ -57,6 +65,8 @@ class LimitSignal:
     stated: str = "unknown"
     source: Literal["event", "text", "status"] = "text"
     reset_known: bool = True
+    stated_at: datetime | None = None
+    next_lifts_at: datetime | None = None
 
     @property
     def model(self) -> str | None:
@@ -124,7 +134,10 @@ _TRANSIENT = re.compile(
     r"|\b529 overloaded"
     r"|api error:? \(?5(?:00|02|03|04)\b"
     r"|request rejected \(429\) · rate limited"
-    r"|rate limited\. please try again later",
+    r"|rate limited\. please try again later"
+    r"|rate limit for your organization"
+    r"|\bper minute\b"
+    r"|experiencing high load",
     re.IGNORECASE,
 )
 _TRANSIENT_STATUSES = frozenset({500, 502, 503, 504, 529})
@@ -155,6 +168,8 @@ _HEADS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     for pattern, kind in (
         (r"(?:claude(?: ai)? )?usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", "unknown"),
         (rf"{_HIT} (?:your |the )?{_ORG} monthly (?:usage |spend )?limit", "org_monthly"),
+        (rf"{_HIT} your monthly (?:usage |spend )?limit", "monthly"),
+        (rf"{_HIT} your specified api usage limits?", "api_usage"),
         (r"(?:org's|organization's) monthly (?:usage |spend )?limit (?:reached|hit)", "org_monthly"),
         (r"you(?:'re| are) out of (?:extra usage|usage credits|credits)", "credits"),
         (r"extra usage (?:limit )?(?:reached|exhausted)", "credits"),
@@ -164,8 +179,9 @@ _HEADS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(?P<model>\b[a-z][\w.]*) weekly limit reached", "model"),
         (rf"{_HIT} your (?P<model>{_KNOWN_MODELS})(?: [\d.]+)? limit", "model"),
         (rf"{_HIT} your weekly limit|weekly limit reached", "seven_day"),
-        (r"claude(?: ai)? usage limit reached", "unknown"),
+        (r"(?:claude(?: ai)? )?usage limit reached", "unknown"),
         (rf"{_HIT} your (?:usage )?limit", "unknown"),
+        (r"(?:^|· )limit reached", "unknown"),
     )
 )
 
@@ -177,18 +193,18 @@ _MON = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?(?:,? (?P<year>\d{4}))?"
 _TIME = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?(?![\w:])"
 _ZONE = r"(?:\s*\((?P<zone>[^()]{1,64})\)|\s+(?P<bare_zone>UTC|GMT)\b)?"
-_RESET_WORD = re.compile(r"\b(?:resets?|will reset|reset)(?: at| on)?\s+", re.IGNORECASE)
+_RESET_WORD = re.compile(r"\b(?:resets?|will reset|reset|regain access)(?: at| on)?\s+", re.IGNORECASE)
 _SPECS = tuple(
     re.compile(pattern, re.IGNORECASE)
     for pattern in (
         rf"{_MON} {_DAY}(?:(?:,| at|, at)? {_TIME})?{_ZONE}",
-        rf"(?P<iso>\d{{4}}-\d{{2}}-\d{{2}})(?:[t ](?P<iso_h>\d{{2}}):(?P<iso_m>\d{{2}}))?{_ZONE}",
+        rf"(?P<iso>\d{{4}}-\d{{2}}-\d{{2}})(?:(?:[t ]|,? at )(?P<iso_h>\d{{2}}):(?P<iso_m>\d{{2}}))?{_ZONE}",
         rf"{_TIME}(?:,? (?:on )?{_MON} {_DAY})?{_ZONE}",
         r"in (?P<rel_n>\d+)\s*(?P<rel_u>hours?|hrs?|h|minutes?|mins?|m|days?|d)\b"
         r"(?:\s*(?:and )?(?P<rel_n2>\d+)\s*(?:minutes?|mins?|m)\b)?",
     )
 )
-_WHOLE_GAP = re.compile(r"^[\s.,;:!·]*(?:your (?:usage )?limit(?: will)?\s*)?$", re.IGNORECASE)
+_WHOLE_GAP = re.compile(r"^[\s.,;:!·]*(?:(?:your (?:usage )?limit(?: will)?|you will)\s*)?$", re.IGNORECASE)
 _WHOLE_TAIL = re.compile(r"^[\s.,;:!·]*$")
 
 
@@ -271,9 +287,11 @@ class _Reset:
     just_reset: bool
     stated: str
     end: int  # where the reset clause ended in the searched text
+    stated_at: datetime | None = None
+    next_at: datetime | None = None
 
 
-def _resolve_spec(match: re.Match[str], now: datetime, default: tzinfo) -> _Reset:
+def _resolve_spec(match: re.Match[str], now: datetime, default: tzinfo, *, weekly: bool = False) -> _Reset:
     groups = match.groupdict()
     zone, zone_label = _zone(groups.get("zone") or groups.get("bare_zone"), default)
     stated = f"{match.group(0).strip().lower()}|{zone_label}"
@@ -320,26 +338,29 @@ def _resolve_spec(match: re.Match[str], now: datetime, default: tzinfo) -> _Rese
             lifts = None
         return _past_means_now(lifts, now, stated, match.end())
     # A time with no date: the next such time in that zone, unless it passed less than an
-    # hour ago (messages are rounded): then it has just reset.
+    # hour ago (messages are rounded): then it has just reset. Never for a weekly limit: up to
+    # 24 h ahead the CLI prints the time only, so "resets 6:46am" at 7:16 means tomorrow.
     assert hm is not None
     today = now.astimezone(zone).date()
     candidates = sorted(_local(today + timedelta(days=d), hm, zone) for d in (-1, 0, 1, 2))
     previous = max((c for c in candidates if c <= now), default=None)
-    if previous is not None and now - previous < JUST_RESET_WINDOW:
-        return _Reset(now, True, stated, match.end())
     upcoming = min(c for c in candidates if c > now)
-    return _Reset(upcoming, False, stated, match.end())
+    if previous is not None and now - previous < JUST_RESET_WINDOW and not weekly:
+        return _Reset(now, True, stated, match.end(), stated_at=previous, next_at=upcoming)
+    return _Reset(upcoming, False, stated, match.end(), stated_at=upcoming)
 
 
 def _past_means_now(lifts: datetime | None, now: datetime, stated: str, end: int) -> _Reset:
     if lifts is None:
         return _Reset(None, False, "unknown", end)
     if lifts <= now:
-        return _Reset(now, True, stated, end)
-    return _Reset(lifts, False, stated, end)
+        return _Reset(now, True, stated, end, stated_at=lifts)
+    return _Reset(lifts, False, stated, end, stated_at=lifts)
 
 
-def _find_reset(text: str, start: int, now: datetime, default: tzinfo) -> tuple[_Reset | None, int]:
+def _find_reset(
+    text: str, start: int, now: datetime, default: tzinfo, *, weekly: bool = False
+) -> tuple[_Reset | None, int]:
     """The reset clause following a limit head; returns it and where it began."""
     for word in _RESET_WORD.finditer(text, start):
         if word.start() - start > 160:  # a "reset" this far away belongs to other text
@@ -347,7 +368,7 @@ def _find_reset(text: str, start: int, now: datetime, default: tzinfo) -> tuple[
         for spec in _SPECS:
             match = spec.match(text, word.end())
             if match:
-                return _resolve_spec(match, now, default), word.start()
+                return _resolve_spec(match, now, default, weekly=weekly), word.start()
     return None, -1
 
 
@@ -373,7 +394,7 @@ def _strip_hints(text: str) -> str:
         line for line in normalize_message(text, keep_lines=True).split("\n") if not line.startswith("/")
     ]
     joined = " ".join(line for line in lines if line)
-    return re.sub(r"\s*·\s*/\S.*$", "", joined)
+    return re.sub(r"(?:\s*·\s*|(?<=\.)\s+)/[a-z]\S*.*$", "", joined)
 
 
 def detect_limit(
@@ -428,7 +449,8 @@ def _signal(
         lifts = epoch_instant(epoch)
         reset = _past_means_now(lifts, now, f"epoch={epoch}", end) if lifts else None
     else:
-        reset, reset_start = _find_reset(norm, match.end(), now, default)
+        weekly = kind.startswith("seven_day") or "weekly" in norm.lower()
+        reset, reset_start = _find_reset(norm, match.end(), now, default, weekly=weekly)
         if reset is not None and whole and not _WHOLE_GAP.match(norm[match.end() : reset_start]):
             return None
         end = reset.end if reset is not None else match.end()
@@ -451,4 +473,40 @@ def _signal(
         message=message,
         just_reset=reset.just_reset,
         stated=reset.stated,
+        stated_at=reset.stated_at,
+        next_lifts_at=reset.next_at,
     )
+
+
+# --- the line that says what went wrong ---------------------------------------------------
+_FRAME = re.compile(r"^at\s+\S.*(?:\(.*:\d+(?::\d+)?\)|:\d+:\d+)$|^at\s+<anonymous>")
+_BANNER = re.compile(r"^(?:Bun v\d|Node\.js v\d|node:internal)")
+_SOURCE = re.compile(r"^\d+\s*\|")
+_MESSAGE = re.compile(r"^(?:error|[A-Za-z]*Error|fatal|warning)\b\s*:", re.IGNORECASE)
+ERROR_LINE_MAX = 400
+
+
+def _reads_as_message(line: str) -> bool:
+    if not line or _FRAME.match(line) or _BANNER.match(line) or _SOURCE.match(line):
+        return False
+    if set(line) <= set("^~-=_*| "):  # a caret or rule under a source excerpt
+        return False
+    letters = sum(ch.isalpha() or ch == " " for ch in line)
+    return letters >= 0.6 * len(line)  # prose, not minified code
+
+
+def error_line(stderr: str, *, limit: int = ERROR_LINE_MAX) -> str:
+    """The message of a failure from its stderr, never source excerpts, stack frames or banner.
+
+    Claude Code's stderr on a start-up failure is ~5 KB: minified source lines (`474 | …`),
+    then `error: bubblewrap is required …`, then `at M7r (/$bunfs/root/…:477:6115)` frames
+    and `Bun v1.4.0 (Linux x64 baseline)`. The last line that starts like an error message
+    wins; failing that, the last line that reads as prose; cut to `limit` characters.
+    """
+    lines = [line.strip() for line in stderr.splitlines()]
+    candidates = [line for line in lines if _reads_as_message(line)]
+    flagged = [line for line in candidates if _MESSAGE.match(line)]
+    chosen = (flagged or candidates or [""])[-1]
+    if len(chosen) > limit:
+        chosen = chosen[: limit - 1].rstrip() + "…"
+    return chosen

@@ -18,6 +18,7 @@ from dispatchq.launcher.environment import (
     read_secret,
     session_environment,
 )
+from dispatchq.launcher.sandbox import ScrubDecision, decide_scrub
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_claude.py"
@@ -172,6 +173,24 @@ def test_session_environment_without_a_credential_value_adds_none() -> None:
     assert env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == "1"
     with pytest.raises(SettingsError):
         session_environment(BASE, credential_var="TYPESAFE_API_KEY", credential_value=None)
+
+
+def test_without_usable_bubblewrap_the_scrub_flag_is_an_explicit_zero() -> None:
+    # Claude Code refuses to start with the flag set and no bwrap; a parent's own `1` must not leak.
+    parent = {**BASE, "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1"}
+    env = session_environment(
+        parent, credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value="tok", scrub_subprocesses=False
+    )
+    assert env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == "0"
+
+
+def test_scrub_modes_decide_from_whether_bwrap_runs(tmp_path: Path) -> None:
+    empty = str(tmp_path)  # a PATH with no bwrap on it
+    assert decide_scrub("off", {"PATH": empty}) == ScrubDecision(False)
+    auto = decide_scrub("auto", {"PATH": empty})
+    assert not auto.enabled and auto.warning is not None and "bwrap not found on PATH" in auto.warning
+    with pytest.raises(SettingsError, match="apt-get install -y bubblewrap"):
+        decide_scrub("on", {"PATH": empty})
 
 
 def test_the_parent_mapping_is_not_modified() -> None:

@@ -38,6 +38,7 @@ from rq.job import Job
 from dispatchq import keys
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
+from dispatchq.launcher.sandbox import bwrap_check
 from dispatchq.processes import set_runtime
 from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.retrigger import window_for
@@ -969,7 +970,9 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
     assert not [v for v in values if v in json.dumps(seen_env)]
     assert not [name for name in seen_env if name.startswith("DISPATCHQ_") or name in secrets]
     assert seen_env["CLAUDE_CODE_OAUTH_TOKEN"] == credential
-    assert seen_env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == "1"
+    # Claude Code's own subprocess scrub: asked for where bubblewrap works (the `auto` default).
+    usable = bwrap_check(os.environ.get("PATH", os.defpath)) is None
+    assert seen_env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == ("1" if usable else "0")
     # Its parent (the supervisor) is readable but scrubbed; the worker and the scheduler are not readable.
     assert environs[str(worker.pid)]["ok"] is False, "the worker's /proc/<pid>/environ was readable"
     assert environs[str(scheduler.pid)]["ok"] is False, "the scheduler's /proc/<pid>/environ was readable"

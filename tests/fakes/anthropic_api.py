@@ -1,0 +1,292 @@
+"""A loopback stand-in for the Anthropic Messages API, for driving the real Claude Code CLI.
+
+Why: our fake session command (`tests/fake_claude.py`) prints what *we* believe Claude Code
+prints, so it agrees with our parser by construction. The real CLI, pointed here with
+`ANTHROPIC_BASE_URL` and `CLAUDE_CODE_OAUTH_TOKEN=<anything>` (it then authenticates as a
+subscriber), decides for itself what to print from what this server answers: a streamed
+SSE reply, a status code with an error body, and the `anthropic-ratelimit-unified-*`
+headers that carry the usage window (`-status`, `-reset`, `-representative-claim`,
+`-overage-status`, `-overage-disabled-reason`, `-5h-utilization`/`-5h-reset`/
+`-5h-surpassed-threshold`).
+
+It binds 127.0.0.1 only, records every request (method, path, headers, body) and answers
+any path it does not know with `{}` (200), so a start-up call of a newer CLI never hangs a
+test; `unknown_paths` lists them.
+
+    with FakeAnthropicAPI() as api:
+        api.answer("4")                                   # every /v1/messages: a streamed "4"
+        api.push(Reply.limit(resets_at=..., claim="five_hour"))   # next request only (FIFO)
+        api.default = Reply.limit(...)                    # every request from now on
+        env["ANTHROPIC_BASE_URL"] = api.url
+        api.message_requests                              # the /v1/messages requests seen
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["FakeAnthropicAPI", "Reply", "Seen"]
+
+MODEL = "claude-sonnet-4-5"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer to `POST /v1/messages`: a streamed text (status 200) or an error status."""
+
+    status: int = 200
+    text: str = "ok"
+    body: Mapping[str, Any] | None = None  # an error body (status != 200)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def allowed_headers(**extra: str) -> dict[str, str]:
+        return {"anthropic-ratelimit-unified-status": "allowed", **extra}
+
+    @classmethod
+    def answer(cls, text: str, **headers: str) -> Reply:
+        return cls(200, text, headers=cls.allowed_headers(**headers))
+
+    @classmethod
+    def limit(
+        cls,
+        *,
+        resets_at: int,
+        claim: str = "five_hour",
+        overage_status: str = "rejected",
+        overage_disabled_reason: str | None = "org_level_disabled",
+        message: str = "This request would exceed your account's rate limit. Please try again later.",
+    ) -> Reply:
+        """The account's usage window is closed until `resets_at` (epoch seconds)."""
+        headers = {
+            "anthropic-ratelimit-unified-status": "rejected",
+            "anthropic-ratelimit-unified-reset": str(resets_at),
+            "anthropic-ratelimit-unified-representative-claim": claim,
+            "anthropic-ratelimit-unified-overage-status": overage_status,
+        }
+        if overage_disabled_reason:
+            headers["anthropic-ratelimit-unified-overage-disabled-reason"] = overage_disabled_reason
+        return cls(429, body=error_body("rate_limit_error", message), headers=headers)
+
+    @classmethod
+    def error(cls, status: int, kind: str, message: str, **headers: str) -> Reply:
+        return cls(status, body=error_body(kind, message), headers=dict(headers))
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _message(text: str, model: str) -> dict[str, Any]:
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": max(1, len(text) // 4)},
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A CLI that hangs up mid-request (it exits once it has its answer) is no error here."""
+
+
+class FakeAnthropicAPI:
+    """The server; a context manager that starts it on a free loopback port."""
+
+    def __init__(self) -> None:
+        self.default = Reply.answer("ok")
+        self.queue: deque[Reply] = deque()
+        self.seen: list[Seen] = []
+        self.unknown_paths: list[str] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- scripting --------------------------------------------------------------------
+    def answer(self, text: str, **headers: str) -> None:
+        self.default = Reply.answer(text, **headers)
+
+    def push(self, *replies: Reply) -> None:
+        with self._lock:
+            self.queue.extend(replies)
+
+    def next_reply(self) -> Reply:
+        with self._lock:
+            return self.queue.popleft() if self.queue else self.default
+
+    @property
+    def message_requests(self) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen if s.method == "POST" and s.path.startswith("/v1/messages")]
+
+    # --- lifetime ---------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeAnthropicAPI:
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def record(self, seen: Seen) -> None:
+        with self._lock:
+            self.seen.append(seen)
+
+
+def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            with contextlib.suppress(ValueError):
+                return json.loads(raw) if raw else None
+            return raw.decode("utf-8", "replace")
+
+        def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _handle(self, method: str) -> None:
+            body = self._body() if method in ("POST", "PUT", "PATCH") else None
+            path = self.path.split("?", 1)[0]
+            api.record(Seen(method, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            if method == "POST" and path == "/v1/messages":
+                self._messages(body if isinstance(body, dict) else {})
+                return
+            if method == "POST" and path == "/v1/messages/count_tokens":
+                self._send(200, {"input_tokens": 12})
+                return
+            with api._lock:
+                api.unknown_paths.append(f"{method} {self.path}")
+            self._send(200, {})
+
+        def _messages(self, body: Mapping[str, Any]) -> None:
+            reply = api.next_reply()
+            if reply.status != 200:
+                self._send(reply.status, reply.body or error_body("api_error", "error"), reply.headers)
+                return
+            model = str(body.get("model") or MODEL)
+            if not body.get("stream"):
+                self._send(200, _message(reply.text, model), reply.headers)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("connection", "close")
+            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            start = _message("", model)
+            start["content"] = []
+            start["stop_reason"] = None
+            start["usage"] = {"input_tokens": 12, "output_tokens": 1}
+            chunks = [
+                _sse("message_start", {"type": "message_start", "message": start}),
+                _sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                ),
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": reply.text},
+                    },
+                ),
+                _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                _sse(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": max(1, len(reply.text) // 4)},
+                    },
+                ),
+                _sse("message_stop", {"type": "message_stop"}),
+            ]
+            for chunk in chunks:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            self.close_connection = True
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def do_HEAD(self) -> None:
+            self._handle("HEAD")
+
+    return Handler
+
+
+def main() -> None:
+    """Run it alone, logging every request: how we found out what the CLI calls at start."""
+    with FakeAnthropicAPI() as api:
+        print(f"listening on {api.url}", flush=True)
+        shown = 0
+        while True:
+            time.sleep(0.5)
+            for seen in api.seen[shown:]:
+                print(seen.method, seen.path, json.dumps(seen.body)[:300], flush=True)
+            shown = len(api.seen)
+
+
+if __name__ == "__main__":
+    main()

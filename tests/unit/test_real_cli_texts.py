@@ -1,0 +1,405 @@
+"""What the real Claude Code CLI (2.1.197) printed, read the way dispatchq must read it.
+
+Every text here was printed by the real CLI against the stand-in API
+(`tests/fakes/anthropic_api.py`) or is quoted in issue 12; `tests/unit/test_limits.py` keeps
+the older forms. Pure and clock-free: `now` is always given.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff, reserve_signals
+from dispatchq.window.marker import applies, scope_pausing
+from dispatchq.window.messages import detect_limit, error_line
+
+NOW = datetime(2026, 12, 1, 7, 16, tzinfo=UTC)
+UNKNOWN = 900.0
+
+BUN_STDERR = (
+    '472 | `),process.exit(1)}function a7r(){return!1}function NFd(e){return!1}var LBt="X";\n'
+    "473 | var hRn,c7r;var u7r=E(()=>{Kr();hRn=ve(()=>H.object({restrictions:H.record(H.string())}))});\n"
+    "                                                                                        ^\n"
+    "error: bubblewrap is required for subprocess env scrubbing and isolation. Install with: sudo "
+    "apt-get install -y bubblewrap, set sandbox.bwrapPath in managed settings, or set "
+    "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=0 to disable (loses subprocess isolation).\n"
+    "      at M7r (/$bunfs/root/src/entrypoints/cli.js:477:6115)\n"
+    "      at <anonymous> (/$bunfs/root/src/entrypoints/cli.js:11379:4615)\n"
+    "      at n (/$bunfs/root/src/entrypoints/cli.js:12:20060)\n"
+    "\n"
+    "Bun v1.4.0 (Linux x64 baseline)\n"
+)
+
+
+def test_the_reason_is_the_error_line_not_source_frames_or_banner() -> None:
+    line = error_line(BUN_STDERR)
+    assert line.startswith("error: bubblewrap is required for subprocess env scrubbing")
+    assert line.endswith("(loses subprocess isolation).")
+
+
+@pytest.mark.parametrize(
+    ("stderr", "line"),
+    [
+        (
+            "No conversation found with session ID: 1234-abcd\n",
+            "No conversation found with session ID: 1234-abcd",
+        ),
+        (
+            "warning: something\nError: Invalid API key · Please run /login\n",
+            "Error: Invalid API key · Please run /login",
+        ),
+        ("plain words only\n", "plain words only"),
+        ("      at x (/a.js:1:2)\nBun v1.4.0 (Linux x64 baseline)\n", ""),
+    ],
+)
+def test_error_line_forms(stderr: str, line: str) -> None:
+    assert error_line(stderr) == line
+
+
+def test_error_line_is_capped() -> None:
+    assert len(error_line("error: " + "word " * 400)) <= 400
+
+
+def _stream(*events: dict[str, Any]) -> str:
+    return "\n".join(json.dumps(e) for e in events)
+
+
+def _result(
+    text: str, *, is_error: bool, status: int | None, turns: int = 1, cost: float = 0.0
+) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "subtype": "success",
+        "is_error": is_error,
+        "api_error_status": status,
+        "num_turns": turns,
+        "result": text,
+        "session_id": "s-1",
+        "total_cost_usd": cost,
+        "terminal_reason": "completed",
+    }
+
+
+def _event(**info: Any) -> dict[str, Any]:
+    return {"type": "rate_limit_event", "rate_limit_info": info, "session_id": "s-1"}
+
+
+def outcome(stdout: str, now: datetime = NOW, **kwargs: Any) -> Any:
+    return read_outcome(stdout, now=now, default_tz="UTC", unknown_reset=UNKNOWN, **kwargs)
+
+
+def test_a_failed_start_reads_its_error_line_from_stderr() -> None:
+    got = outcome("", returncode=1, stderr=BUN_STDERR)
+    assert got.kind == "host"  # the command refuses to start: every session here would
+    assert got.text.startswith("error: bubblewrap is required")
+
+
+def test_a_subscriber_429_not_your_usage_limit_is_transient_despite_the_rejected_event() -> None:
+    text = "API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited"
+    got = outcome(
+        _stream(_event(status="rejected", isUsingOverage=False), _result(text, is_error=True, status=429))
+    )
+    assert got.kind == "transient"
+    assert got.limit is None
+
+
+def test_a_completed_answer_billed_as_extra_usage_is_an_answer() -> None:
+    resets = int((NOW + timedelta(hours=2)).timestamp())
+    event = _event(
+        status="rejected",
+        resetsAt=resets,
+        rateLimitType="five_hour",
+        overageStatus="allowed",
+        isUsingOverage=True,
+    )
+    got = outcome(_stream(event, _result("4", is_error=False, status=None, cost=0.00005)))
+    assert got.kind == "answer"
+    assert got.text == "4"
+
+
+def test_the_real_session_limit_is_a_limit_at_its_resets_at() -> None:
+    resets = int((NOW + timedelta(minutes=30)).timestamp())
+    event = _event(
+        status="rejected",
+        resetsAt=resets,
+        rateLimitType="five_hour",
+        overageStatus="rejected",
+        overageDisabledReason="org_level_disabled",
+        isUsingOverage=False,
+    )
+    got = outcome(
+        _stream(
+            event, _result("You've hit your session limit · resets 7:46am (UTC)", is_error=True, status=429)
+        )
+    )
+    assert got.kind == "limit"
+    assert got.limit is not None and got.limit.lifts_at.timestamp() == resets
+    assert got.limit.kind == "five_hour" and got.refused_at_spawn
+
+
+# --- every wording of issue 12, to (kind of outcome, limit kind, scope, lift) -----------------------
+def detect(text: str, now: datetime = NOW) -> Any:
+    return detect_limit(text, now=now, default_tz="UTC", unknown_reset=UNKNOWN, whole=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "scope", "lifts_at", "just_reset"),
+    [
+        (
+            "Usage limit reached · resets 5pm (UTC)",
+            "unknown",
+            "general",
+            datetime(2026, 12, 1, 17, 0, tzinfo=UTC),
+            False,
+        ),
+        (
+            "Limit reached · resets 3pm (UTC) · /upgrade to Max 20x",
+            "unknown",
+            "general",
+            datetime(2026, 12, 1, 15, 0, tzinfo=UTC),
+            False,
+        ),
+        ("You've hit your monthly spend limit. /model to switch models.", "monthly", "general", None, False),
+        (
+            "You have reached your specified API usage limits. "
+            "You will regain access on 2027-01-01 at 00:00 UTC.",
+            "api_usage",
+            "general",
+            datetime(2027, 1, 1, 0, 0, tzinfo=UTC),
+            False,
+        ),
+        # Weekly: the time only, 23.5 h ahead, is tomorrow's 6:46, never "just reset".
+        (
+            "You've hit your weekly limit · resets 6:46am (UTC)",
+            "seven_day",
+            "general",
+            datetime(2026, 12, 2, 6, 46, tzinfo=UTC),
+            False,
+        ),
+        (
+            "You've hit your Fable 5 limit · resets 6:46am (UTC)",
+            "seven_day_fable",
+            "model:fable",
+            datetime(2026, 12, 2, 6, 46, tzinfo=UTC),
+            False,
+        ),
+        # No kind named and the time passed half an hour ago: one probe now.
+        ("You've hit your limit · resets 6:46am (UTC)", "unknown", "general", NOW, True),
+        (
+            "You've hit your limit · resets 10:31am (UTC)",
+            "unknown",
+            "general",
+            datetime(2026, 12, 1, 10, 31, tzinfo=UTC),
+            False,
+        ),
+        (
+            "You've hit your session limit · resets 10:43am (UTC)",
+            "five_hour",
+            "general",
+            datetime(2026, 12, 1, 10, 43, tzinfo=UTC),
+            False,
+        ),
+        (
+            "You've hit your limit · resets Dec 4, 12pm (UTC)",
+            "unknown",
+            "general",
+            datetime(2026, 12, 4, 12, 0, tzinfo=UTC),
+            False,
+        ),
+        (
+            "You've hit your weekly limit · resets Jan 10, 2027, 7:13am (Europe/Berlin)",
+            "seven_day",
+            "general",
+            datetime(2027, 1, 10, 6, 13, tzinfo=UTC),
+            False,
+        ),
+    ],
+)
+def test_every_limit_wording_the_real_cli_prints(
+    text: str, kind: str, scope: str, lifts_at: datetime | None, just_reset: bool
+) -> None:
+    signal = detect(text)
+    assert signal is not None, text
+    assert (signal.kind, signal.scope, signal.just_reset) == (kind, scope, just_reset)
+    if lifts_at is None:
+        assert not signal.reset_known and signal.lifts_at == NOW + timedelta(seconds=UNKNOWN)
+    else:
+        assert signal.lifts_at == lifts_at
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited", 429),
+        (
+            "API Error: Request rejected (429) · This request would exceed the rate limit for your "
+            "organization (0000) of 50 input tokens per minute.",
+            429,
+        ),
+        ("Opus is experiencing high load, please use /model to switch to Sonnet", 429),
+        (
+            "API Error: 529 Overloaded. This is a server-side issue, usually temporary — "
+            "try again in a moment.",
+            529,
+        ),
+    ],
+)
+def test_throttles_the_real_cli_prints_are_transient_even_with_a_rejected_event(
+    text: str, status: int
+) -> None:
+    got = outcome(
+        _stream(_event(status="rejected", isUsingOverage=False), _result(text, is_error=True, status=status))
+    )
+    assert got.kind == "transient", text
+    assert detect(text) is None
+
+
+def test_a_weekly_limit_never_reads_as_just_reset() -> None:
+    at_0716 = datetime(2026, 12, 1, 7, 16, tzinfo=UTC)
+    signal = detect("You've hit your weekly limit · resets 6:46am (UTC)", now=at_0716)
+    assert signal is not None and not signal.just_reset
+    assert (signal.lifts_at - at_0716).total_seconds() == 84_600
+
+
+def test_a_model_limit_whose_type_names_no_model_takes_the_scope_its_message_names() -> None:
+    resets = int((NOW + timedelta(days=3)).timestamp())
+    event = _event(
+        status="rejected", resetsAt=resets, rateLimitType="seven_day_overage_included", isUsingOverage=False
+    )
+    text = "You've hit your Fable 5 limit · resets Dec 4, 7:16am (UTC)"
+    got = outcome(_stream(event, _result(text, is_error=True, status=429)))
+    assert got.kind == "limit" and got.limit is not None
+    assert got.limit.scope == "model:fable"
+    assert got.limit.lifts_at.timestamp() == resets
+
+
+def test_a_kindless_just_reset_refused_again_means_the_next_day() -> None:
+    first = detect("You've hit your limit · resets 6:46am (UTC)")
+    assert first is not None and first.just_reset
+    again, refusals = reprobe_backoff(
+        first, previous_stated=first.stated, previous_refusals=1, now=NOW, reprobe_min=300
+    )
+    assert again.lifts_at == datetime(2026, 12, 2, 6, 46, tzinfo=UTC) and not again.just_reset
+    assert refusals == 2
+
+
+def test_a_probe_refused_a_moment_early_is_clock_skew_retried_in_seconds() -> None:
+    stated = NOW + timedelta(seconds=1)  # the host's clock runs a second ahead of the API's
+    signal = LimitSignal(
+        stated, "five_hour", "general", "m", stated=f"resetsAt={int(stated.timestamp())}", stated_at=stated
+    )
+    delays = []
+    refusals = 1
+    now = NOW
+    for _ in range(6):
+        moved, refusals = reprobe_backoff(
+            signal, previous_stated=signal.stated, previous_refusals=refusals, now=now, reprobe_min=300
+        )
+        delays.append((moved.lifts_at - now).total_seconds())
+    assert delays[:4] == [2.0, 4.0, 8.0, 16.0]
+    assert delays[4:] == [300.0, 600.0]  # still refused: the stated time is really wrong
+
+
+def test_a_refusal_long_after_the_stated_time_waits_reprobe_min() -> None:
+    stated = NOW - timedelta(minutes=10)
+    signal = LimitSignal(NOW, "five_hour", "general", "m", just_reset=True, stated="x", stated_at=stated)
+    moved, _ = reprobe_backoff(signal, previous_stated="x", previous_refusals=1, now=NOW, reprobe_min=300)
+    assert (moved.lifts_at - NOW).total_seconds() == 300
+
+
+def _synthetic(text: str, error: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "assistant",
+        "message": {"model": "<synthetic>", "role": "assistant", "content": [{"type": "text", "text": text}]},
+        "session_id": "s-1",
+    }
+    if error:
+        event["error"] = error
+    return event
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "error"),
+    [
+        ("Not logged in · Please run /login", None, "authentication_failed"),
+        ("Failed to authenticate. API Error: 401 Invalid bearer token", 401, None),
+        (
+            "Your account does not have access to Claude. Please login again or contact your administrator.",
+            403,
+            None,
+        ),
+        ("OAuth token has been revoked. Please obtain a new token.", 403, None),
+        ("Invalid API key · Fix external API key", None, None),
+        ("Credit balance is too low", 400, None),
+        ("This service is disabled for your org", 400, None),
+        ("API Error: Unable to connect to API (ConnectionRefused)", None, None),
+    ],
+)
+def test_host_wide_failures_the_real_cli_prints(text: str, status: int | None, error: str | None) -> None:
+    got = outcome(_stream(_synthetic(text, error), _result(text, is_error=True, status=status)))
+    assert got.kind == "host", text
+
+
+def test_a_resume_without_a_transcript_is_marked_for_a_fresh_session() -> None:
+    result = {
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": True,
+        "num_turns": 0,
+        "session_id": "0f0e5c0e-8a0b-4c9e-9d51-2f6f0c4c1a11",
+        "total_cost_usd": 0,
+    }
+    stderr = "No conversation found with session ID: 0f0e5c0e-8a0b-4c9e-9d51-2f6f0c4c1a11\n"
+    got = outcome(_stream(result), returncode=1, stderr=stderr)
+    assert got.kind == "error" and got.resume_missing
+
+
+def test_the_fable_limit_as_the_real_cli_prints_it() -> None:
+    signal = detect("You've reached your Fable 5 limit. /model to switch models.")
+    assert signal is not None and (signal.kind, signal.scope) == ("seven_day_fable", "model:fable")
+
+
+@pytest.mark.parametrize(
+    ("scope", "model", "pausing"),
+    [
+        ("model:fable", "claude-fable-5", "model:fable"),
+        ("model:fable", None, "model:fable"),
+        ("general", "claude-opus-4", "general"),
+        # The message names a scope the kind's model never matches: close the kind's own model.
+        ("model:opus", "claude-mythos-1", "model:claude-mythos-1"),
+    ],
+)
+def test_a_limit_always_closes_a_scope_that_pauses_the_kind_that_hit_it(
+    scope: str, model: str | None, pausing: str
+) -> None:
+    assert scope_pausing(scope, model) == pausing
+    assert applies(pausing, model)
+
+
+def _warning(used: float, resets: int) -> dict[str, Any]:
+    return _event(
+        status="allowed_warning",
+        resetsAt=resets,
+        rateLimitType="five_hour",
+        utilization=used,
+        isUsingOverage=False,
+        surpassedThreshold=0.9,
+    )
+
+
+def test_the_reserve_closes_a_scope_whose_use_entered_the_kept_slice() -> None:
+    resets = int((NOW + timedelta(hours=2)).timestamp())
+    ((signal, used),) = reserve_signals([_warning(0.95, resets)], reserve=0.1, now=NOW)
+    assert (signal.kind, signal.scope, signal.lifts_at.timestamp(), used) == (
+        "reserved",
+        "general",
+        resets,
+        0.95,
+    )
+    assert reserve_signals([_warning(0.85, resets)], reserve=0.1, now=NOW) == []
+    assert reserve_signals([_warning(0.95, resets)], reserve=0.0, now=NOW) == []  # off by default
+    assert reserve_signals([_event(status="allowed", resetsAt=resets)], reserve=0.5, now=NOW) == []
