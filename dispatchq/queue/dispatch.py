@@ -380,6 +380,7 @@ class Dispatcher:
         kind = self.config.kind(record.kind)
         tier = entry_tier(kind)
         self.store.set_fields(jid, tier=tier)
+        self.store.forget_deaths(jid)
         self.requeue([jid], "retry requested")
 
     def cancel(self, jid: str) -> bool:

@@ -27,7 +27,7 @@ from rq_scheduler import Scheduler
 
 from dispatchq import keys
 from dispatchq.queue.liveness import job_liveness, live_rq_workers
-from dispatchq.storage.outage import Backoff, OutageLog, is_outage
+from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -178,13 +178,15 @@ def run_scheduler(
 ) -> None:
     """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs.
 
-    A tick that finds Redis away (down, restarting, loading, read-only) is skipped with
-    capped back-off and one log line per change; the loop ends only when asked to stop.
+    A tick that finds Redis away (down, restarting, loading, read-only) or out of memory
+    (writes refused under `maxmemory`) is skipped with capped back-off and one log line per
+    change; the loop ends only when asked to stop.
     """
     scheduler = scheduler_for(runtime)
     control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis)
     stopping = False
     outage = OutageLog(runtime.settings.describe_redis(), log)
+    memory = MemoryLog(log)
     backoff = Backoff()
 
     def stop(signum: int, frame: Any) -> None:
@@ -205,14 +207,19 @@ def run_scheduler(
                     reconcile(runtime)
                     runtime.store.prune()
                 except Exception as error:
-                    if is_outage(error):
+                    if is_outage(error) or is_out_of_memory(error):
                         raise
                     log.exception("maintenance failed; will try again")
         except Exception as error:
-            if not is_outage(error):
+            oom = is_out_of_memory(error)
+            if not oom and not is_outage(error):
                 raise
             delay = backoff.next()
-            outage.down(error, delay)
+            if oom:
+                # Redis answers but refuses writes: skip ticks until an operator makes room.
+                memory.down(error, delay, runtime.redis)
+            else:
+                outage.down(error, delay)
             deadline = time.monotonic() + delay
             while not stopping and time.monotonic() < deadline:
                 sleep(min(0.2, deadline - time.monotonic()))
@@ -221,6 +228,7 @@ def run_scheduler(
             signal.signal(signal.SIGINT, stop)  # a burst control worker installs its own handlers
             signal.signal(signal.SIGTERM, stop)
         outage.up()
+        memory.up()
         backoff.reset()
         if burst:
             break

@@ -355,6 +355,18 @@ class Store:
     def incr_attempts(self, jid: str) -> int:
         return int(self.redis.hincrby(keys.record(jid), "attempts", 1))
 
+    def add_death(self, jid: str) -> int:
+        """Count one more worker death on a judgement's record (atomic); returns the new count.
+
+        Counted here rather than by RQ's `retries_left`, which RQ also spends on failures
+        that were not deaths: the record is what decides when to stop retrying.
+        """
+        return int(self.redis.hincrby(keys.record(jid), "deaths", 1))
+
+    def forget_deaths(self, jid: str) -> None:
+        """A retry asked for by a person starts the count of worker deaths again."""
+        self.redis.hdel(keys.record(jid), "deaths")
+
     # --- reads ------------------------------------------------------------------------------
     def get(self, jid: str) -> Record | None:
         raw = self.redis.hgetall(keys.record(jid))
@@ -507,6 +519,7 @@ def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
             "updated_at": float(f["updated"]) if f.get("updated") else None,
             "attempts": int(f.get("attempts") or 0),
             "job": f.get("job") or None,
+            **({"deaths": int(f["deaths"])} if f.get("deaths") else {}),
             **extra,
         }
     )

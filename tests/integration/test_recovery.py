@@ -171,7 +171,12 @@ def test_a_graceful_redis_restart_mid_batch_loses_no_judgement(
     assert not own_redis.is_running()
     # Keep it down until the worker has felt it (a failed call, or the worker giving up).
     workers.wait_for(
-        lambda: "onnect" in workers.output() or workers.procs[0].poll() is not None,
+        # A worker now says "Redis unreachable at …" once (the reason may be "Error 2", a
+        # socket that is gone) rather than RQ's ConnectionError traceback.
+        lambda: (
+            any(word in workers.output() for word in ("onnect", "unreachable"))
+            or workers.procs[0].poll() is not None
+        ),
         30,
         "the worker to notice that Redis is gone",
     )
@@ -234,3 +239,37 @@ def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
     assert "AbandonedJobError" in killer.reason
     assert killer.trail[-1].outcome == "failed"
     assert any(step.outcome == "requeued" and "retried alone" in step.why for step in before.trail)
+
+
+def test_a_judgement_that_kills_its_worker_every_time_fails_after_job_retries_deaths(
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+) -> None:
+    """Deaths are counted on the record, so a judgement cannot take workers down forever."""
+    env = {**dq_env, "DISPATCHQ_JOB_RETRIES": "2"}
+    module = write_check_module(
+        tmp_path,
+        """
+        import os, signal
+
+        def check(judgement):
+            os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  deadly:\n    check: {module}:check\n")
+    store = Store(redis_client)
+    [jid] = enqueue_lines(env, [{"kind": "deadly", "target": "killer"}])
+
+    def settled() -> bool:
+        if store.statuses([jid]) == ["failed"]:
+            return True
+        if all(p.poll() is not None for p in workers.procs):
+            workers.start(env)
+        return False
+
+    workers.start(env)
+    workers.wait_for(settled, 150, "the judgement to fail")
+    record = store.get(jid)
+    assert record is not None
+    assert getattr(record, "deaths", 0) == 3  # the first run and two retries
+    assert record.reason is not None and "its worker died 3 times" in record.reason
+    assert record.trail[-1].outcome == "failed"
