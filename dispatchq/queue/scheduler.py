@@ -30,6 +30,7 @@ from dispatchq.queue.liveness import job_liveness, live_rq_workers
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
+    from dispatchq.queue.dispatch import Seen
     from dispatchq.runtime import Runtime
 
 __all__ = [
@@ -114,9 +115,9 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     """
     store = runtime.store
     now = time.time()
-    stranded = []
+    stranded: dict[str, Seen] = {}
     for record in store.get_many(store.ids("queued")):
-        if record is None or record.tier not in ("code", "typed"):
+        if record is None or record.status != "queued" or record.tier not in ("code", "typed"):
             continue
         if record.updated_at and now - record.updated_at < min_age:
             continue
@@ -131,10 +132,15 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
             continue
         if job_id and _scheduled(runtime, job_id):
             continue
-        stranded.append(record.id)
-    if stranded:
-        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued")
-    return len(stranded) + _recover_lost_running(runtime, min_age=min_age, now=now)
+        stranded[record.id] = ("queued", job_id)
+    # Put back only what is still as seen: a record answered (its job then deleted) between
+    # the read and now is not stranded, and must not be re-queued.
+    healed = (
+        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
+        if stranded
+        else 0
+    )
+    return healed + _recover_lost_running(runtime, min_age=min_age, now=now)
 
 
 def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> int:
@@ -142,12 +148,14 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
     # Session judgements are the session tier's to settle: their RQ job is made at admission
     # and its worker's death is counted there.
     running = [
-        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in ("code", "typed")
+        r
+        for r in store.get_many(store.ids("running"))
+        if r is not None and r.status == "running" and r.tier in ("code", "typed")
     ]
     if not running:
         return 0
     workers = live_rq_workers(runtime.redis)
-    lost = []
+    lost: dict[str, Seen] = {}
     for record in running:
         if record.updated_at and now - record.updated_at < min_age:
             continue
@@ -155,10 +163,8 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
         if job_id and _scheduled(runtime, job_id):
             continue
         if job_liveness(runtime.redis, job_id, workers=workers).state == "lost":
-            lost.append(record.id)
-    if lost:
-        runtime.dispatcher.requeue(lost, "recovered: its job was lost")
-    return len(lost)
+            lost[record.id] = ("running", job_id)
+    return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
 
 
 def _scheduled(runtime: Runtime, job_id: str) -> bool:

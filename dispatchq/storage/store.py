@@ -363,6 +363,17 @@ class Store:
         """
         return int(self.redis.hincrby(keys.record(jid), "deaths", 1))
 
+    @staticmethod
+    def watch_record(pipe: Pipeline, jid: str) -> tuple[str | None, str | None]:
+        """WATCH a record on `pipe` (before its MULTI) and read its (status, job) now.
+
+        A caller that decided from an earlier read (reconciliation: "its job is gone") acts
+        only if the record is still as it saw it: a change in between fails the MULTI.
+        """
+        pipe.watch(keys.record(jid))
+        status, job = pipe.hmget(keys.record(jid), "status", "job")
+        return (as_text(status) if status is not None else None, as_text(job) if job else None)
+
     def forget_deaths(self, jid: str) -> None:
         """A retry asked for by a person starts the count of worker deaths again."""
         self.redis.hdel(keys.record(jid), "deaths")
