@@ -31,6 +31,7 @@ __all__ = [
     "TYPED_REQUESTS",
     "WAKE_CHANNEL",
     "WORKERS",
+    "WRITE_PROBE",
     "answered_counter",
     "findings_approval",
     "findings_attempt",
@@ -204,3 +205,6 @@ def findings_attempt(repo_id: str, finding_id: str, attempt: int) -> str:
     """Hash: one fixer attempt's own state (the before-observation, the marker it replaced,
     a resumable session, the outcome), so every start of the job can read where it stands."""
     return f"{PREFIX}:findings:attempt:{repo_id}:{finding_id}:{attempt}"
+
+
+WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)

@@ -35,7 +35,14 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.errors import UserError
 from dispatchq.queue.scheduler import due_retries, reconcile, release_due_retries
 from dispatchq.settings import parent_environment
-from dispatchq.storage.outage import Backoff, OutageLog, is_outage, wait_for_redis
+from dispatchq.storage.outage import (
+    Backoff,
+    MemoryLog,
+    OutageLog,
+    is_out_of_memory,
+    is_outage,
+    wait_for_redis,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -275,6 +282,19 @@ def run_worker(
             wait_for_redis(runtime.settings, log=log, stopping=stop.is_set, sleep=sleep, outage=outage)
             continue
         outage.up()
+        if failure is not None and is_out_of_memory(failure):
+            # Redis answers but refuses writes (maxmemory, noeviction): one line, then wait
+            # until it accepts a write again instead of restarting RQ's loop into it.
+            memory = MemoryLog(log)
+            while not stop.is_set():
+                delay = backoff.next()
+                memory.down(failure, delay, runtime.redis)
+                _interruptible_sleep(delay, stop, sleep)
+                if _accepts_writes(runtime):
+                    break
+            memory.up()
+            backoff.reset()
+            continue
         if failure is not None:
             delay = backoff.next()
             log.error(
@@ -306,6 +326,13 @@ def _redis_problem(runtime: Runtime) -> BaseException | None:
     except Exception as error:
         return error
     return None
+
+
+def _accepts_writes(runtime: Runtime) -> bool:
+    try:
+        return runtime.store.accepts_writes()
+    except Exception:  # Redis went away meanwhile: the outage path takes over on the next round
+        return True
 
 
 def _interruptible_sleep(delay: float, stop: threading.Event, sleep: Callable[[float], None]) -> None:

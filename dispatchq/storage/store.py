@@ -378,6 +378,20 @@ class Store:
         """A retry asked for by a person starts the count of worker deaths again."""
         self.redis.hdel(keys.record(jid), "deaths")
 
+    def accepts_writes(self) -> bool:
+        """False while a `noeviction` server refuses writes (maxmemory reached); else True.
+
+        A worker that met the limit waits on this rather than restarting its loop (and
+        logging a traceback) every few seconds until an operator makes room.
+        """
+        try:
+            self.redis.set(keys.WRITE_PROBE, "1", ex=10)
+        except redis.ResponseError as error:
+            if str(error).startswith("OOM") or isinstance(error, redis.OutOfMemoryError):
+                return False
+            raise
+        return True
+
     # --- reads ------------------------------------------------------------------------------
     def get(self, jid: str) -> Record | None:
         raw = self.redis.hgetall(keys.record(jid))
