@@ -13,6 +13,7 @@ __all__ = [
     "MARKER_AUDIT",
     "MARKER_SCOPES",
     "PREFIX",
+    "RECONCILE_TURN",
     "SCHEDULER_HEARTBEAT",
     "SEQUENCE",
     "SESSION_BLOCKED",
@@ -208,3 +209,4 @@ def findings_attempt(repo_id: str, finding_id: str, attempt: int) -> str:
 
 
 WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)
+RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEARTBEAT_TTL",
+    "RECONCILE_CHUNK",
     "TICK",
     "due_retries",
     "log",
@@ -50,6 +51,8 @@ log = logging.getLogger("dispatchq.queue.scheduler")
 
 TICK = 1.0
 HEARTBEAT_TTL = 10
+#: Records checked per pipelined read of their RQ jobs during reconciliation.
+RECONCILE_CHUNK = 1000
 
 
 def scheduler_for(runtime: Runtime) -> Scheduler:
@@ -116,23 +119,29 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     store = runtime.store
     now = time.time()
     stranded: dict[str, Seen] = {}
-    for record in store.get_many(store.ids("queued")):
-        if record is None or record.status != "queued" or record.tier not in ("code", "typed"):
-            continue
-        if record.updated_at and now - record.updated_at < min_age:
-            continue
-        job_id = getattr(record, "job", None)
-        status = None
-        if job_id:
-            try:
-                status = Job.fetch(job_id, connection=runtime.redis).get_status()
-            except Exception:
-                status = None
-        if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
-            continue
-        if job_id and _scheduled(runtime, job_id):
-            continue
-        stranded[record.id] = ("queued", job_id)
+    candidates = [
+        r
+        for r in store.get_many(store.ids("queued"))
+        if r is not None
+        and r.status == "queued"
+        and r.tier in ("code", "typed")
+        and not (r.updated_at and now - r.updated_at < min_age)
+    ]
+    # One pipelined read per chunk, not two round trips per record: with a backlog of
+    # thousands of queued judgements, every worker's maintenance runs this.
+    for start in range(0, len(candidates), RECONCILE_CHUNK):
+        chunk = candidates[start : start + RECONCILE_CHUNK]
+        job_ids = [getattr(r, "job", None) or "" for r in chunk]
+        jobs = Job.fetch_many([j for j in job_ids if j], connection=runtime.redis)
+        found = dict(zip([j for j in job_ids if j], jobs, strict=True))
+        for record, job_id in zip(chunk, job_ids, strict=True):
+            job = found.get(job_id) if job_id else None
+            status = job.get_status(refresh=False) if job is not None else None
+            if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+                continue
+            if job_id and _scheduled(runtime, job_id):
+                continue
+            stranded[record.id] = ("queued", job_id or None)
     # Put back only what is still as seen: a record answered (its job then deleted) between
     # the read and now is not stranded, and must not be re-queued.
     healed = (

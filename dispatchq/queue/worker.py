@@ -132,6 +132,8 @@ class DispatchqWorker(SimpleWorker):
         if self.runtime is None or not self.heal:
             return
         try:
+            if not self.runtime.store.take_reconcile_turn(self.name, self.maintenance_interval * 0.9):
+                return  # another worker (or the scheduler) reconciles this round
             healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
         except Exception as error:
             if is_outage(error):

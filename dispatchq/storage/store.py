@@ -378,6 +378,14 @@ class Store:
         """A retry asked for by a person starts the count of worker deaths again."""
         self.redis.hdel(keys.record(jid), "deaths")
 
+    def take_reconcile_turn(self, holder: str, ttl: float) -> bool:
+        """True for the one process (of all workers and the scheduler) that reconciles now.
+
+        Reconciliation reads every queued record; run by each of N processes at every
+        maintenance round it would cost N times that for nothing.
+        """
+        return bool(self.redis.set(keys.RECONCILE_TURN, holder, nx=True, px=max(1, int(ttl * 1000))))
+
     def accepts_writes(self) -> bool:
         """False while a `noeviction` server refuses writes (maxmemory reached); else True.
 
