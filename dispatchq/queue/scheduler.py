@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
@@ -129,6 +130,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     ]
     # One pipelined read per chunk, not two round trips per record: with a backlog of
     # thousands of queued judgements, every worker's maintenance runs this.
+    nowhere: dict[str, bool] = {}
     for start in range(0, len(candidates), RECONCILE_CHUNK):
         chunk = candidates[start : start + RECONCILE_CHUNK]
         job_ids = [getattr(r, "job", None) or "" for r in chunk]
@@ -137,6 +139,11 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
         for record, job_id in zip(chunk, job_ids, strict=True):
             job = found.get(job_id) if job_id else None
             status = job.get_status(refresh=False) if job is not None else None
+            if status == JobStatus.QUEUED and job is not None and job_id:
+                if job_id not in nowhere:  # a job carries many records: ask once per job
+                    nowhere[job_id] = _queued_nowhere(runtime, job)
+                if nowhere[job_id]:
+                    status = None  # says queued, sits in no queue (a write cut off by a Redis kill)
             if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
                 continue
             if job_id and _scheduled(runtime, job_id):
@@ -174,6 +181,24 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
         if job_liveness(runtime.redis, job_id, workers=workers).state == "lost":
             lost[record.id] = ("running", job_id)
     return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
+
+
+def _queued_nowhere(runtime: Runtime, job: Job) -> bool:
+    """A job whose hash says `queued` but that is in neither its queue nor the list a worker
+    moves it to while taking it (RQ's intermediate queue): nobody will ever run it.
+
+    Read in that order and the status read again last, so a job being taken right now
+    (queue -> intermediate -> started) is never judged lost.
+    """
+    queue = Queue(job.origin, connection=runtime.redis)
+    if runtime.redis.lpos(queue.key, job.id) is not None:
+        return False
+    if runtime.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
+        return False
+    try:
+        return Job.fetch(job.id, connection=runtime.redis).get_status() == JobStatus.QUEUED
+    except NoSuchJobError:
+        return True  # gone meanwhile: nobody will run it either
 
 
 def _scheduled(runtime: Runtime, job_id: str) -> bool:
