@@ -19,6 +19,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
   spawns while the window was closed (target 0), with real worker and scheduler processes
   and a fake session command; against a bare RQ worker held by `rq suspend` and resumed by a
   poller that checks every 5 s (the shortest interval tools in use today poll at).
+- faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
+  (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
+  acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.faults import run_faults  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -342,6 +346,8 @@ def main() -> int:
     parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
     parser.add_argument("--lifts", type=int, default=5, help="lifts for the resume benchmark")
     parser.add_argument("--repeat", type=int, default=3, help="foundation runs per side (medians compared)")
+    parser.add_argument("--kills", type=int, default=20, help="worker kills for the faults benchmark")
+    parser.add_argument("--redis-kills", type=int, default=4, help="Redis kills per faults scenario")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dispatchq-bench-"))
     bench = Bench(workdir)
@@ -349,6 +355,8 @@ def main() -> int:
         "foundation": lambda: foundation(bench, args.n, args.repeat),
         "typed": lambda: typed(bench, args.k, args.s),
         "resume": lambda: resume(bench, args.lifts),
+        # Not in the default set: each scenario brings its own Redis and takes minutes.
+        "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
     }
     try:
         for name in args.which:

@@ -13,6 +13,7 @@ __all__ = [
     "MARKER_AUDIT",
     "MARKER_SCOPES",
     "PREFIX",
+    "RECONCILE_TURN",
     "SCHEDULER_HEARTBEAT",
     "SEQUENCE",
     "SESSION_BLOCKED",
@@ -32,6 +33,7 @@ __all__ = [
     "TYPED_REQUESTS",
     "WAKE_CHANNEL",
     "WORKERS",
+    "WRITE_PROBE",
     "answered_counter",
     "findings_approval",
     "findings_attempt",
@@ -216,3 +218,6 @@ SESSION_BLOCKED_BY = f"{PREFIX}:session:blocked-by"
 def session_host_probe(host: str) -> str:
     """Key with a TTL: while it lives, a blocked host's next probe session is not due yet."""
     return f"{PREFIX}:session:host-probe:{host}"
+
+WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)
+RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile

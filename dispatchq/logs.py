@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from dispatchq.storage.outage import is_outage
+from dispatchq.storage.outage import is_out_of_memory, is_outage
 
 __all__ = ["JsonFormatter", "TextFormatter", "configure"]
 
@@ -73,8 +73,10 @@ class _QuietOutages(logging.Filter):
             return True
         if "could not connect to Redis instance" in str(record.msg):
             return False
-        if record.exc_info and record.exc_info[1] is not None and is_outage(record.exc_info[1]):
-            record.msg = f"{record.getMessage()} (Redis is unreachable)"
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and (is_outage(error) or is_out_of_memory(error)):
+            why = "Redis is unreachable" if is_outage(error) else "Redis is out of memory"
+            record.msg = f"{record.getMessage()} ({why})"
             record.args = ()
             record.exc_info = None
         return True
@@ -97,4 +99,6 @@ def configure(
         for old in list(logger.handlers):
             logger.removeHandler(old)
         logger.propagate = True
-        logger.setLevel(logging.NOTSET)  # RQ sets its own level per work(); the root decides
+        # A level left by an earlier RQ loop in this process (`work(logging_level=...)` sets
+        # one) must not hide RQ's records from the one handler; each new loop sets its own.
+        logger.setLevel(logging.NOTSET)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
 from dispatchq import git, keys
@@ -38,8 +39,12 @@ __all__ = [
     "Dispatcher",
     "Moves",
     "Prepared",
+    "Seen",
     "parse_json_arg",
 ]
+
+#: A record as a caller saw it when it decided to act: (status, RQ job id).
+Seen = tuple[str | None, str | None]
 
 
 def _new_id() -> str:
@@ -337,30 +342,47 @@ class Dispatcher:
         for jid, state in states.items():
             pipe.sadd(keys.typed_state(state_digest(state)), jid)
 
-    def requeue(self, ids: Iterable[str], why: str) -> int:
-        """Put judgements back at their current tier (`retry`, reconcile, a dead job)."""
+    def requeue(self, ids: Iterable[str], why: str, *, seen: Mapping[str, Seen] | None = None) -> int:
+        """Put judgements back at their current tier (`retry`, reconcile, a dead job).
+
+        With `seen` (id -> (status, job) as the caller read them when it decided), a record
+        is put back only if it is still exactly so when the MULTI runs: reconciliation that
+        found "its job is gone" must not re-queue a judgement answered a moment later.
+        """
         store = self.store
         count = 0
         for record in store.get_many(list(ids)):
             if record is None or record.tier not in TIERS:
                 continue
-            pipe = self._transaction()
-            store.transition(
-                record.id,
-                "queued",
-                expect=[record.status],
-                trail=TrailEntry(tier=record.tier, outcome="requeued", why=why),
-                delete=["value", "confidence", "reason"],
-                pipe=pipe,
-            )
-            if record.tier == "session":
-                store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
-                pipe.publish(keys.WAKE_CHANNEL, "work")
-            else:
-                job_id = _new_id()
-                pipe.hset(keys.record(record.id), "job", job_id)
-                self._enqueue_job(record.tier, record.host, [record.id], pipe, job_id)
-            pipe.execute()
+            pipe = self.redis.pipeline(transaction=True)
+            try:
+                now = store.watch_record(pipe, record.id)
+                expected = (
+                    seen.get(record.id) if seen is not None else (record.status, getattr(record, "job", None))
+                )
+                if now != expected:
+                    continue
+                pipe.multi()
+                store.transition(
+                    record.id,
+                    "queued",
+                    expect=[record.status],
+                    trail=TrailEntry(tier=record.tier, outcome="requeued", why=why),
+                    delete=["value", "confidence", "reason"],
+                    pipe=pipe,
+                )
+                if record.tier == "session":
+                    store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
+                    pipe.publish(keys.WAKE_CHANNEL, "work")
+                else:
+                    job_id = _new_id()
+                    pipe.hset(keys.record(record.id), "job", job_id)
+                    self._enqueue_job(record.tier, record.host, [record.id], pipe, job_id)
+                pipe.execute()
+            except WatchError:
+                continue  # the record changed since it was read: whoever changed it has it
+            finally:
+                pipe.reset()
             count += 1
         return count
 
@@ -380,6 +402,7 @@ class Dispatcher:
         kind = self.config.kind(record.kind)
         tier = entry_tier(kind)
         self.store.set_fields(jid, tier=tier)
+        self.store.forget_deaths(jid)
         self.requeue([jid], "retry requested")
 
     def cancel(self, jid: str) -> bool:

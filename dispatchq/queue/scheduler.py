@@ -22,18 +22,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
 from dispatchq import keys
 from dispatchq.queue.liveness import job_liveness, live_rq_workers
-from dispatchq.storage.outage import Backoff, OutageLog, is_outage
+from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
+    from dispatchq.queue.dispatch import Seen
     from dispatchq.runtime import Runtime
 
 __all__ = [
     "HEARTBEAT_TTL",
+    "RECONCILE_CHUNK",
     "TICK",
     "due_retries",
     "log",
@@ -49,6 +52,8 @@ log = logging.getLogger("dispatchq.queue.scheduler")
 
 TICK = 1.0
 HEARTBEAT_TTL = 10
+#: Records checked per pipelined read of their RQ jobs during reconciliation.
+RECONCILE_CHUNK = 1000
 
 
 def scheduler_for(runtime: Runtime) -> Scheduler:
@@ -114,27 +119,44 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     """
     store = runtime.store
     now = time.time()
-    stranded = []
-    for record in store.get_many(store.ids("queued")):
-        if record is None or record.tier not in ("code", "typed"):
-            continue
-        if record.updated_at and now - record.updated_at < min_age:
-            continue
-        job_id = getattr(record, "job", None)
-        status = None
-        if job_id:
-            try:
-                status = Job.fetch(job_id, connection=runtime.redis).get_status()
-            except Exception:
-                status = None
-        if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
-            continue
-        if job_id and _scheduled(runtime, job_id):
-            continue
-        stranded.append(record.id)
-    if stranded:
-        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued")
-    return len(stranded) + _recover_lost_running(runtime, min_age=min_age, now=now)
+    stranded: dict[str, Seen] = {}
+    candidates = [
+        r
+        for r in store.get_many(store.ids("queued"))
+        if r is not None
+        and r.status == "queued"
+        and r.tier in ("code", "typed")
+        and not (r.updated_at and now - r.updated_at < min_age)
+    ]
+    # One pipelined read per chunk, not two round trips per record: with a backlog of
+    # thousands of queued judgements, every worker's maintenance runs this.
+    nowhere: dict[str, bool] = {}
+    for start in range(0, len(candidates), RECONCILE_CHUNK):
+        chunk = candidates[start : start + RECONCILE_CHUNK]
+        job_ids = [getattr(r, "job", None) or "" for r in chunk]
+        jobs = Job.fetch_many([j for j in job_ids if j], connection=runtime.redis)
+        found = dict(zip([j for j in job_ids if j], jobs, strict=True))
+        for record, job_id in zip(chunk, job_ids, strict=True):
+            job = found.get(job_id) if job_id else None
+            status = job.get_status(refresh=False) if job is not None else None
+            if status == JobStatus.QUEUED and job is not None and job_id:
+                if job_id not in nowhere:  # a job carries many records: ask once per job
+                    nowhere[job_id] = _queued_nowhere(runtime, job)
+                if nowhere[job_id]:
+                    status = None  # says queued, sits in no queue (a write cut off by a Redis kill)
+            if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+                continue
+            if job_id and _scheduled(runtime, job_id):
+                continue
+            stranded[record.id] = ("queued", job_id or None)
+    # Put back only what is still as seen: a record answered (its job then deleted) between
+    # the read and now is not stranded, and must not be re-queued.
+    healed = (
+        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
+        if stranded
+        else 0
+    )
+    return healed + _recover_lost_running(runtime, min_age=min_age, now=now)
 
 
 def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> int:
@@ -142,12 +164,14 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
     # Session judgements are the session tier's to settle: their RQ job is made at admission
     # and its worker's death is counted there.
     running = [
-        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in ("code", "typed")
+        r
+        for r in store.get_many(store.ids("running"))
+        if r is not None and r.status == "running" and r.tier in ("code", "typed")
     ]
     if not running:
         return 0
     workers = live_rq_workers(runtime.redis)
-    lost = []
+    lost: dict[str, Seen] = {}
     for record in running:
         if record.updated_at and now - record.updated_at < min_age:
             continue
@@ -155,10 +179,26 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
         if job_id and _scheduled(runtime, job_id):
             continue
         if job_liveness(runtime.redis, job_id, workers=workers).state == "lost":
-            lost.append(record.id)
-    if lost:
-        runtime.dispatcher.requeue(lost, "recovered: its job was lost")
-    return len(lost)
+            lost[record.id] = ("running", job_id)
+    return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
+
+
+def _queued_nowhere(runtime: Runtime, job: Job) -> bool:
+    """A job whose hash says `queued` but that is in neither its queue nor the list a worker
+    moves it to while taking it (RQ's intermediate queue): nobody will ever run it.
+
+    Read in that order and the status read again last, so a job being taken right now
+    (queue -> intermediate -> started) is never judged lost.
+    """
+    queue = Queue(job.origin, connection=runtime.redis)
+    if runtime.redis.lpos(queue.key, job.id) is not None:
+        return False
+    if runtime.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
+        return False
+    try:
+        return Job.fetch(job.id, connection=runtime.redis).get_status() == JobStatus.QUEUED
+    except NoSuchJobError:
+        return True  # gone meanwhile: nobody will run it either
 
 
 def _scheduled(runtime: Runtime, job_id: str) -> bool:
@@ -178,13 +218,15 @@ def run_scheduler(
 ) -> None:
     """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs.
 
-    A tick that finds Redis away (down, restarting, loading, read-only) is skipped with
-    capped back-off and one log line per change; the loop ends only when asked to stop.
+    A tick that finds Redis away (down, restarting, loading, read-only) or out of memory
+    (writes refused under `maxmemory`) is skipped with capped back-off and one log line per
+    change; the loop ends only when asked to stop.
     """
     scheduler = scheduler_for(runtime)
     control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis)
     stopping = False
     outage = OutageLog(runtime.settings.describe_redis(), log)
+    memory = MemoryLog(log)
     backoff = Backoff()
 
     def stop(signum: int, frame: Any) -> None:
@@ -205,14 +247,19 @@ def run_scheduler(
                     reconcile(runtime)
                     runtime.store.prune()
                 except Exception as error:
-                    if is_outage(error):
+                    if is_outage(error) or is_out_of_memory(error):
                         raise
                     log.exception("maintenance failed; will try again")
         except Exception as error:
-            if not is_outage(error):
+            oom = is_out_of_memory(error)
+            if not oom and not is_outage(error):
                 raise
             delay = backoff.next()
-            outage.down(error, delay)
+            if oom:
+                # Redis answers but refuses writes: skip ticks until an operator makes room.
+                memory.down(error, delay, runtime.redis)
+            else:
+                outage.down(error, delay)
             deadline = time.monotonic() + delay
             while not stopping and time.monotonic() < deadline:
                 sleep(min(0.2, deadline - time.monotonic()))
@@ -221,6 +268,7 @@ def run_scheduler(
             signal.signal(signal.SIGINT, stop)  # a burst control worker installs its own handlers
             signal.signal(signal.SIGTERM, stop)
         outage.up()
+        memory.up()
         backoff.reset()
         if burst:
             break

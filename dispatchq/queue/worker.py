@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue, SimpleWorker
-from rq.exceptions import StopRequested
+from rq.exceptions import AbandonedJobError, StopRequested
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
@@ -34,7 +35,14 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.errors import UserError
 from dispatchq.queue.scheduler import due_retries, reconcile, release_due_retries
 from dispatchq.settings import parent_environment
-from dispatchq.storage.outage import Backoff, OutageLog, is_outage, wait_for_redis
+from dispatchq.storage.outage import (
+    Backoff,
+    MemoryLog,
+    OutageLog,
+    is_out_of_memory,
+    is_outage,
+    wait_for_redis,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -44,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DispatchqWorker",
     "drain",
+    "forget_dead_executions",
     "job_failed",
     "log",
     "make_worker",
@@ -123,6 +132,8 @@ class DispatchqWorker(SimpleWorker):
         if self.runtime is None or not self.heal:
             return
         try:
+            if not self.runtime.store.take_reconcile_turn(self.name, self.maintenance_interval * 0.9):
+                return  # another worker (or the scheduler) reconciles this round
             healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
         except Exception as error:
             if is_outage(error):
@@ -142,6 +153,16 @@ class DispatchqWorker(SimpleWorker):
         # dequeues, and an idle worker blocks in BLPOP for `worker_ttl - 15` (405 s): wake up
         # at the recovery interval instead, or an abandoned job waits minutes for an idle worker.
         return max(1, min(super().dequeue_timeout, int(self.maintenance_interval)))
+
+    def handle_job_success(
+        self, job: Job, queue: Queue, started_job_registry: StartedJobRegistry, execution: Execution
+    ) -> None:
+        # RQ 3.0 leaves a dead worker's execution in the job's execution registry for 60 s
+        # after its hash expired; with `result_ttl=0` the success path deletes the job, trips
+        # over that entry (`ValueError: Execution … not found in Redis`) and files the job,
+        # whose judgements were all answered, as failed. Forget such entries first.
+        forget_dead_executions(self.connection, job.id, keep=execution.id)
+        super().handle_job_success(job, queue, started_job_registry, execution)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval + self.heartbeat_grace)
@@ -168,6 +189,23 @@ class DispatchqWorker(SimpleWorker):
             stop.set()
             thread.join(timeout=5)
         self.set_state("idle")
+
+
+def forget_dead_executions(client: redis.Redis, job_id: str, *, keep: str = "") -> int:
+    """Drop the entries of `job_id`'s execution registry whose execution hash is gone.
+
+    Such an entry is what a worker killed mid-job leaves behind (its hash expires with its
+    heartbeat; the registry entry only 60 s later). RQ's `Job.delete` fetches every entry
+    and raises on the first missing hash. Returns how many entries were dropped.
+    """
+    registry = ExecutionRegistry(job_id=job_id, connection=client)
+    dropped = 0
+    for execution_id in registry.get_execution_ids():
+        if execution_id == keep:
+            continue
+        if not client.exists(Execution(id=execution_id, job_id=job_id, connection=client).key):
+            dropped += int(client.zrem(registry.key, execution_id))
+    return dropped
 
 
 def make_worker(
@@ -246,6 +284,19 @@ def run_worker(
             wait_for_redis(runtime.settings, log=log, stopping=stop.is_set, sleep=sleep, outage=outage)
             continue
         outage.up()
+        if failure is not None and is_out_of_memory(failure):
+            # Redis answers but refuses writes (maxmemory, noeviction): one line, then wait
+            # until it accepts a write again instead of restarting RQ's loop into it.
+            memory = MemoryLog(log)
+            while not stop.is_set():
+                delay = backoff.next()
+                memory.down(failure, delay, runtime.redis)
+                _interruptible_sleep(delay, stop, sleep)
+                if _accepts_writes(runtime):
+                    break
+            memory.up()
+            backoff.reset()
+            continue
         if failure is not None:
             delay = backoff.next()
             log.error(
@@ -279,6 +330,13 @@ def _redis_problem(runtime: Runtime) -> BaseException | None:
     return None
 
 
+def _accepts_writes(runtime: Runtime) -> bool:
+    try:
+        return runtime.store.accepts_writes()
+    except Exception:  # Redis went away meanwhile: the outage path takes over on the next round
+        return True
+
+
 def _interruptible_sleep(delay: float, stop: threading.Event, sleep: Callable[[float], None]) -> None:
     deadline = time.monotonic() + delay
     while not stop.is_set():
@@ -294,15 +352,22 @@ def _line(error: BaseException) -> str:
 
 
 def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> None:
-    """RQ's failure callback, once RQ has no retries left for a job.
+    """RQ's failure callback: a job raised, or its worker died (RQ found it abandoned).
+
+    A worker's death is counted on each unfinished judgement's record (`deaths`), not by
+    RQ's `retries_left`: after DISPATCHQ_JOB_RETRIES deaths the judgement fails with the
+    reason "its worker died N times". Until then RQ runs the same job again.
 
     Failures are per judgement: when a job carrying several judgements dies for good
     (one poison judgement can crash its worker every time), each unfinished judgement
     is re-enqueued in a job of its own, so only the one that really fails, fails.
     """
-    if job.retries_left and job.retries_left > 0:
-        return  # RQ will run the job again; the judgements are still safe
     func = (job.func_name or "").rsplit(".", 1)[-1]
+    abandoned = func in ("code", "typed") and (
+        exc_type is AbandonedJobError or isinstance(exc_value, AbandonedJobError)
+    )
+    if not abandoned and job.retries_left and job.retries_left > 0:
+        return  # RQ will run the job again; the judgements are still safe
     if func == "session":
         from dispatchq.queue.session_worker import session_job_lost
 
@@ -319,8 +384,23 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
         for r in store.get_many(list(job.args[0]))
         if r is not None and not r.finished and getattr(r, "job", None) == job.id
     ]
+    if abandoned:
+        deaths = {r.id: store.add_death(r.id) for r in left}
+        limit = runtime.settings.job_retries
+        if not left or max(deaths.values()) <= limit:
+            # Run the same job again, whatever RQ has left of its own retries (failures that
+            # were not deaths spend those): the records' counts are what bound it.
+            job.retries_left = max(job.retries_left or 0, 1)
+            return
+        worst = max(deaths.values())
+        why = f"{why}: its worker died {worst} time{'s' if worst != 1 else ''}"
     if len(left) > 1:
         runtime.dispatcher.requeue([r.id for r in left], f"{why}; retried alone")
+        if abandoned:
+            # RQ re-runs this job, now empty (its judgements went to jobs of their own), so
+            # it ends as a success rather than as an entry in RQ's failed registry.
+            job.args = ([],)
+            job.retries_left = max(job.retries_left or 0, 1)
         return
     for record in left:
         store.transition(
@@ -330,6 +410,8 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
             trail=TrailEntry(tier=record.tier or func, outcome="failed", why=why),
             fields={"reason": why},
         )
+    if abandoned:
+        job.retries_left = 0  # the judgement failed for good; so did its job
 
 
 def _depth(queues: list[Queue]) -> int:

@@ -28,7 +28,9 @@ from dispatchq.storage.connection import connect
 __all__ = [
     "OUTAGE_ERRORS",
     "Backoff",
+    "MemoryLog",
     "OutageLog",
+    "is_out_of_memory",
     "is_outage",
     "out_of_memory_message",
     "outage_reason",
@@ -53,6 +55,22 @@ def is_outage(error: BaseException) -> bool:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, OUTAGE_ERRORS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True when `error` (or what caused it) is a write refused under `maxmemory`.
+
+    Not an outage (Redis answers), but for a long-running process just as much weather:
+    an operator raises the limit or frees memory, and the process carries on.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if out_of_memory_message(current) is not None:
             return True
         current = current.__cause__ or current.__context__
     return False
@@ -124,6 +142,25 @@ class OutageLog:
             self.log.warning("Redis back after %s s", _secs(time.monotonic() - self.since))
         self.since = None
         self._last_delay = None
+
+
+@dataclass
+class MemoryLog:
+    """Says "out of memory" once when writes start being refused and "has room" once after."""
+
+    log: logging.Logger
+    since: float | None = None
+
+    def down(self, error: BaseException, delay: float, client: redis.Redis | None = None) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            message = out_of_memory_message(error, client) or "Redis is out of memory"
+            self.log.warning("%s; retrying in %s s", message, _secs(delay))
+
+    def up(self) -> None:
+        if self.since is not None:
+            self.log.warning("Redis has room again after %s s", _secs(time.monotonic() - self.since))
+        self.since = None
 
 
 def wait_for_redis(

@@ -355,6 +355,51 @@ class Store:
     def incr_attempts(self, jid: str) -> int:
         return int(self.redis.hincrby(keys.record(jid), "attempts", 1))
 
+    def add_death(self, jid: str) -> int:
+        """Count one more worker death on a judgement's record (atomic); returns the new count.
+
+        Counted here rather than by RQ's `retries_left`, which RQ also spends on failures
+        that were not deaths: the record is what decides when to stop retrying.
+        """
+        return int(self.redis.hincrby(keys.record(jid), "deaths", 1))
+
+    @staticmethod
+    def watch_record(pipe: Pipeline, jid: str) -> tuple[str | None, str | None]:
+        """WATCH a record on `pipe` (before its MULTI) and read its (status, job) now.
+
+        A caller that decided from an earlier read (reconciliation: "its job is gone") acts
+        only if the record is still as it saw it: a change in between fails the MULTI.
+        """
+        pipe.watch(keys.record(jid))
+        status, job = pipe.hmget(keys.record(jid), "status", "job")
+        return (as_text(status) if status is not None else None, as_text(job) if job else None)
+
+    def forget_deaths(self, jid: str) -> None:
+        """A retry asked for by a person starts the count of worker deaths again."""
+        self.redis.hdel(keys.record(jid), "deaths")
+
+    def take_reconcile_turn(self, holder: str, ttl: float) -> bool:
+        """True for the one process (of all workers and the scheduler) that reconciles now.
+
+        Reconciliation reads every queued record; run by each of N processes at every
+        maintenance round it would cost N times that for nothing.
+        """
+        return bool(self.redis.set(keys.RECONCILE_TURN, holder, nx=True, px=max(1, int(ttl * 1000))))
+
+    def accepts_writes(self) -> bool:
+        """False while a `noeviction` server refuses writes (maxmemory reached); else True.
+
+        A worker that met the limit waits on this rather than restarting its loop (and
+        logging a traceback) every few seconds until an operator makes room.
+        """
+        try:
+            self.redis.set(keys.WRITE_PROBE, "1", ex=10)
+        except redis.ResponseError as error:
+            if str(error).startswith("OOM") or isinstance(error, redis.OutOfMemoryError):
+                return False
+            raise
+        return True
+
     # --- reads ------------------------------------------------------------------------------
     def get(self, jid: str) -> Record | None:
         raw = self.redis.hgetall(keys.record(jid))
@@ -507,6 +552,7 @@ def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
             "updated_at": float(f["updated"]) if f.get("updated") else None,
             "attempts": int(f.get("attempts") or 0),
             "job": f.get("job") or None,
+            **({"deaths": int(f["deaths"])} if f.get("deaths") else {}),
             **extra,
         }
     )

@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rq import Queue
 
+from dispatchq import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
 from tests.conftest import pid_alive, run_cli, wait_for, write_check_module, write_config
+from tests.fakes.typesafe_api import FakeTypeSafeAPI
 
 pytestmark = pytest.mark.slow
 
@@ -232,3 +235,251 @@ def test_the_scheduler_and_a_typed_worker_ride_out_a_graceful_restart(
     )
     assert formation.exited() == {}, formation.output()
     assert formation.stop() == {"scheduler": 0, "typed": 0}
+
+
+def _failed_in_rq(client: Any) -> list[str]:
+    """Every job id in any of RQ's failed registries (what `rq info` counts as failures)."""
+    return [jid for q in Queue.all(connection=client) for jid in q.failed_job_registry.get_job_ids()]
+
+
+def _blocking_kind(tmp_path: Path) -> tuple[Path, Path]:
+    """A kind whose first call blocks (its worker is killed there); every later call answers."""
+    first = tmp_path / "first-call-started"
+    calls = tmp_path / "calls.txt"
+    module = write_check_module(
+        tmp_path,
+        f"""
+        import pathlib, time
+
+        def check(judgement):
+            with open({str(calls)!r}, "a") as handle:
+                handle.write(judgement.target + "\\n")
+            marker = pathlib.Path({str(first)!r})
+            if not marker.exists():
+                marker.write_text("running")
+                time.sleep(300)  # the worker is killed while it sits here
+            time.sleep(0.5)  # the re-run outlives the dead execution's hash (RQ's phantom failure)
+            return judgement.state["n"] * 2
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {module}:check\n")
+    return first, calls
+
+
+def test_a_code_worker_killed_mid_job_leaves_no_phantom_failure(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """RQ re-runs the abandoned job; its success must not land in RQ's failed registry.
+
+    RQ 3.0 keeps a dead execution in the job's execution registry 60 s after its hash
+    expired, and with `result_ttl=0` the success path tripped over it (`ValueError:
+    Execution … not found in Redis`), filing an answered job as failed once its one retry
+    was spent.
+    """
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}", "DISPATCHQ_JOB_RETRIES": "1"}
+    own_redis.ensure_running()
+    first, calls = _blocking_kind(tmp_path)
+    ids = _enqueue(env, 3)
+    doomed = formation.start("code-1", ["worker", "code"], env)
+    formation.wait_for(first.exists, 60, "the first job to start running")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    del formation.procs["code-1"]  # killed on purpose; a supervisor starts the next one
+    formation.start("code-2", ["worker", "code"], env)
+
+    store = Store(own_redis.client())
+    formation.wait_for(lambda: store.count("answered") == 3, 90, "every judgement answered")
+    _answered_once(store, ids)
+    assert [r.value for r in store.get_many(ids) if r is not None] == [0, 2, 4]
+    assert [getattr(r, "deaths", 0) for r in store.get_many(ids)] == [1, 1, 1]  # one job, one death
+    assert calls.read_text().splitlines()[0] == "t0"
+    # RQ's bookkeeping of the re-run settles after the records do: wait for the worker to go idle.
+    client = own_redis.client()
+    formation.wait_for(
+        lambda: all(q.count == 0 and q.started_job_registry.count == 0 for q in Queue.all(connection=client)),
+        30,
+        "RQ's queues and started registries to empty",
+    )
+    assert _failed_in_rq(client) == [], formation.output()
+    assert "not found in Redis" not in formation.output(tail=None)
+    assert formation.exited() == {}, formation.output()
+
+
+def _nothing_stuck(store: Store) -> None:
+    """After recovery no record is left `queued` or `running` (every one reached an end)."""
+    assert store.ids("queued") == [] and store.ids("running") == [], (
+        store.ids("queued"),
+        store.ids("running"),
+    )
+
+
+def test_a_typed_worker_killed_mid_job_loses_no_judgement(
+    dq_env: dict[str, str],
+    tmp_path: Path,
+    own_redis: EmbeddedRedis,
+    formation: Formation,
+    typesafe_api: FakeTypeSafeAPI,
+) -> None:
+    key = "ts-fault-typed-0123456789abcdef"
+    typesafe_api.api_key = key
+    typesafe_api.slow(60, times=1)  # the first request hangs: the worker is killed while it waits
+    env = {
+        **dq_env,
+        "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+        "TYPESAFE_API_KEY": key,
+        "TYPESAFE_BASE_URL": typesafe_api.url,
+    }
+    own_redis.ensure_running()
+    write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          asks:
+            questions:
+              yes: {type: noul, instructions: "Does this comment ask for a change?"}
+            answer: yes
+            escalate: needs-triage
+        """,
+    )
+    lines = "\n".join(
+        json.dumps({"kind": "asks", "target": f"t{i}", "state": {"body": f"b{i}"}}) for i in range(3)
+    )
+    done = run_cli(["enqueue", "-"], env, input=lines + "\n")
+    assert done.returncode == 0, done.stderr
+    ids = [line.split("\t")[1] for line in done.stdout.splitlines()]
+
+    doomed = formation.start("typed-1", ["worker", "typed"], env)
+    formation.wait_for(lambda: typesafe_api.request_count >= 1, 60, "the first request to the provider")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    del formation.procs["typed-1"]
+    formation.start("typed-2", ["worker", "typed"], env)
+
+    store = Store(own_redis.client())
+    formation.wait_for(lambda: store.count("answered") == 3, 90, "every judgement answered")
+    _answered_once(store, ids)
+    records = [r for r in store.get_many(ids) if r is not None]
+    assert [r.tier for r in records] == ["typed"] * 3
+    assert all(getattr(r, "deaths", 0) == 1 for r in records)
+    _nothing_stuck(store)
+    client = own_redis.client()
+    formation.wait_for(
+        lambda: all(q.started_job_registry.count == 0 for q in Queue.all(connection=client)),
+        30,
+        "RQ to settle",
+    )
+    assert _failed_in_rq(client) == [], formation.output()
+    assert formation.exited() == {}, formation.output()
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
+    fsync: str, dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """`everysec` may lose the last second before the kill; `always` loses nothing acknowledged."""
+    env = {
+        **dq_env,
+        "DISPATCHQ_DATA_DIR": str(own_redis.data_dir),
+        "DISPATCHQ_BATCH_SIZE": "1",
+        "DISPATCHQ_APPENDFSYNC": fsync,
+    }
+    _doubling_kind(tmp_path, delay=0.05)
+    early = _enqueue(env, 30)
+    time.sleep(1.5)  # everysec: what was acknowledged over a second ago is on disk
+    formation.start("code", ["worker", "code"], env)
+    store = Store(own_redis.client())
+    formation.wait_for(lambda: store.count("answered") >= 3, 60, "the load to be under way")
+    late = [
+        line.split("\t")[1]
+        for line in run_cli(
+            ["enqueue", "-"],
+            env,
+            input="\n".join(
+                json.dumps({"kind": "double", "target": f"late{i}", "state": {"n": i}}) for i in range(30)
+            )
+            + "\n",
+        ).stdout.splitlines()
+    ]
+    assert len(late) == 30
+    _kill_hard(own_redis)  # at once: the late ones were acknowledged within the last second
+
+    formation.wait_for(
+        lambda: "Redis back after" in formation.output("code"), 60, "the worker to see Redis back"
+    )
+    store = Store(own_redis.client())
+    acknowledged = early + late if fsync == "always" else early
+    survivors = [jid for jid, r in zip(late, store.get_many(late), strict=True) if r is not None]
+    formation.wait_for(
+        lambda: store.statuses(acknowledged + survivors) == ["answered"] * len(acknowledged + survivors),
+        120,
+        "every acknowledged (and surviving) judgement answered",
+    )
+    _answered_once(store, acknowledged + survivors)
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()
+
+
+def test_out_of_memory_refuses_in_one_line_and_heals_once_memory_is_raised(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}", "DISPATCHQ_BATCH_SIZE": "1"}
+    own_redis.ensure_running()
+    _doubling_kind(tmp_path, delay=0.1)
+    ids = _enqueue(env, 30)
+    formation.start("code", ["worker", "code"], env)
+    formation.start("scheduler", ["scheduler"], env)
+    client = own_redis.client()
+    store = Store(client)
+    formation.wait_for(lambda: store.count("answered") >= 3, 60, "the load to be under way")
+
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", str(max(1, used // 2)))  # reached: every write is refused now
+    refused = run_cli(
+        ["enqueue", "-"], env, input=json.dumps({"kind": "double", "target": "x", "state": {"n": 1}}) + "\n"
+    )
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    message = refused.stderr.strip()
+    assert "Traceback" not in message
+    assert len(message.splitlines()) == 1, message
+    # The CLI prefixes "error: " and adds where a producer resumes (the cut-off enqueue).
+    assert "Redis is out of memory (maxmemory " in message, message
+    assert ", policy noeviction): nothing was written" in message, message
+    assert refused.stdout == ""
+    assert sorted(store.ids()) == sorted(ids)  # nothing was written
+    formation.wait_for(
+        lambda: "out of memory" in formation.output().lower() or "OOM" in formation.output(),
+        30,
+        "the workers to meet the limit",
+    )
+
+    client.config_set("maxmemory", "0")  # raised
+    formation.wait_for(lambda: store.count("answered") == 30, 120, "every acknowledged judgement answered")
+    _answered_once(store, ids)
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()
+
+
+def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was_up(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    own_redis.ensure_running()
+    write_config(tmp_path / "dispatchq.yaml", "kinds: {}\n")
+    client = own_redis.client()
+    doomed = formation.start("scheduler-1", ["scheduler"], env)
+    formation.wait_for(lambda: client.exists(keys.SCHEDULER_HEARTBEAT) == 1, 30, "the scheduler's beat")
+    closed = run_cli(["window", "close", "--until", "4s", "--reason", "fault suite"], env)
+    assert closed.returncode == 0, closed.stderr
+    marker = keys.marker("general")
+    assert client.hget(marker, "state") == b"closed"
+
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    del formation.procs["scheduler-1"]
+    lifts_at = float(client.hget(marker, "lifts_at") or 0)
+    wait_for(lambda: time.time() > lifts_at + 1, timeout=30, what="the lift instant to pass unattended")
+    assert client.hget(marker, "state") == b"closed"  # nobody fired it while the scheduler was dead
+
+    formation.start("scheduler-2", ["scheduler"], env)
+    formation.wait_for(lambda: client.hget(marker, "state") == b"probing", 60, "the retrigger to fire late")
+    assert formation.exited() == {}, formation.output()

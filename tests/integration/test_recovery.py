@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from dispatchq.client import Client
+from dispatchq.processes import drain
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
-from tests.conftest import pid_alive, run_cli, wait_for, write_check_module, write_config
+from tests.conftest import counting_check, pid_alive, run_cli, wait_for, write_check_module, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -230,3 +232,59 @@ def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
     assert "AbandonedJobError" in killer.reason
     assert killer.trail[-1].outcome == "failed"
     assert any(step.outcome == "requeued" and "retried alone" in step.why for step in before.trail)
+
+
+def test_a_judgement_that_kills_its_worker_every_time_fails_after_job_retries_deaths(
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+) -> None:
+    """Deaths are counted on the record, so a judgement cannot take workers down forever."""
+    env = {**dq_env, "DISPATCHQ_JOB_RETRIES": "2"}
+    module = write_check_module(
+        tmp_path,
+        """
+        import os, signal
+
+        def check(judgement):
+            os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  deadly:\n    check: {module}:check\n")
+    store = Store(redis_client)
+    [jid] = enqueue_lines(env, [{"kind": "deadly", "target": "killer"}])
+
+    def settled() -> bool:
+        if store.statuses([jid]) == ["failed"]:
+            return True
+        if all(p.poll() is not None for p in workers.procs):
+            workers.start(env)
+        return False
+
+    workers.start(env)
+    workers.wait_for(settled, 150, "the judgement to fail")
+    record = store.get(jid)
+    assert record is not None
+    assert getattr(record, "deaths", 0) == 3  # the first run and two retries
+    assert record.reason is not None and "its worker died 3 times" in record.reason
+    assert record.trail[-1].outcome == "failed"
+
+
+def test_reconciliation_never_requeues_a_judgement_answered_since_it_was_read(
+    tmp_path: Path, make_runtime: Any
+) -> None:
+    """Reconcile reads "queued, its job is gone"; if the record was answered (and its
+    result_ttl=0 job deleted) in between, putting it back would answer it twice."""
+    check, _ = counting_check(tmp_path)
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  plain:\n    check: {check}\n")
+    rt = make_runtime()
+    [result] = Client(runtime=rt).enqueue_many([{"kind": "plain", "target": "t", "state": {"answer": 1}}])
+    record = rt.store.get(result.id)
+    assert record is not None and record.status == "queued"
+    seen = {record.id: ("queued", getattr(record, "job", None))}
+    drain(rt, sessions=False)  # answered, its job deleted: what reconcile sees as "no job" a moment later
+    assert rt.store.get(record.id).status == "answered"
+
+    assert rt.dispatcher.requeue([record.id], "its job was lost; re-enqueued", seen=seen) == 0
+    after = rt.store.get(record.id)
+    assert after is not None and after.status == "answered"
+    assert [t.outcome for t in after.trail].count("answered") == 1
+    assert rt.dispatcher.requeue([record.id], "retry requested") == 1  # as read now: it goes back

@@ -302,3 +302,37 @@ def test_prune_drops_only_index_entries_of_expired_records(store: Store, redis_c
     assert index_of(store, "gone") == []
     assert index_of(store, "kept") == ["queued"]
     assert store.prune() == 0
+
+
+def test_worker_deaths_are_counted_atomically_on_the_record_and_a_retry_starts_again(store: Store) -> None:
+    create(store, "j1", "k1")
+    assert store.get("j1") is not None and not hasattr(store.get("j1"), "deaths")  # none yet: no field
+    assert [store.add_death("j1") for _ in range(3)] == [1, 2, 3]
+    assert getattr(store.get("j1"), "deaths", None) == 3
+    store.forget_deaths("j1")
+    assert store.add_death("j1") == 1
+
+
+def test_one_process_at_a_time_takes_the_reconcile_turn(store: Store) -> None:
+    assert store.take_reconcile_turn("worker-a", ttl=30)
+    assert not store.take_reconcile_turn("worker-b", ttl=30)  # a's turn until it expires
+    store.redis.delete(keys.RECONCILE_TURN)
+    assert store.take_reconcile_turn("worker-b", ttl=30)
+
+
+def test_a_server_at_maxmemory_is_seen_refusing_writes_until_it_has_room(store: Store) -> None:
+    assert store.accepts_writes()
+    used = int(store.redis.info("memory")["used_memory"])
+    store.redis.config_set("maxmemory", str(max(1, used // 2)))
+    try:
+        assert not store.accepts_writes()
+    finally:
+        store.redis.config_set("maxmemory", "0")
+    assert store.accepts_writes()
+
+
+def test_a_watched_record_reads_as_it_is_now(store: Store) -> None:
+    create(store, "j1", "k1")
+    with store.redis.pipeline(transaction=True) as pipe:
+        assert Store.watch_record(pipe, "j1") == ("queued", None)
+        assert Store.watch_record(pipe, "nope") == (None, None)

@@ -10,7 +10,14 @@ import redis
 
 from dispatchq import logs
 from dispatchq.errors import RedisUnavailable, RedisUnreachable, UserError
-from dispatchq.storage.outage import Backoff, OutageLog, is_outage, out_of_memory_message
+from dispatchq.storage.outage import (
+    Backoff,
+    MemoryLog,
+    OutageLog,
+    is_out_of_memory,
+    is_outage,
+    out_of_memory_message,
+)
 
 
 @pytest.mark.parametrize(
@@ -137,3 +144,34 @@ def test_json_logs_have_the_four_keys(capsys: pytest.CaptureFixture[str]) -> Non
         "Redis back after 12 s",
     )
     assert second["message"] == "Worker abc: started"
+
+
+def test_out_of_memory_is_found_through_the_chain_of_causes() -> None:
+    oom = redis.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'.")
+    try:
+        try:
+            raise oom
+        except redis.OutOfMemoryError as inner:
+            raise UserError("enqueue failed") from inner
+    except UserError as outer:
+        assert is_out_of_memory(outer)
+    assert is_out_of_memory(redis.ResponseError("OOM command not allowed"))
+    assert not is_out_of_memory(redis.ConnectionError("Error 111"))
+    assert not is_out_of_memory(redis.ResponseError("WRONGTYPE"))
+
+
+def test_memory_refusals_are_said_once_and_so_is_the_room_coming_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("dispatchq.test.memory")
+    memory = MemoryLog(log)
+    oom = redis.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'.")
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        memory.down(oom, 0.5)
+        memory.down(oom, 1.0)
+        memory.up()
+        memory.up()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Redis is out of memory (maxmemory ?, policy noeviction): nothing was written")
+    assert lines[1].startswith("Redis has room again after ")
