@@ -22,7 +22,7 @@ from rq.job import Job
 from dispatchq import keys
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.worker import DispatchqWorker, make_worker
+from dispatchq.queue.rq_worker import DispatchqWorker, build_worker
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
@@ -142,7 +142,7 @@ def burst(runtime: Runtime) -> bool:
         return model_of(runtime.config.kinds, kind_name)
 
     before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
-    worker = make_worker(runtime, "session")
+    worker = build_worker(SessionWorker, runtime, "session")
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
     hold_paused(
         window, settings.host, model

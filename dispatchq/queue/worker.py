@@ -14,27 +14,24 @@ RQ runs execution, lifecycles, failure registries and retries. What dispatchq ad
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shlex
-import shutil
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from rq import Queue, SimpleWorker
-from rq.exceptions import AbandonedJobError, StopRequested
-from rq.executions import Execution, ExecutionRegistry
+from rq import Queue
+from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
-from dispatchq.core.judgement import TrailEntry
+from dispatchq.core.judgement import TIERS, TrailEntry
 from dispatchq.errors import UserError
-from dispatchq.queue.scheduler import due_retries, reconcile, release_due_retries
-from dispatchq.settings import parent_environment
+from dispatchq.queue.rq_worker import FIRST_RETRY, DispatchqWorker, build_worker, line
+from dispatchq.queue.scheduler import due_retries, release_due_retries
+from dispatchq.queue.session_worker import SessionWorker, session_job_lost
+from dispatchq.queue.session_worker import burst as session_burst
 from dispatchq.storage.outage import (
     Backoff,
     MemoryLog,
@@ -50,9 +47,9 @@ if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
 __all__ = [
-    "DispatchqWorker",
+    "TIER_OF_JOB",
+    "clean_started",
     "drain",
-    "forget_dead_executions",
     "job_failed",
     "log",
     "make_worker",
@@ -60,177 +57,17 @@ __all__ = [
 ]
 
 log = logging.getLogger("dispatchq.queue.worker")
-#: The first wait after Redis is found away (then it doubles, up to 30 s).
-FIRST_RETRY = Backoff().next()
-
-
-class DispatchqWorker(SimpleWorker):
-    """A non-forking RQ worker that keeps its job's heartbeat alive from a thread."""
-
-    heartbeat_grace = 60
-    #: True once the process was asked to stop (SIGTERM/SIGINT): the only clean exit.
-    stopping = False
-    #: Set by `make_worker`: the process's parts, and the tier this worker serves.
-    runtime: Runtime | None = None
-    tier = ""
-    #: Long-running workers heal lost judgements in their maintenance; a burst run in
-    #: `dispatchq run` does not (it would rescan every queued record at each start).
-    heal = True
-    _outage: OutageLog | None = None
-
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        # RQ's dequeue loop beats first thing on every round. When Redis is away, the beat is
-        # where this worker waits it out (restarting the embedded server, one log line when
-        # the state changes) instead of RQ logging an error every two seconds forever.
-        while True:
-            try:
-                super().heartbeat(timeout, pipeline)
-                if self.runtime is not None and pipeline is None:
-                    self.runtime.store.publish_worker(self.name, self.facts(), ttl=self.worker_ttl + 60)
-                return
-            except Exception as error:
-                if pipeline is not None or self.runtime is None or not is_outage(error):
-                    raise
-                self._ride_out(error)
-
-    def _ride_out(self, error: BaseException) -> None:
-        assert self.runtime is not None
-        if self._outage is None:
-            self._outage = OutageLog(self.runtime.settings.describe_redis(), log)
-        self._outage.down(error, FIRST_RETRY)
-        wait_for_redis(self.runtime.settings, log=log, stopping=lambda: self.stopping, outage=self._outage)
-        if self.stopping:
-            raise StopRequested()
-
-    def facts(self) -> dict[str, Any]:
-        """What this worker runs with, as `status --json`'s `worker_details[]` shows it.
-
-        Published by the worker itself: an operator's shell (another environment, perhaps
-        holding a key the workers lack) must not be what `status` reports.
-        """
-        assert self.runtime is not None
-        settings = self.runtime.settings
-        argv = shlex.split(settings.session_command)
-        return {
-            "tier": self.tier,
-            "host": settings.host,
-            "pid": os.getpid(),
-            "keyless": settings.typesafe_api_key is None,
-            "session_command_found": bool(argv)
-            and shutil.which(argv[0], path=parent_environment().get("PATH")) is not None,
-            "subprocess_scrub": "on",
-        }
-
-    def register_death(self) -> None:
-        if self.runtime is not None:
-            with contextlib.suppress(Exception):  # during an outage there is nothing to unpublish
-                self.runtime.store.forget_worker(self.name)
-        super().register_death()
-
-    def run_maintenance_tasks(self) -> None:
-        super().run_maintenance_tasks()
-        if self.runtime is None or not self.heal:
-            return
-        try:
-            if not self.runtime.store.take_reconcile_turn(self.name, self.maintenance_interval * 0.9):
-                return  # another worker (or the scheduler) reconciles this round
-            healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
-        except Exception as error:
-            if is_outage(error):
-                raise  # RQ's loop ends; `run_worker` waits for Redis and starts it again
-            log.warning("reconciliation failed (%s); will try again", _line(error))
-            return
-        if healed:
-            log.info("reconciliation put %d judgement(s) back whose job was lost", healed)
-
-    def request_stop(self, signum: Any, frame: Any) -> None:
-        self.stopping = True
-        super().request_stop(signum, frame)
-
-    @property
-    def dequeue_timeout(self) -> int:
-        # RQ runs maintenance (which retries jobs abandoned by a dead worker) only between
-        # dequeues, and an idle worker blocks in BLPOP for `worker_ttl - 15` (405 s): wake up
-        # at the recovery interval instead, or an abandoned job waits minutes for an idle worker.
-        return max(1, min(super().dequeue_timeout, int(self.maintenance_interval)))
-
-    def handle_job_success(
-        self, job: Job, queue: Queue, started_job_registry: StartedJobRegistry, execution: Execution
-    ) -> None:
-        # RQ 3.0 leaves a dead worker's execution in the job's execution registry for 60 s
-        # after its hash expired; with `result_ttl=0` the success path deletes the job, trips
-        # over that entry (`ValueError: Execution … not found in Redis`) and files the job,
-        # whose judgements were all answered, as failed. Forget such entries first.
-        forget_dead_executions(self.connection, job.id, keep=execution.id)
-        super().handle_job_success(job, queue, started_job_registry, execution)
-
-    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
-        return int(self.job_monitoring_interval + self.heartbeat_grace)
-
-    def execute_job(self, job: Job, queue: Queue) -> None:
-        execution = self.prepare_execution(job)
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.job_monitoring_interval):
-                try:
-                    self.maintain_heartbeats(job, execution)
-                except Exception as error:  # a missed beat only delays recovery; never kill the job
-                    if is_outage(error):
-                        log.warning("heartbeat for job %s missed: Redis is unreachable", job.id)
-                    else:
-                        log.warning("heartbeat for job %s failed", job.id, exc_info=True)
-
-        thread = threading.Thread(target=beat, name=f"heartbeat-{job.id}", daemon=True)
-        thread.start()
-        try:
-            self.perform_job(job, queue, execution)
-        finally:
-            stop.set()
-            thread.join(timeout=5)
-        self.set_state("idle")
-
-
-def forget_dead_executions(client: redis.Redis, job_id: str, *, keep: str = "") -> int:
-    """Drop the entries of `job_id`'s execution registry whose execution hash is gone.
-
-    Such an entry is what a worker killed mid-job leaves behind (its hash expires with its
-    heartbeat; the registry entry only 60 s later). RQ's `Job.delete` fetches every entry
-    and raises on the first missing hash. Returns how many entries were dropped.
-    """
-    registry = ExecutionRegistry(job_id=job_id, connection=client)
-    dropped = 0
-    for execution_id in registry.get_execution_ids():
-        if execution_id == keep:
-            continue
-        if not client.exists(Execution(id=execution_id, job_id=job_id, connection=client).key):
-            dropped += int(client.zrem(registry.key, execution_id))
-    return dropped
+#: The tier of each job entry point RQ records by name (`jobs.tiers.*`). A job of any other
+#: function (the retrigger, triage) carries no tier's judgements to put back.
+TIER_OF_JOB = {f"jobs.tiers.{tier}": tier for tier in TIERS}
 
 
 def make_worker(
     runtime: Runtime, tier: str, *, name: str | None = None, heal: bool = True
 ) -> DispatchqWorker:
-    settings = runtime.settings
-    queues = runtime.dispatcher.queues_for(tier)
-    cls: type[DispatchqWorker] = DispatchqWorker
-    if tier == "session":
-        from dispatchq.queue.session_worker import SessionWorker
-
-        cls = SessionWorker
-    worker = cls(
-        queues,
-        name=name,
-        connection=runtime.redis,
-        maintenance_interval=settings.recovery_interval,
-        job_monitoring_interval=settings.heartbeat_interval,
-        default_result_ttl=0,
-    )
-    worker.heartbeat_grace = settings.heartbeat_grace
-    worker.runtime = runtime
-    worker.tier = tier
-    worker.heal = heal
-    return worker
+    """The worker for `tier`: the session tier's admits before it dequeues."""
+    cls = SessionWorker if tier == "session" else DispatchqWorker
+    return build_worker(cls, runtime, tier, name=name, heal=heal)
 
 
 def run_worker(
@@ -300,7 +137,7 @@ def run_worker(
         if failure is not None:
             delay = backoff.next()
             log.error(
-                "the %s worker's loop failed (%s); starting it again in %.0f s", tier, _line(failure), delay
+                "the %s worker's loop failed (%s); starting it again in %.0f s", tier, line(failure), delay
             )
             _interruptible_sleep(delay, stop, sleep)
             continue
@@ -346,11 +183,6 @@ def _interruptible_sleep(delay: float, stop: threading.Event, sleep: Callable[[f
         sleep(min(0.2, left))
 
 
-def _line(error: BaseException) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}"[:300] if text else type(error).__name__
-
-
 def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> None:
     """RQ's failure callback: a job raised, or its worker died (RQ found it abandoned).
 
@@ -362,15 +194,13 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     (one poison judgement can crash its worker every time), each unfinished judgement
     is re-enqueued in a job of its own, so only the one that really fails, fails.
     """
-    func = (job.func_name or "").rsplit(".", 1)[-1]
+    func = TIER_OF_JOB.get(job.func_name or "")
     abandoned = func in ("code", "typed") and (
         exc_type is AbandonedJobError or isinstance(exc_value, AbandonedJobError)
     )
     if not abandoned and job.retries_left and job.retries_left > 0:
         return  # RQ will run the job again; the judgements are still safe
     if func == "session":
-        from dispatchq.queue.session_worker import session_job_lost
-
         session_job_lost(runtime, job, exc_value)
         return
     if func not in ("code", "typed") or not job.args:
@@ -437,8 +267,6 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
                 )
                 progressed = True
         if sessions:
-            from dispatchq.queue.session_worker import burst as session_burst
-
             progressed |= session_burst(runtime)
         if progressed:
             continue
