@@ -219,5 +219,6 @@ def session_host_probe(host: str) -> str:
     """Key with a TTL: while it lives, a blocked host's next probe session is not due yet."""
     return f"{PREFIX}:session:host-probe:{host}"
 
+
 WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)
 RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile

@@ -15,6 +15,7 @@ import threading
 
 from dispatchq import logs
 from dispatchq.config import Config, load_config
+from dispatchq.core.judgement import TIERS
 from dispatchq.findings.kinds import builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.queue import scheduler, worker
@@ -104,4 +105,5 @@ def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
 def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = True) -> dict[str, object]:
     """Run every tier in this process until nothing more can be answered now (`dispatchq run`)."""
     set_runtime(runtime)
-    return worker.drain(runtime, horizon=horizon, sessions=sessions)
+    tiers = TIERS if sessions else tuple(t for t in TIERS if t != "session")
+    return worker.drain(runtime, horizon=horizon, tiers=tiers)

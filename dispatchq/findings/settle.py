@@ -6,18 +6,17 @@ in-process, in burst, until theirs are done, so a gate works with or without wor
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dispatchq.findings.fixer import POLL
 from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.session_worker import burst
-from dispatchq.queue.worker import clean_started
+from dispatchq.queue.worker import Until, clean_started, drain
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.window.marker import waiting_reason
 
 if TYPE_CHECKING:
+    from dispatchq.core.judgement import Record
     from dispatchq.runtime import Runtime
 
 __all__ = [
@@ -37,28 +36,36 @@ def settle(
     back in line), so a re-run never waits on a dead process forever.
     """
     settings = runtime.settings
-    idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
-    last = time.monotonic()
-    told = False
-    while True:
-        records = runtime.store.get_many(list(ids))
-        pending = [r for r in records if r is not None and not r.finished]
-        if not pending:
-            return None
-        if burst(runtime):
-            last = time.monotonic()
-            continue
-        closed = window_for(runtime).closed_for(None)
-        if closed and all(r.status != "running" for r in pending):
+    window = window_for(runtime)
+    findings = FindingsStore(runtime.redis)
+
+    def pending() -> list[Record]:
+        return [r for r in runtime.store.get_many(list(ids)) if r is not None and not r.finished]
+
+    def stuck() -> str | None:
+        left = pending()
+        closed = window.closed_for(None)
+        if closed and all(r.status != "running" for r in left):
             return waiting_reason(max(closed, key=lambda m: m.lifts_at))
-        blocked = FindingsStore(runtime.redis).session_blocked(settings.host)
-        if blocked:
-            return f"sessions cannot start on this host: {blocked}"
-        if time.monotonic() - last > idle_limit:
-            return "nothing finished them in time (is another worker holding them?)"
-        if any(r.status == "running" for r in pending):
+        blocked = findings.session_blocked(settings.host)
+        return f"sessions cannot start on this host: {blocked}" if blocked else None
+
+    def idle() -> None:
+        if any(r.status == "running" for r in pending()):
             clean_started(runtime.redis, runtime.dispatcher.queues_for("session"))
-        if not told and on_wait is not None:
-            told = True
-            on_wait("waiting for sessions to finish (a session slot is busy, or one is still running)")
-        time.sleep(POLL)
+
+    idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
+    report = drain(
+        runtime,
+        tiers=("session",),
+        until=Until(
+            done=lambda: not pending(),
+            stuck=stuck,
+            idle=idle,
+            on_wait=on_wait,
+            idle_limit=idle_limit,
+            poll=POLL,
+        ),
+    )
+    waiting = report["waiting"]
+    return None if waiting is None else str(waiting)

@@ -15,10 +15,12 @@ RQ runs execution, lifecycles, failure registries and retries. What dispatchq ad
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TIER_OF_JOB",
+    "Until",
     "clean_started",
     "drain",
     "job_failed",
@@ -248,36 +251,77 @@ def _depth(queues: list[Queue]) -> int:
     return sum(q.count for q in queues)
 
 
-def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = True) -> dict[str, Any]:
-    """Run every tier's worker in burst, in this process, until nothing more can be answered now.
+@dataclass
+class Until:
+    """How `drain` waits for particular judgements instead of stopping when idle.
 
-    Delayed typed-tier retries due within `horizon` seconds are waited for instead of
-    being stranded; later ones are reported. Returns what is left and why.
+    `done()` says they finished; `stuck()` names why the rest cannot finish now (a closed
+    window, a blocked host) so the caller stops waiting; `idle()` runs between polls (the
+    decision gate recovers a dead worker's jobs there); `on_wait` is told once that the
+    loop is waiting on someone else; after `idle_limit` seconds without progress it gives up.
+    """
+
+    done: Callable[[], bool]
+    stuck: Callable[[], str | None] = lambda: None
+    idle: Callable[[], None] = lambda: None
+    on_wait: Callable[[str], None] | None = None
+    idle_limit: float = math.inf
+    poll: float = 0.25
+
+
+def drain(
+    runtime: Runtime,
+    *,
+    horizon: float | None = None,
+    tiers: Sequence[str] = TIERS,
+    until: Until | None = None,
+) -> dict[str, Any]:
+    """Run tiers' workers in burst, in this process: the one loop behind `dispatchq run` and
+    the decision gate's wait for its sessions.
+
+    Without `until` it stops when nothing more can be answered now, waiting for delayed
+    typed-tier retries due within `horizon` seconds instead of stranding them (later ones
+    are reported). With `until` it runs until `until.done()`, or returns why not.
     """
     horizon = runtime.settings.retry_horizon if horizon is None else horizon
     dispatcher = runtime.dispatcher
     left_delayed = 0
+    last = time.monotonic()
+    told = False
     while True:
+        if until is not None and until.done():
+            return {"delayed_retries_left": 0, "waiting": None}
         progressed = False
-        for tier in ("code", "typed"):
+        for tier in (t for t in tiers if t != "session"):
             queues = dispatcher.queues_for(tier)
             if _depth(queues):
                 make_worker(runtime, tier, heal=False).work(
                     burst=True, logging_level="WARNING", with_scheduler=False
                 )
                 progressed = True
-        if sessions:
+        if "session" in tiers:
             progressed |= session_burst(runtime)
         if progressed:
+            last = time.monotonic()
             continue
-        due, later = due_retries(runtime, horizon)
-        left_delayed = later
-        if due is None:
-            break
-        wait = max(0.0, due - time.time())
-        time.sleep(min(wait, horizon))
-        release_due_retries(runtime)
-    return {"delayed_retries_left": left_delayed}
+        if until is None:
+            due, later = due_retries(runtime, horizon)
+            left_delayed = later
+            if due is None:
+                return {"delayed_retries_left": left_delayed, "waiting": None}
+            time.sleep(min(max(0.0, due - time.time()), horizon))
+            release_due_retries(runtime)
+            continue
+        why = until.stuck()
+        if why is None and time.monotonic() - last > until.idle_limit:
+            why = "nothing finished them in time (is another worker holding them?)"
+        if why is not None:
+            return {"delayed_retries_left": 0, "waiting": why}
+        until.idle()
+        if not told and until.on_wait is not None:
+            told = True
+            until.on_wait("waiting for sessions to finish (a session slot is busy, or one is still running)")
+        time.sleep(until.poll)
 
 
 def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:

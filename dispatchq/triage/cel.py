@@ -40,7 +40,6 @@ BINDINGS = frozenset({"event", "confidence"})
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
 
-
 @functools.cache
 def _environment() -> celpy.Environment:
     """The CEL environment, built on first use: building its parser costs ~0.3 s, which a
