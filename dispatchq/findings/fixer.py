@@ -36,7 +36,13 @@ from dispatchq.findings.pins import (
 )
 from dispatchq.findings.plans import parse_plan
 from dispatchq.findings.prompts import fixer_prompt, new_nonce
-from dispatchq.findings.record import DecisionRecord, RecordStore, dispatch_copy, stalled_resolutions
+from dispatchq.findings.record import (
+    DecisionRecord,
+    RecordStore,
+    dispatch_copy,
+    stalled_resolutions,
+    tamper_json,
+)
 from dispatchq.findings.report import Finding
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
@@ -228,6 +234,7 @@ class FixerJob:
         )
         self.lock = RepoLock(runtime, self.repo, judgement.id)
         self.today = dt.date.today()
+        self.tamper_seen: list[dict[str, object]] = []
 
     @classmethod
     def load(cls, runtime: Runtime, judgement: Judgement) -> FixerJob:
@@ -246,6 +253,8 @@ class FixerJob:
     # --- finishing ---------------------------------------------------------------------------
     def finish(self, outcome: dict[str, Any], *, transition: bool) -> str:
         """Record the attempt's outcome; when the job ends without a spawn, answer it too."""
+        if self.tamper_seen:
+            outcome.setdefault("tamper", self.tamper_seen)
         outcome.setdefault("finding", self.fid)
         outcome.setdefault("attempt", self.attempt)
         self.state.save(outcome=outcome, phase="done")
@@ -286,6 +295,20 @@ class FixerJob:
             finding = self.record.read().finding(self.fid)
         except UserError as error:
             return self.finish({"outcome": "gone", "why": str(error)}, transition=True)
+        # Tamper evidence first: nothing a changed line says (a plan, a pin) is used before it.
+        tamper = self.record.tamper(finding)
+        if tamper and not all(t.status_gone for t in tamper):
+            self.record.supersede(self.fid)
+            why = "; ".join(t.message for t in tamper)
+            self.log(f"set aside before anything ran: {why}")
+            outcome = {"outcome": "set-aside", "why": why, "tampered": True, "tamper": tamper_json(tamper)}
+            return self.finish(outcome, transition=True)
+        if tamper:
+            # A deleted Status line: the grade it carried is verified again, never replayed.
+            self.record.accept(self.fid)
+            self.tamper_seen = tamper_json(tamper)
+            self.log("a Status line dispatchq wrote is gone: verifying the tree again")
+            finding = self.record.read().finding(self.fid)
         if finding.terminal:
             return self.finish({"outcome": "final", "why": finding.value(STATUS)}, transition=True)
         decision = finding.decision()
