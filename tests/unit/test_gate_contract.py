@@ -334,7 +334,8 @@ def test_builtin_kinds_are_found_by_name_but_not_listed(tmp_path: Any) -> None:
         assert config.kind(name).session is not None
         assert config.kinds.get(name) is config.kinds[name]
     assert config.kinds[ANALYST].session.format == "json"  # type: ignore[union-attr]
-    assert "Edit,Write,NotebookEdit" in config.kinds[ANALYST].session.args  # type: ignore[union-attr]
+    args = list(config.kinds[ANALYST].session.args)  # type: ignore[union-attr]
+    assert {"Edit", "Write", "NotebookEdit"} <= set(args[args.index("--disallowedTools") + 1].split(","))
     assert config.kinds[FIXER].session.hooks is not None  # type: ignore[union-attr]
     assert FIXER in load_config(tmp_path / "absent.yaml", builtin=builtin_kinds(), required=False).kinds
 
@@ -405,3 +406,18 @@ def test_every_attempt_outcome_lands_under_its_heading(outcome: dict, expected: 
     others = {k for k, v in data.items() if v and k not in expected and k not in ("unpinned", "notes")}
     assert not others
     assert gate.summary.lines()[0:2] == ["", "Run summary:"]
+
+
+def test_every_allowed_git_reader_has_its_writing_forms_denied() -> None:
+    from dispatchq.findings.kinds import ANALYST_ARGS
+
+    args = list(ANALYST_ARGS)
+    allowed = args[args.index("--allowedTools") + 1].split(",")
+    denied = args[args.index("--disallowedTools") + 1].split(",")
+    readers = [re.fullmatch(r"Bash\(git (\w+):\*\)", tool) for tool in allowed]
+    subs = [m[1] for m in readers if m]
+    assert subs == ["log", "show", "diff", "blame", "status"]
+    for sub in subs:
+        assert f"Bash(git {sub} *--output*)" in denied  # --output=<file> and --output <file>
+        assert f"Bash(git {sub} *--ext-diff*)" in denied
+    assert {"Edit", "Write", "NotebookEdit"} <= set(denied)
