@@ -26,7 +26,7 @@ from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry, canonical_json, sha256_hex
 from dispatchq.errors import CheckError, TamperError, UserError
 from dispatchq.findings.boundary import Approvals, PlanResult, run_plan
-from dispatchq.findings.grading import Grade, Observation, grade
+from dispatchq.findings.grading import Grade, Observation, grade, rebase
 from dispatchq.findings.lines import PLAN, STATUS
 from dispatchq.findings.pins import (
     UNPINNABLE,
@@ -337,6 +337,16 @@ class FixerJob:
     def _verify_first(self, finding: Finding, own: dict[str, Any]) -> str:
         self.log("dispatch marker with no outcome: verifying before anything else")
         before = Observation.from_json(own["before"]) if isinstance(own.get("before"), dict) else None
+        store = self.record.store
+        assert store is not None
+        if before is not None:
+            # Other fixers may have run since the kill: what they logged is theirs, not this attempt's.
+            since = own.get("log_at")
+            position = int(since) if isinstance(since, int) else store.pin_position(self.ref)
+            others = [
+                e for e in store.log_since(position) if (e.finding, e.attempt) != (self.ref, self.attempt)
+            ]
+            before = rebase(before, others)
         paths = list(own.get("paths") or [])
         after = self.record.observe(paths, carry=before) if before is not None else None
         if before is not None and after is not None:
@@ -368,11 +378,14 @@ class FixerJob:
         decision = finding.decision()
         assert decision is not None
         paths = observed_paths(finding, report.findings, self.root)
+        assert self.record.store is not None
+        log_at = self.record.store.log_length()  # under the repository lock: no dispatch in between
         before = self.record.observe(paths)
         copy = dispatch_copy(finding, status_at_run_start=self.status_at_start)
         self.state.save(
             phase="dispatching",
             before=before.to_json(),
+            log_at=log_at,
             paths=paths,
             copy=copy,
             resolution=decision.resolution,

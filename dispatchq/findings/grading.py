@@ -27,6 +27,7 @@ from dispatchq.findings.lines import (
 from dispatchq.findings.pins import (
     ABSENT,
     UNPINNABLE,
+    DispatchLogEntry,
     PinSpec,
     hash_paths,
     report_content_hash,
@@ -48,6 +49,7 @@ __all__ = [
     "grade",
     "observe",
     "porcelain",
+    "rebase",
     "verification_line",
 ]
 
@@ -229,6 +231,22 @@ def observe(
     ordered = {p: values[p] for p in wanted}
     ordered.update(git_internal(root, carry.values if carry else ()))
     return Observation(ordered, frozenset(listed) if listed is not None else None, status_error)
+
+
+def rebase(before: Observation, since: Iterable[DispatchLogEntry]) -> Observation:
+    """A before-observation brought forward past the dispatches logged since it was taken.
+
+    An attempt whose outcome was unknown (its dispatchq was killed) is verified later, after
+    other fixers may have run on the same tree. What they wrote is logged; counted from the
+    stale observation, it would be read as this attempt's work (a false out-of-scope write)
+    and break the log's before→after chain (a false "changed since the decision"). Each
+    logged after-value replaces the stale one, so only what happened since the last logged
+    dispatch is this attempt's.
+    """
+    values = dict(before.values)
+    for entry in since:
+        values.update(entry.after)
+    return Observation(values, before.listed, before.status_error)
 
 
 def changed_paths(before: Observation, after: Observation) -> list[str]:

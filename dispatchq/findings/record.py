@@ -396,6 +396,10 @@ class RecordStore:
         """Every difference between the report's loop-written lines and dispatchq's copy."""
         return [t.message for t in self.tamper(ref, finding)]
 
+    def log_length(self) -> int:
+        """How many dispatches are logged for this checkout."""
+        return self.store.dispatch_log_length(self.repo)
+
     def pin_position(self, ref: str) -> int:
         """How long the dispatch log was when the current pin was written."""
         return self.store.pin_log_position(self.repo, ref)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dispatchq.findings.pins import repo_id
 from tests.gate_support import (
     GONE,
     REMOVE,
@@ -123,8 +124,8 @@ def test_a_forged_retired_decision_stays_inside_the_frame_and_is_flagged(world: 
 
 
 def finding_log(world: World, fid: str) -> str:
-    logs = list(Path(world.env["DISPATCHQ_DATA_DIR"]).glob(f"findings/*/{fid}.log"))
-    return "".join(path.read_text() for path in logs)
+    path = Path(world.env["DISPATCHQ_DATA_DIR"], "findings", repo_id(world.root), f"{fid}.log")
+    return path.read_text() if path.exists() else ""
 
 
 # --- case 2: a tampered line is checked before it is used --------------------------------------
