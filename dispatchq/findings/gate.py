@@ -475,8 +475,9 @@ class Gate:
         """(reject offered, rejection verified, prefilled reason, rows to render).
 
         A candidate's cited in-boundary checks are re-run: supported → reject offered and
-        prefilled; diverging → withheld; a citation the boundary refuses → the no-candidate
-        path (reject offered, unverified). The re-run persists nothing.
+        prefilled; any diverging → withheld (a refused citation beside it changes nothing);
+        otherwise a citation the boundary refuses → the no-candidate path (reject offered,
+        unverified). The re-run persists nothing.
         """
         if proposal is None or proposal.candidate is None or not proposal.candidate.citations:
             return True, False, None, []
@@ -497,11 +498,11 @@ class Gate:
             fresh = result.output + (f"[error: {result.error}]\n" if result.error else "")
             rows.append((citation, fresh, ok))
             every = every and ok
+        if not every:
+            return False, False, None, rows  # a divergence withholds reject, whatever else was cited
         if refused:
             return True, False, None, rows
-        if every:
-            return True, True, proposal.candidate.reason, rows
-        return False, False, None, rows
+        return True, True, proposal.candidate.reason, rows
 
     def reject(self, finding: Finding, *, prefill: str | None, verified: bool) -> bool:
         assert self.terminal is not None
