@@ -24,6 +24,7 @@ window leaves them waiting in line (exit 1) and a later run picks them up.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,7 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
     from dispatchq.config import load_config
+    from dispatchq.errors import UserError
     from dispatchq.findings.gate import Gate
     from dispatchq.findings.kinds import builtin_kinds
     from dispatchq.findings.terminal import Terminal
@@ -182,6 +184,16 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     root = repository(repo)
     read_report(report)  # a missing or unreadable report is a one-line error
     s = settings()
+    # Checked first: every judgement names this checkout, and the dispatcher refuses one
+    # outside the roots; finding out after the analysis was announced wastes the run.
+    roots = [Path(os.path.realpath(r)) for r in s.checkout_roots]
+    if not any(root == r or root.is_relative_to(r) for r in roots):
+        shown = os.pathsep.join(str(r) for r in roots)
+        raise UserError(
+            f"{root} is outside DISPATCHQ_CHECKOUT_ROOTS ({shown}): the gate's sessions run only "
+            "in a checkout under one of them. Add it, e.g. "
+            f"DISPATCHQ_CHECKOUT_ROOTS={shown}{os.pathsep}{root}"
+        )
     mark_non_dumpable()  # this process runs sessions: keep them out of its memory and environ
     rt = build_runtime(s, config=load_config(s.config, builtin=builtin_kinds(), required=False))
     set_runtime(rt)

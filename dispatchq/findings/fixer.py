@@ -40,6 +40,7 @@ from dispatchq.findings.record import (
     DecisionRecord,
     RecordStore,
     dispatch_copy,
+    report_lock_dir,
     stalled_resolutions,
     tamper_json,
 )
@@ -226,7 +227,12 @@ class FixerJob:
         except (KeyError, TypeError, ValueError):
             raise UserError(f"{judgement.id}: not a decision-gate fixer judgement") from None
         self.status_at_start = state.get("status_at_start")
-        self.record = DecisionRecord(self.report, self.root, RecordStore(runtime.redis, self.root))
+        self.record = DecisionRecord(
+            self.report,
+            self.root,
+            RecordStore(runtime.redis, self.root),
+            lock_dir=report_lock_dir(runtime.settings.data_dir),
+        )
         self.repo = repo_id(self.root)
         self.ref = self.record.ref(self.fid)
         self.state = AttemptState(

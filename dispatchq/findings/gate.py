@@ -88,7 +88,7 @@ from dispatchq.findings.pins import (
 )
 from dispatchq.findings.plans import Check
 from dispatchq.findings.prompts import foreign_tokens, reviewer_text, session_state
-from dispatchq.findings.record import DecisionRecord, RecordStore, stalled_resolutions
+from dispatchq.findings.record import DecisionRecord, RecordStore, report_lock_dir, stalled_resolutions
 from dispatchq.findings.report import Finding
 from dispatchq.findings.settle import settle
 from dispatchq.findings.terminal import Terminal
@@ -133,7 +133,12 @@ class Gate:
     def __post_init__(self) -> None:
         self.report = Path(os.path.realpath(self.report))
         self.root = Path(os.path.realpath(self.root))
-        self.record = DecisionRecord(self.report, self.root, RecordStore(self.runtime.redis, self.root))
+        self.record = DecisionRecord(
+            self.report,
+            self.root,
+            RecordStore(self.runtime.redis, self.root),
+            lock_dir=report_lock_dir(self.runtime.settings.data_dir),
+        )
         self.repo = repo_id(self.root)
         self.today = dt.date.today()
         self.who = who_tag(_user())

@@ -93,6 +93,7 @@ __all__ = [
     "mark_dispatch",
     "record_interrupted",
     "reject",
+    "report_lock_dir",
     "restore_dispatch",
     "stalled_resolutions",
     "supersede",
@@ -318,6 +319,11 @@ class Tamper:
         return {"line": self.line, "expected": self.expected, "found": self.found}
 
 
+def report_lock_dir(data_dir: Path) -> Path:
+    """Where reports' lock files live: dispatchq's data dir, never the repository."""
+    return Path(data_dir).expanduser() / "findings" / "locks"
+
+
 def tamper_json(tamper: Iterable[Tamper]) -> list[dict[str, object]]:
     return [t.to_json() for t in tamper]
 
@@ -448,6 +454,7 @@ class DecisionRecord:
     report: Path
     root: Path
     store: RecordStore | None = None
+    lock_dir: Path | None = None  # where the report's lock lives (the data dir), not beside it
 
     def ref(self, finding_id: str) -> str:
         return finding_ref(self.report, self.root, finding_id)
@@ -472,7 +479,9 @@ class DecisionRecord:
         def keep(finding: Finding) -> None:
             store.remember(ref, finding)  # under the report's lock, as every write is
 
-        update_finding(self.report, finding_id, lambda _e: None, hooks=Hooks(keep, None))
+        update_finding(
+            self.report, finding_id, lambda _e: None, hooks=Hooks(keep, None), lock_dir=self.lock_dir
+        )
 
     def update(
         self,
@@ -495,7 +504,9 @@ class DecisionRecord:
             if self.store is not None:
                 self.store.remember(ref, finding)
 
-        return update_finding(self.report, finding_id, change, hooks=Hooks(before, after))
+        return update_finding(
+            self.report, finding_id, change, hooks=Hooks(before, after), lock_dir=self.lock_dir
+        )
 
     # Convenience writes; each is one locked update.
     def write_location(self, finding_id: str, target: str) -> None:

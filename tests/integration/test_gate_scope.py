@@ -16,6 +16,7 @@ from tests.gate_support import (
     World,
     finding_block,
     fixer_step,
+    git,
     make_world,
 )
 
@@ -57,3 +58,26 @@ def test_a_fix_that_leaves_the_git_directory_alone_is_still_fixed(world: World) 
     summary, done = world.summary("dispatch")
     assert done.returncode == 0, done.stderr
     assert summary["fixed"] == ["DOC-1"] and summary["out_of_scope"] == []
+
+
+# --- first-time user: the report's lock is kept out of the repository ---------------------------
+def test_no_lock_file_is_left_in_the_repository(world: World) -> None:
+    world.decide("DOC-1", "A", REMOVE, plan=[GONE], roles=ROLES)
+    world.steps(fixer_step("DOC-1", [REMOVE_EDIT]))
+    summary, done = world.summary("dispatch")
+    assert done.returncode == 0 and summary["fixed"] == ["DOC-1"], done.stderr
+    assert not [p for p in world.root.rglob("*dispatchq-lock*")]
+    listed = git(world.root, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(line[3:] for line in listed) == ["docs/guide.md", "reviews/report.md"]
+    assert list((Path(world.env["DISPATCHQ_DATA_DIR"]) / "findings" / "locks").glob("*.lock"))
+
+
+def test_a_repo_outside_the_checkout_roots_is_refused_before_anything_is_announced(world: World) -> None:
+    elsewhere = world.tmp / "elsewhere"
+    elsewhere.mkdir()
+    world.env["DISPATCHQ_CHECKOUT_ROOTS"] = str(elsewhere)
+    done = world.cli("sweep")
+    assert done.returncode == 2, done.stderr
+    assert "outside DISPATCHQ_CHECKOUT_ROOTS" in done.stderr and str(world.root) in done.stderr
+    assert f"DISPATCHQ_CHECKOUT_ROOTS={elsewhere}:{world.root}" in done.stderr  # how to fix it
+    assert "analyse" not in done.stdout and world.spawns() == 0
