@@ -28,7 +28,7 @@ import pytest
 from dispatchq.findings.lines import Decision
 from dispatchq.findings.pins import PinResult
 from dispatchq.findings.plans import Check
-from dispatchq.findings.record import DecisionRecord, RecordStore
+from dispatchq.findings.record import DecisionRecord, RecordStore, report_lock_dir
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "fake_claude.py"
@@ -193,7 +193,12 @@ class World:
         return None
 
     def record(self) -> DecisionRecord:
-        return DecisionRecord(self.report, self.root, RecordStore(self.redis, self.root))
+        return DecisionRecord(
+            self.report,
+            self.root,
+            RecordStore(self.redis, self.root),
+            lock_dir=report_lock_dir(Path(self.env["DISPATCHQ_DATA_DIR"])),  # the CLI's own lock
+        )
 
     def decide(
         self,

@@ -24,6 +24,7 @@ window leaves them waiting in line (exit 1) and a later run picks them up.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,21 @@ def findings() -> None:
     """Findings reports and the decisions recorded in them."""
 
 
+def _record(report: Path, root: Path) -> tuple[Any, str | None]:
+    """The report's DecisionRecord with dispatchq's store, or why there is none: tamper
+    evidence needs dispatchq's copy in Redis, which `check` reads but never starts."""
+    from dispatchq.cli import settings
+    from dispatchq.errors import RedisUnavailable, RedisUnreachable
+    from dispatchq.findings.record import DecisionRecord, RecordStore
+    from dispatchq.storage.connection import connect
+
+    try:
+        client = connect(settings(), start=False)
+    except (RedisUnavailable, RedisUnreachable) as error:
+        return None, str(error)
+    return DecisionRecord(report, root, RecordStore(client, root)), None
+
+
 @findings.command("check")
 @_REPORT
 @_REPO
@@ -74,15 +90,18 @@ def check(report: Path, repo: Path | None, as_json: bool) -> None:
     """Validate REPORT: fields, location, decision state and violations per finding."""
     root = repository(repo)
     parsed = read_report(report)
-    inspections = [inspect_finding(f, root) for f in parsed.findings]
+    record, why = _record(report, root)
+    tamper = record.tamper if record is not None else None
+    inspections = [inspect_finding(f, root, tamper=tamper) for f in parsed.findings]
     problems = list(parsed.problems)
-    failing = bool(problems) or any(i.violations for i in inspections)
+    failing = bool(problems) or any(i.violations or i.tamper for i in inspections)
     if as_json:
         payload = {
             "report": str(report),
             "repo": str(root),
             "problems": [p.to_json() for p in problems],
             "findings": [i.to_json() for i in inspections],
+            "tamper_evidence": why or "checked against dispatchq's copy",
         }
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
@@ -103,8 +122,12 @@ def check(report: Path, repo: Path | None, as_json: bool) -> None:
             click.echo(f"  fields: {names}")
             for violation in item.violations:
                 click.echo(f"  {report}:{violation.line}: {violation.message}")
+            for t in item.tamper:
+                click.echo(f"  {report}:{t.line}: tamper: {t.message}")
         total = sum(len(i.violations) for i in inspections) + len(problems)
         click.echo(f"{len(inspections)} finding(s), {total} violation(s)")
+        if why:
+            click.echo(f"tamper evidence not checked: {why}")
     if failing:
         sys.exit(1)
 
@@ -151,6 +174,7 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
     from dispatchq.config import load_config
+    from dispatchq.errors import UserError
     from dispatchq.findings.gate import Gate
     from dispatchq.findings.kinds import builtin_kinds
     from dispatchq.findings.terminal import Terminal
@@ -160,6 +184,16 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     root = repository(repo)
     read_report(report)  # a missing or unreadable report is a one-line error
     s = settings()
+    # Checked first: every judgement names this checkout, and the dispatcher refuses one
+    # outside the roots; finding out after the analysis was announced wastes the run.
+    roots = [Path(os.path.realpath(r)) for r in s.checkout_roots]
+    if not any(root == r or root.is_relative_to(r) for r in roots):
+        shown = os.pathsep.join(str(r) for r in roots)
+        raise UserError(
+            f"{root} is outside DISPATCHQ_CHECKOUT_ROOTS ({shown}): the gate's sessions run only "
+            "in a checkout under one of them. Add it, e.g. "
+            f"DISPATCHQ_CHECKOUT_ROOTS={shown}{os.pathsep}{root}"
+        )
     mark_non_dumpable()  # this process runs sessions: keep them out of its memory and environ
     rt = build_runtime(s, config=load_config(s.config, builtin=builtin_kinds(), required=False))
     set_runtime(rt)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatchq.errors import CheckError, ContractError, GrammarError, UnsafeToken
-from dispatchq.findings.lines import RETIRED, Decision, one_physical_line, parse_path_line
+from dispatchq.findings.lines import Decision, one_physical_line, parse_path_line
 from dispatchq.findings.plans import GIT_SUBCOMMANDS, Check, Expectation, split_tokens
-from dispatchq.findings.prompts import is_feedback_origin
+from dispatchq.findings.prompts import is_feedback_origin, retired_lines
 from dispatchq.findings.report import Finding
 from dispatchq.findings.tokens import path_tokens, sanitize
 
@@ -458,11 +458,19 @@ def render_source(finding: Finding) -> list[str]:
     return [f"Source: {display(value)}{mark}"]
 
 
-def render_retired(finding: Finding) -> list[str]:
-    retired = finding.all(RETIRED)
-    if not retired:
-        return []
-    return ["Retired decisions (already tried):", *(f"  - {display(f.value)}" for f in retired)]
+def render_retired(finding: Finding, own: Collection[str] = ()) -> list[str]:
+    """Retired decisions as the person sees them: only those dispatchq's store holds are
+    "already tried"; any other `Decision-retired` line is flagged as not dispatchq's."""
+    mine, forged = retired_lines(finding, own)
+    out = []
+    if mine:
+        out += ["Retired decisions (already tried):", *(f"  - {display(v)}" for v in mine)]
+    if forged:
+        out += [
+            "Decision-retired lines NOT written by dispatchq (the block author's text, ignored):",
+            *(f"  ! {display(v)}" for v in forged),
+        ]
+    return out
 
 
 def render_proposal(proposal: Proposal) -> list[str]:

@@ -26,7 +26,7 @@ from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry, canonical_json, sha256_hex
 from dispatchq.errors import CheckError, TamperError, UserError
 from dispatchq.findings.boundary import Approvals, PlanResult, run_plan
-from dispatchq.findings.grading import Grade, Observation, grade
+from dispatchq.findings.grading import Grade, Observation, grade, rebase
 from dispatchq.findings.lines import PLAN, STATUS
 from dispatchq.findings.pins import (
     UNPINNABLE,
@@ -36,7 +36,14 @@ from dispatchq.findings.pins import (
 )
 from dispatchq.findings.plans import parse_plan
 from dispatchq.findings.prompts import fixer_prompt, new_nonce
-from dispatchq.findings.record import DecisionRecord, RecordStore, dispatch_copy, stalled_resolutions
+from dispatchq.findings.record import (
+    DecisionRecord,
+    RecordStore,
+    dispatch_copy,
+    report_lock_dir,
+    stalled_resolutions,
+    tamper_json,
+)
 from dispatchq.findings.report import Finding
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
@@ -220,7 +227,12 @@ class FixerJob:
         except (KeyError, TypeError, ValueError):
             raise UserError(f"{judgement.id}: not a decision-gate fixer judgement") from None
         self.status_at_start = state.get("status_at_start")
-        self.record = DecisionRecord(self.report, self.root, RecordStore(runtime.redis, self.root))
+        self.record = DecisionRecord(
+            self.report,
+            self.root,
+            RecordStore(runtime.redis, self.root),
+            lock_dir=report_lock_dir(runtime.settings.data_dir),
+        )
         self.repo = repo_id(self.root)
         self.ref = self.record.ref(self.fid)
         self.state = AttemptState(
@@ -228,6 +240,7 @@ class FixerJob:
         )
         self.lock = RepoLock(runtime, self.repo, judgement.id)
         self.today = dt.date.today()
+        self.tamper_seen: list[dict[str, object]] = []
 
     @classmethod
     def load(cls, runtime: Runtime, judgement: Judgement) -> FixerJob:
@@ -246,6 +259,8 @@ class FixerJob:
     # --- finishing ---------------------------------------------------------------------------
     def finish(self, outcome: dict[str, Any], *, transition: bool) -> str:
         """Record the attempt's outcome; when the job ends without a spawn, answer it too."""
+        if self.tamper_seen:
+            outcome.setdefault("tamper", self.tamper_seen)
         outcome.setdefault("finding", self.fid)
         outcome.setdefault("attempt", self.attempt)
         self.state.save(outcome=outcome, phase="done")
@@ -286,6 +301,20 @@ class FixerJob:
             finding = self.record.read().finding(self.fid)
         except UserError as error:
             return self.finish({"outcome": "gone", "why": str(error)}, transition=True)
+        # Tamper evidence first: nothing a changed line says (a plan, a pin) is used before it.
+        tamper = self.record.tamper(finding)
+        if tamper and not all(t.status_gone for t in tamper):
+            self.record.supersede(self.fid)
+            why = "; ".join(t.message for t in tamper)
+            self.log(f"set aside before anything ran: {why}")
+            outcome = {"outcome": "set-aside", "why": why, "tampered": True, "tamper": tamper_json(tamper)}
+            return self.finish(outcome, transition=True)
+        if tamper:
+            # A deleted Status line: the grade it carried is verified again, never replayed.
+            self.record.accept(self.fid)
+            self.tamper_seen = tamper_json(tamper)
+            self.log("a Status line dispatchq wrote is gone: verifying the tree again")
+            finding = self.record.read().finding(self.fid)
         if finding.terminal:
             return self.finish({"outcome": "final", "why": finding.value(STATUS)}, transition=True)
         decision = finding.decision()
@@ -314,6 +343,16 @@ class FixerJob:
     def _verify_first(self, finding: Finding, own: dict[str, Any]) -> str:
         self.log("dispatch marker with no outcome: verifying before anything else")
         before = Observation.from_json(own["before"]) if isinstance(own.get("before"), dict) else None
+        store = self.record.store
+        assert store is not None
+        if before is not None:
+            # Other fixers may have run since the kill: what they logged is theirs, not this attempt's.
+            since = own.get("log_at")
+            position = int(since) if isinstance(since, int) else store.pin_position(self.ref)
+            others = [
+                e for e in store.log_since(position) if (e.finding, e.attempt) != (self.ref, self.attempt)
+            ]
+            before = rebase(before, others)
         paths = list(own.get("paths") or [])
         after = self.record.observe(paths, carry=before) if before is not None else None
         if before is not None and after is not None:
@@ -345,11 +384,14 @@ class FixerJob:
         decision = finding.decision()
         assert decision is not None
         paths = observed_paths(finding, report.findings, self.root)
+        assert self.record.store is not None
+        log_at = self.record.store.log_length()  # under the repository lock: no dispatch in between
         before = self.record.observe(paths)
         copy = dispatch_copy(finding, status_at_run_start=self.status_at_start)
         self.state.save(
             phase="dispatching",
             before=before.to_json(),
+            log_at=log_at,
             paths=paths,
             copy=copy,
             resolution=decision.resolution,

@@ -79,7 +79,7 @@ from dispatchq.findings.contract import (
     who_tag,
 )
 from dispatchq.findings.fixer import AttemptState, attempt_key, decision_key, iso_now
-from dispatchq.findings.lines import STATUS, Decision
+from dispatchq.findings.lines import RETIRED, STATUS, Decision
 from dispatchq.findings.pins import (
     block_hash,
     check_location,
@@ -88,7 +88,7 @@ from dispatchq.findings.pins import (
 )
 from dispatchq.findings.plans import Check
 from dispatchq.findings.prompts import foreign_tokens, reviewer_text, session_state
-from dispatchq.findings.record import DecisionRecord, RecordStore, stalled_resolutions
+from dispatchq.findings.record import DecisionRecord, RecordStore, report_lock_dir, stalled_resolutions
 from dispatchq.findings.report import Finding
 from dispatchq.findings.settle import settle
 from dispatchq.findings.terminal import Terminal
@@ -133,7 +133,12 @@ class Gate:
     def __post_init__(self) -> None:
         self.report = Path(os.path.realpath(self.report))
         self.root = Path(os.path.realpath(self.root))
-        self.record = DecisionRecord(self.report, self.root, RecordStore(self.runtime.redis, self.root))
+        self.record = DecisionRecord(
+            self.report,
+            self.root,
+            RecordStore(self.runtime.redis, self.root),
+            lock_dir=report_lock_dir(self.runtime.settings.data_dir),
+        )
         self.repo = repo_id(self.root)
         self.today = dt.date.today()
         self.who = who_tag(_user())
@@ -267,12 +272,20 @@ class Gate:
                 )
         return None
 
+    def own_retired(self, finding: Finding) -> set[str]:
+        """The `Decision-retired` values dispatchq's store holds for this finding: the only
+        retired decisions that are dispatchq's own (any other is the author's text)."""
+        assert self.record.store is not None
+        written = self.record.store.written(self.record.ref(finding.id)) or []
+        return {value for name, value in written if name == RETIRED}
+
     def stage1(self, findings: Sequence[Finding], located: dict[str, str]) -> dict[str, Analysis]:
         """One analyst per finding, in announced batches of at most 8."""
         analyses: dict[str, Analysis] = {}
         asked: list[tuple[Finding, dict[str, Any]]] = []
         for finding in findings:
-            text = reviewer_text(finding)
+            own = self.own_retired(finding)
+            text = reviewer_text(finding, own)
             forged = foreign_tokens(text)
             if forged:
                 note = (
@@ -281,7 +294,7 @@ class Gate:
                 )
                 analyses[finding.id] = Analysis(None, note)
                 continue
-            asked.append((finding, session_state(finding, located[finding.id])))
+            asked.append((finding, session_state(finding, located[finding.id], own)))
         if not asked:
             return analyses
         self.out(announce_analysis(len(asked)))
@@ -416,10 +429,10 @@ class Gate:
                 t.say(display(analysis.note))
             if proposal is None:
                 t.say("The finding as written (no proposal):")
-                t.say(*indent(reviewer_text(finding)))
+                t.say(*indent(reviewer_text(finding, self.own_retired(finding))))
             else:
                 t.say(*render_proposal(proposal))
-            t.say(*render_retired(finding))
+            t.say(*render_retired(finding, self.own_retired(finding)))
             offered, verified, prefill, rows = self.evidence_gate(proposal)
             if proposal is not None and proposal.candidate is not None:
                 t.say(f"Rejection candidate: {display(proposal.candidate.reason)}")
@@ -467,8 +480,9 @@ class Gate:
         """(reject offered, rejection verified, prefilled reason, rows to render).
 
         A candidate's cited in-boundary checks are re-run: supported → reject offered and
-        prefilled; diverging → withheld; a citation the boundary refuses → the no-candidate
-        path (reject offered, unverified). The re-run persists nothing.
+        prefilled; any diverging → withheld (a refused citation beside it changes nothing);
+        otherwise a citation the boundary refuses → the no-candidate path (reject offered,
+        unverified). The re-run persists nothing.
         """
         if proposal is None or proposal.candidate is None or not proposal.candidate.citations:
             return True, False, None, []
@@ -489,11 +503,11 @@ class Gate:
             fresh = result.output + (f"[error: {result.error}]\n" if result.error else "")
             rows.append((citation, fresh, ok))
             every = every and ok
+        if not every:
+            return False, False, None, rows  # a divergence withholds reject, whatever else was cited
         if refused:
             return True, False, None, rows
-        if every:
-            return True, True, proposal.candidate.reason, rows
-        return False, False, None, rows
+        return True, True, proposal.candidate.reason, rows
 
     def reject(self, finding: Finding, *, prefill: str | None, verified: bool) -> bool:
         assert self.terminal is not None
@@ -529,7 +543,7 @@ class Gate:
         )
         location = check_location(self.root, finding.value("Location"))
         target = proposal.target if proposal and proposal.target else (location.target or "")
-        state = session_state(finding, target)
+        state = session_state(finding, target, self.own_retired(finding))
         for attempt in (1, 2):
             answer = t.ask(f"{finding.id} your resolution> ").strip()
             if not answer:
@@ -618,7 +632,17 @@ class Gate:
         retry: set[str] = set()  # a job that ended with no outcome is run again, once, afresh
         for _wave in range(4):
             findings = {f.id: f for f in self.decided(pending)}
-            todo = [findings[fid] for fid in pending if fid in findings]
+            todo = []
+            for fid in pending:
+                if fid not in findings:
+                    continue
+                verdict = self.tamper_first(findings[fid])
+                if verdict == "set-aside":
+                    aside.append(fid)
+                    continue
+                if verdict == "re-verify":
+                    retry.add(fid)  # the cached outcome is not replayed: the job verifies again
+                todo.append(findings[fid])
             if not todo:
                 break
             self.out(f"dispatching {len(todo)} decided finding(s), one at a time per repository")
@@ -660,6 +684,22 @@ class Gate:
         self.finish()
         return aside
 
+    def tamper_first(self, finding: Finding) -> str | None:
+        """Tamper evidence before anything a changed line says is used (a plan, a pin, a cached
+        outcome). A deleted Status line only: reported, and the tree verified again
+        ("re-verify"). Any other change: reported with its diff, and the finding set aside
+        with nothing run ("set-aside")."""
+        tamper = self.record.tamper(finding)
+        if not tamper:
+            return None
+        why = "; ".join(t.message for t in tamper)
+        self.summary.add_unique("tampered", (finding.id, why))
+        if all(t.status_gone for t in tamper):
+            return "re-verify"
+        self.record.supersede(finding.id)
+        self.summary.set_aside.append((finding.id, f"tamper evidence, nothing ran: {why}"))
+        return "set-aside"
+
     def fixer_judgement(self, finding: Finding) -> tuple[dict[str, Any], int]:
         decision = finding.decision()
         assert decision is not None
@@ -694,7 +734,7 @@ class Gate:
         if kind == "set-aside":
             s.set_aside.append((fid, str(outcome.get("why", ""))))
             if outcome.get("tampered"):
-                s.tampered.append((fid, str(outcome.get("why", ""))))
+                s.add_unique("tampered", (fid, str(outcome.get("why", ""))))
             return "set-aside"
         if kind == "interrupted":
             s.interrupted.append((fid, attempt))

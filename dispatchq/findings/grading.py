@@ -25,7 +25,9 @@ from dispatchq.findings.lines import (
     VerificationLine,
 )
 from dispatchq.findings.pins import (
+    ABSENT,
     UNPINNABLE,
+    DispatchLogEntry,
     PinSpec,
     hash_paths,
     report_content_hash,
@@ -37,14 +39,17 @@ from dispatchq.findings.report import (
 )
 
 __all__ = [
+    "GIT_INTERNAL",
     "Case",
     "Grade",
     "Observation",
     "changed_paths",
     "expected_set",
+    "git_internal",
     "grade",
     "observe",
     "porcelain",
+    "rebase",
     "verification_line",
 ]
 
@@ -86,6 +91,69 @@ class Observation:
             frozenset(str(p) for p in listed) if isinstance(listed, list) else None,
             error if isinstance(error, str) else None,
         )
+
+
+GIT_INTERNAL = ".git/"  # the prefix of a watched path inside the repository's git directory
+_GIT_WATCHED_DIRS = ("hooks", "info")
+
+
+def _git_dir(root: Path) -> Path | None:
+    """The directory holding the repository's config and hooks (a worktree's common dir)."""
+    dot = root / ".git"
+    if dot.is_dir():
+        return dot
+    if not dot.is_file():
+        return None
+    text = dot.read_text(encoding="utf-8", errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(root, text.removeprefix("gitdir:").strip())
+    common = gitdir / "commondir"
+    if common.is_file():
+        gitdir = gitdir / common.read_text(encoding="utf-8", errors="replace").strip()
+    return Path(os.path.realpath(gitdir))
+
+
+def _content(path: Path) -> str:
+    """A watched git file's identity: its bytes and whether it is executable, or a link's target."""
+    try:
+        info = path.lstat()
+        if os.path.islink(path):
+            return "link:" + hashlib.sha256(os.readlink(path).encode("utf-8", "replace")).hexdigest()
+        data = path.read_bytes()
+    except OSError as error:
+        return f"!{error.strerror or error}"
+    mode = "x" if info.st_mode & 0o111 else "-"
+    return f"file{mode}:" + hashlib.sha256(data).hexdigest()
+
+
+def git_internal(root: Path | str, known: Iterable[str] = ()) -> dict[str, str]:
+    """`.git/config` and every file under `.git/hooks/` and `.git/info/`, by content.
+
+    Porcelain never lists them, yet a write there runs code at the person's next git
+    command (a hook, `core.fsmonitor`, an alias): a fixer's change to any of them is an
+    out-of-scope write that fails the attempt. `known` paths (seen before) that are gone
+    now read `absent`, so a deletion is a change too. Files are read, never executed.
+    """
+    gitdir = _git_dir(Path(root))
+    if gitdir is None:
+        return {}
+    files = [gitdir / "config"]
+    for name in _GIT_WATCHED_DIRS:
+        for folder, dirs, names in os.walk(gitdir / name, followlinks=False):
+            dirs.sort()
+            files.extend(Path(folder, n) for n in sorted(names))
+            files.extend(Path(folder, d) for d in dirs if os.path.islink(Path(folder, d)))
+    out: dict[str, str] = {}
+    for path in files:
+        if not os.path.lexists(path):
+            continue
+        rel = os.path.relpath(path, gitdir).replace(os.sep, "/")
+        out[GIT_INTERNAL + rel] = _content(path)
+    for seen in known:
+        if seen.startswith(GIT_INTERNAL) and seen not in out:
+            out[seen] = ABSENT
+    return out
 
 
 def porcelain(root: Path | str) -> list[str]:
@@ -139,7 +207,7 @@ def observe(
         full = Path(root_real, rel)
         return any(is_loop_own(full, r) for r in report_paths)
 
-    wanted = [p for p in wanted if not loop_own(p)]
+    wanted = [p for p in wanted if not p.startswith(GIT_INTERNAL) and not loop_own(p)]
     values: dict[str, str] = {}
     to_hash = []
     for path in wanted:
@@ -161,7 +229,24 @@ def observe(
     except GitUnavailable as error:
         values.update({p: f"!{error}" for p in to_hash})
     ordered = {p: values[p] for p in wanted}
+    ordered.update(git_internal(root, carry.values if carry else ()))
     return Observation(ordered, frozenset(listed) if listed is not None else None, status_error)
+
+
+def rebase(before: Observation, since: Iterable[DispatchLogEntry]) -> Observation:
+    """A before-observation brought forward past the dispatches logged since it was taken.
+
+    An attempt whose outcome was unknown (its dispatchq was killed) is verified later, after
+    other fixers may have run on the same tree. What they wrote is logged; counted from the
+    stale observation, it would be read as this attempt's work (a false out-of-scope write)
+    and break the log's before→after chain (a false "changed since the decision"). Each
+    logged after-value replaces the stale one, so only what happened since the last logged
+    dispatch is this attempt's.
+    """
+    values = dict(before.values)
+    for entry in since:
+        values.update(entry.after)
+    return Observation(values, before.listed, before.status_error)
 
 
 def changed_paths(before: Observation, after: Observation) -> list[str]:
@@ -171,12 +256,15 @@ def changed_paths(before: Observation, after: Observation) -> list[str]:
     absent) and is listed now: that is a change too.
     """
     out = []
+    watched_git = any(p.startswith(GIT_INTERNAL) for p in before.values)
     for path in dict.fromkeys([*before.values, *after.values]):
         if path in before.values and path in after.values:
             if before.values[path] != after.values[path]:
                 out.append(path)
         elif path in after.values and after.listed is not None and path in after.listed:
             out.append(path)
+        elif path.startswith(GIT_INTERNAL) and path in after.values and watched_git:
+            out.append(path)  # a new hook (or info file): porcelain never lists those
     return out
 
 
@@ -275,9 +363,15 @@ def grade(
     ran = bool(plan and plan.ran)
     coverage = bool(plan and plan.ran and plan.not_run)
     advisory = verification.level == "advisory"
-    if plan is not None and plan.passed:
-        case: Case = "fixed"
-        status: Status | None = Status.fixed(today)
+    git_writes = [p for p in out_of_scope if p.startswith(GIT_INTERNAL)]
+    if git_writes:
+        # A write into .git/ (config, a hook) can run code at the next git command: never fixed.
+        case: Case = "failed"
+        status: Status | None = None
+        outcome: str | None = "failed"
+    elif plan is not None and plan.passed:
+        case = "fixed"
+        status = Status.fixed(today)
         outcome = None
     elif not unobservable and in_scope and ran:
         case, status, outcome = "partially-fixed", Status.partially_fixed(today), None

@@ -26,16 +26,30 @@ if TYPE_CHECKING:
 __all__ = [
     "ANALYST_ARGS",
     "FIXER_ARGS",
+    "GIT_READERS",
+    "WRITING_GIT_OPTIONS",
     "FixerHooks",
     "QuestionHooks",
     "builtin_kinds",
 ]
 
 # --- the built-in kinds ---------------------------------------------------------------------
-_READ_ONLY_TOOLS = (
-    "Read,Grep,Glob,Bash(git log:*),Bash(git show:*),Bash(git diff:*),Bash(git blame:*),Bash(git status:*)"
+GIT_READERS = ("log", "show", "diff", "blame", "status")
+_READ_ONLY_TOOLS = ",".join(["Read", "Grep", "Glob", *(f"Bash(git {sub}:*)" for sub in GIT_READERS)])
+# The allowed git readers still take options that write or run something: `--output=<file>`
+# / `--output <file>` (log, show, diff write the patch to any path) and `--ext-diff` (runs
+# the repository's configured diff program). Each form is denied for every allowed reader,
+# wherever it sits on the command line (a deny rule wins over the allow rule).
+WRITING_GIT_OPTIONS = ("--output", "--ext-diff")
+_DENIED = ",".join(
+    [
+        "Edit",
+        "Write",
+        "NotebookEdit",
+        *(f"Bash(git {sub} *{opt}*)" for sub in GIT_READERS for opt in WRITING_GIT_OPTIONS),
+    ]
 )
-ANALYST_ARGS = ("--allowedTools", _READ_ONLY_TOOLS, "--disallowedTools", "Edit,Write,NotebookEdit")
+ANALYST_ARGS = ("--allowedTools", _READ_ONLY_TOOLS, "--disallowedTools", _DENIED)
 FIXER_ARGS = ("--permission-mode", "acceptEdits", "--allowedTools", "Read,Grep,Glob,Edit,Write")
 _FALLBACK_PROMPT = "dispatchq builds this prompt in code.\n{{ state }}"
 

@@ -172,15 +172,17 @@ def pin_specs(
 ) -> list[PinSpec]:
     """The pinned set: the Target, then every path token of the resolution text, in order.
 
-    Roles come from the analyst (`roles`, by path). Without one: the Target is `:edit`,
-    a token carrying a `:<line>` is `:edit` (a place the resolution changes), a bare path
-    is `:ref`. A deictic reference ("remove the mention here") makes the Target `:edit`.
+    Roles come from the analyst (`roles`, by path). Without one: a token carrying a
+    `:<line>` is `:edit` (a place the resolution changes), a bare path is `:ref`; the
+    Target is `:edit` when the resolution names it with a line, names no path at all, or
+    refers to it deictically ("remove the mention here"), and `:ref` otherwise.
     """
     roles = dict(roles or {})
+    tokens = path_tokens(resolution)
     wanted: list[tuple[str, bool]] = []
     if target:
         wanted.append((target, True))
-    wanted.extend((token, False) for token in path_tokens(resolution))
+    wanted.extend((token, False) for token in tokens)
     deictic = bool(_DEICTIC.search(resolution))
     specs: dict[str, PinSpec] = {}
     for token, is_target in wanted:
@@ -197,7 +199,13 @@ def pin_specs(
         given = roles.get(path)
         if given in ("edit", "ref"):
             role: Role = given  # type: ignore[assignment]
-        elif is_target or LINE_SUFFIX.search(token):
+        elif is_target:
+            # The Target is where the finding points, not necessarily where this resolution
+            # writes: `:edit` only when the resolution names no path at all (or names it
+            # with a line below); otherwise a fix that edits only the Target, while its
+            # resolution says to write elsewhere, would be graded on the wrong file.
+            role = "ref" if tokens else "edit"
+        elif LINE_SUFFIX.search(token):
             role = "edit"
         else:
             role = "ref"

@@ -32,6 +32,7 @@ from dispatchq.findings.lines import (
     DECISION,
     DISPATCH,
     LOCATION,
+    LOOP_FIELDS,
     PIN,
     PLAN,
     RETIRED,
@@ -83,6 +84,7 @@ __all__ = [
     "DecisionRecord",
     "FindingInspection",
     "RecordStore",
+    "Tamper",
     "apply_grade",
     "attempt_retirements",
     "dispatch_copy",
@@ -91,9 +93,11 @@ __all__ = [
     "mark_dispatch",
     "record_interrupted",
     "reject",
+    "report_lock_dir",
     "restore_dispatch",
     "stalled_resolutions",
     "supersede",
+    "tamper_json",
     "write_decision",
     "write_location",
 ]
@@ -289,6 +293,41 @@ def dispatch_copy(finding: Finding, *, status_at_run_start: str | None) -> str:
 
 
 # --- rule 14: tamper evidence, the dispatch log (Redis) -------------------------------------
+@dataclass(frozen=True)
+class Tamper:
+    """One line of tamper evidence: at report line `line`, dispatchq wrote `expected` (None:
+    it wrote nothing there) and the report now holds `found` (None: the line is gone)."""
+
+    line: int
+    expected: str | None
+    found: str | None
+
+    @property
+    def message(self) -> str:
+        if self.found is None:
+            return f"`{self.expected}` written by dispatchq is gone"
+        if self.expected is None:
+            return f"`{self.found}` was not written by dispatchq"
+        return f"`{self.expected}` written by dispatchq is gone; `{self.found}` was not written by dispatchq"
+
+    @property
+    def status_gone(self) -> bool:
+        """Only a Status line dispatchq wrote is missing (the grade must be verified again)."""
+        return self.found is None and (self.expected or "").startswith(f"**{STATUS}:**")
+
+    def to_json(self) -> dict[str, object]:
+        return {"line": self.line, "expected": self.expected, "found": self.found}
+
+
+def report_lock_dir(data_dir: Path) -> Path:
+    """Where reports' lock files live: dispatchq's data dir, never the repository."""
+    return Path(data_dir).expanduser() / "findings" / "locks"
+
+
+def tamper_json(tamper: Iterable[Tamper]) -> list[dict[str, object]]:
+    return [t.to_json() for t in tamper]
+
+
 @dataclass
 class RecordStore:
     """dispatchq's own copy of what it wrote, and the dispatch log, for one checkout.
@@ -323,28 +362,49 @@ class RecordStore:
         pin_log = self.store.dispatch_log_length(self.repo) if new_pin != old_pin else None
         self.store.save_lines(self.repo, ref, json.dumps(lines), pin_log=pin_log)
 
-    def changes(self, ref: str, finding: Finding) -> list[str]:
-        """Every difference between the report's loop-written lines and dispatchq's copy."""
-        current = finding.loop_lines()
+    def tamper(self, ref: str, finding: Finding) -> list[Tamper]:
+        """Every difference between the report's loop-written lines and dispatchq's copy, as
+        (report line, what dispatchq wrote, what the report holds now)."""
+        current = [f for f in finding.fields if f.name in LOOP_FIELDS]
+        theirs = [f"**{f.name}:** {f.value}" for f in current]
         stored = self.written(ref)
         if stored is None:
             # Nothing written yet: only a Location or Status can predate dispatchq.
             return [
-                f"`**{n}:** {v}` was not written by dispatchq"
-                for n, v in current
-                if n not in (STATUS, LOCATION)
+                Tamper(f.number, None, text)
+                for f, text in zip(current, theirs, strict=True)
+                if f.name not in (STATUS, LOCATION)
             ]
-        if stored == current:
+        if stored == [(f.name, f.value) for f in current]:
             return []
         mine = [f"**{n}:** {v}" for n, v in stored]
-        theirs = [f"**{n}:** {v}" for n, v in current]
-        out: list[str] = []
+        end = current[-1].number + 1 if current else finding.number + 1
+
+        def number(index: int) -> int:
+            return current[index].number if index < len(current) else end
+
+        out: list[Tamper] = []
         for op, a1, a2, b1, b2 in difflib.SequenceMatcher(a=mine, b=theirs, autojunk=False).get_opcodes():
-            if op in ("delete", "replace"):
-                out.extend(f"`{line}` written by dispatchq is gone" for line in mine[a1:a2])
-            if op in ("insert", "replace"):
-                out.extend(f"`{line}` was not written by dispatchq" for line in theirs[b1:b2])
+            if op == "equal":
+                continue
+            gone, added = mine[a1:a2], theirs[b1:b2]
+            for k in range(max(len(gone), len(added))):
+                out.append(
+                    Tamper(
+                        number(b1 + min(k, len(added))),
+                        gone[k] if k < len(gone) else None,
+                        added[k] if k < len(added) else None,
+                    )
+                )
         return out
+
+    def changes(self, ref: str, finding: Finding) -> list[str]:
+        """Every difference between the report's loop-written lines and dispatchq's copy."""
+        return [t.message for t in self.tamper(ref, finding)]
+
+    def log_length(self) -> int:
+        """How many dispatches are logged for this checkout."""
+        return self.store.dispatch_log_length(self.repo)
 
     def pin_position(self, ref: str) -> int:
         """How long the dispatch log was when the current pin was written."""
@@ -394,6 +454,7 @@ class DecisionRecord:
     report: Path
     root: Path
     store: RecordStore | None = None
+    lock_dir: Path | None = None  # where the report's lock lives (the data dir), not beside it
 
     def ref(self, finding_id: str) -> str:
         return finding_ref(self.report, self.root, finding_id)
@@ -403,6 +464,24 @@ class DecisionRecord:
 
     def changes(self, finding: Finding) -> list[str]:
         return self.store.changes(self.ref(finding.id), finding) if self.store else []
+
+    def tamper(self, finding: Finding) -> list[Tamper]:
+        return self.store.tamper(self.ref(finding.id), finding) if self.store else []
+
+    def accept(self, finding_id: str) -> None:
+        """Take the report's loop-written lines as they now stand into dispatchq's copy: after
+        tamper evidence was reported, so the same edit is not reported on every later write."""
+        store = self.store
+        if store is None:
+            return
+        ref = self.ref(finding_id)
+
+        def keep(finding: Finding) -> None:
+            store.remember(ref, finding)  # under the report's lock, as every write is
+
+        update_finding(
+            self.report, finding_id, lambda _e: None, hooks=Hooks(keep, None), lock_dir=self.lock_dir
+        )
 
     def update(
         self,
@@ -425,7 +504,9 @@ class DecisionRecord:
             if self.store is not None:
                 self.store.remember(ref, finding)
 
-        return update_finding(self.report, finding_id, change, hooks=Hooks(before, after))
+        return update_finding(
+            self.report, finding_id, change, hooks=Hooks(before, after), lock_dir=self.lock_dir
+        )
 
     # Convenience writes; each is one locked update.
     def write_location(self, finding_id: str, target: str) -> None:
@@ -526,6 +607,7 @@ class FindingInspection:
     location: LocationCheck
     state: str
     violations: tuple[Violation, ...]
+    tamper: tuple[Tamper, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         f = self.finding
@@ -539,6 +621,7 @@ class FindingInspection:
             "location": self.location.to_json(),
             "state": self.state,
             "violations": [v.to_json() for v in self.violations],
+            "tamper": tamper_json(self.tamper),
         }
 
 
@@ -572,15 +655,23 @@ def inspect_finding(
     root: Path | str,
     *,
     changes: Callable[[Finding], list[str]] | None = None,
+    tamper: Callable[[Finding], list[Tamper]] | None = None,
 ) -> FindingInspection:
-    """Everything `findings check` says about one finding; `changes` adds tamper evidence."""
+    """Everything `findings check` says about one finding; `changes` or `tamper` (dispatchq's
+    store compared with the report) add tamper evidence. A `Fix: auto` finding with no
+    decision is in state "auto": nobody is asked about it."""
     violations = list(finding_violations(finding))
     violations.extend(_plan_paths(finding, root))
     if changes is not None:
         violations.extend(Violation(finding.number, msg) for msg in changes(finding))
+    evidence = tuple(tamper(finding)) if tamper is not None else ()
+    state = finding_state(finding)
+    if state == "undecided" and not finding.needs_decision:
+        state = "auto"
     return FindingInspection(
         finding,
         check_location(root, finding.value(LOCATION)),
-        finding_state(finding),
+        state,
         tuple(violations),
+        evidence,
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import stat
@@ -566,9 +567,18 @@ class FindingEditor:
 
 
 # --- locked, atomic writes ------------------------------------------------------------------
-def lock_path(report: Path) -> Path:
-    """The sidecar lock file. Kept, never deleted: deleting it would break the lock."""
+def lock_path(report: Path, lock_dir: Path | None = None) -> Path:
+    """The report's lock file. Kept, never deleted: deleting it would break the lock.
+
+    With `lock_dir` (dispatchq's data dir, as the gate passes it) it lives there, named by a
+    hash of the report's physical path, so nothing is left beside the report inside the
+    repository (where `git status` shows it and it is easily committed). Without one it is
+    the sidecar `.<report>.dispatchq-lock`.
+    """
     real = Path(os.path.realpath(report))
+    if lock_dir is not None:
+        digest = hashlib.sha256(str(real).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return Path(lock_dir) / f"{digest}.lock"
     return real.with_name(f".{real.name}.dispatchq-lock")
 
 
@@ -582,9 +592,11 @@ def is_loop_own(path: Path, report: Path) -> bool:
 
 
 @contextlib.contextmanager
-def locked(report: Path) -> Iterator[None]:
+def locked(report: Path, lock_dir: Path | None = None) -> Iterator[None]:
     """Hold the report's exclusive lock (blocking) for the duration."""
-    fd = os.open(lock_path(report), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    if lock_dir is not None:
+        Path(lock_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path(report, lock_dir), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -643,6 +655,7 @@ def update_finding(
     change: Callable[[FindingEditor], T],
     *,
     hooks: Hooks | None = None,
+    lock_dir: Path | None = None,
 ) -> T:
     """Apply `change` to one finding under the report's lock, re-reading first.
 
@@ -650,7 +663,7 @@ def update_finding(
     two writers never lose each other's lines. Nothing is written when nothing changed.
     """
     path = Path(path)
-    with locked(path):
+    with locked(path, lock_dir):
         report = read_report(path)
         finding = report.finding(finding_id)
         if hooks and hooks.before:

@@ -47,7 +47,7 @@ EXPECTED = {
     "DOC-001": (True, "docs/a.md", 1, None, "decided"),
     "DOC-002": (False, "out/secret.md", 1, "symlink escape", "undecided"),
     "DOC-003": (False, None, None, "no location", "fixed"),
-    "DOC-004": (False, "../root-evil/secret.md", 1, "..", "undecided"),
+    "DOC-004": (False, "../root-evil/secret.md", 1, "..", "auto"),  # Fix: auto is nobody's question
     "DOC-005": (False, "docs/missing.md", 3, "missing", "dispatched-outcome-unknown"),
     "DOC-006": (False, "/etc/hosts", 1, "absolute", "rejected"),
     "DOC-007": (False, None, None, "no location", "undecided"),

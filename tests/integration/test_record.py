@@ -227,7 +227,8 @@ def test_path_tokens_are_recognised_by_shape(text: str, tokens: list[str]) -> No
             "docs/a.md",
             "also update docs/b.md:1 and docs/c.md",
             {"docs/c.md": "edit", "docs/b.md": "ref"},
-            [("docs/a.md", "edit", False), ("docs/b.md", "ref", False), ("docs/c.md", "edit", False)],
+            # issue 13 case 6: a Target the resolution does not name is a referent, not an edit
+            [("docs/a.md", "ref", False), ("docs/b.md", "ref", False), ("docs/c.md", "edit", False)],
         ),
         (
             "docs/a.md",
@@ -245,7 +246,7 @@ def test_path_tokens_are_recognised_by_shape(text: str, tokens: list[str]) -> No
             "docs/a.md",
             "copy /etc/passwd to ../x.md:1",
             None,
-            [("docs/a.md", "edit", False), ("/etc/passwd", "ref", True), ("../x.md", "edit", True)],
+            [("docs/a.md", "ref", False), ("/etc/passwd", "ref", True), ("../x.md", "edit", True)],
         ),
     ],
 )
