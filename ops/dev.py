@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,17 +57,41 @@ def setup() -> None:
     STAMP.write_text(digest)
 
 
+LIFT_AFTER = 6  # seconds: the stand-in's usage limit lifts this long after it is hit
+
+
 def demo() -> int:
-    """Run examples/judgements.jsonl through every tier on a fresh embedded Redis."""
+    """Run examples/judgements.jsonl through every tier on a fresh embedded Redis.
+
+    Sessions use the stand-in in examples/ (never a real session command: the demo must
+    never spend a person's usage window). Its first session hits a usage limit that lifts
+    a few seconds later, so the demo shows the marker, zero spawns while it is up, the
+    probe at the lift and the drain.
+    """
     data = Path(tempfile.mkdtemp(prefix="dispatchq-demo-"))
+    if os.environ.get("DISPATCHQ_SESSION_COMMAND"):
+        say("ignoring DISPATCHQ_SESSION_COMMAND: the demo never spends a real usage window")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHQ_")}
     env["DISPATCHQ_DATA_DIR"] = str(data)
     env["DISPATCHQ_CONFIG"] = str(ROOT / "examples" / "dispatchq.yaml")
     env["DISPATCHQ_CHECKOUT_ROOTS"] = str(ROOT)
+    stand_in = ROOT / "examples" / "stand_in_session.py"
+    env["DISPATCHQ_SESSION_COMMAND"] = (
+        f"{sys.executable} {stand_in} --state {data / 'stand-in.json'} --lift-after {LIFT_AFTER} "
+        "-p --output-format stream-json --verbose"
+    )
     dispatchq = str(BIN / "dispatchq")
+    judgements = str(ROOT / "examples" / "judgements.jsonl")
+    say("sessions run the STAND-IN examples/stand_in_session.py: no model, no usage window spent")
     say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
     try:
-        code = run([dispatchq, "run", str(ROOT / "examples" / "judgements.jsonl")], env=env, cwd=ROOT)
+        run([dispatchq, "run", judgements], env=env, cwd=ROOT)
+        say("the stand-in's first session hit a usage limit: the marker is up, nothing more spawns")
+        run([dispatchq, "status"], env=env, cwd=ROOT)
+        say(f"waiting {LIFT_AFTER + 1} s for the limit to lift (a worker would wake at the lift instant)")
+        time.sleep(LIFT_AFTER + 1)
+        say("dispatchq run again: one probe session first, then the rest drain")
+        code = run([dispatchq, "run", judgements], env=env, cwd=ROOT)
         say("dispatchq status")
         run([dispatchq, "status"], env=env, cwd=ROOT)
     finally:

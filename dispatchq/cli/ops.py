@@ -116,8 +116,6 @@ def status(as_json: bool) -> None:
             f"sessions: {len(sessions.get('running') or {})} running, {sessions.get('spawned', 0)} spawned, "
             f"{sessions.get('refused_at_spawn', 0)} refused at spawn"
         )
-        for host, why in (sessions.get("blocked") or {}).items():
-            console.print(f"  [yellow]sessions cannot start on {host}[/]: {why}")
     if "triage" in data:
         t = data["triage"]
         if not t.get("runs"):
@@ -143,6 +141,16 @@ def _bytes(count: int) -> str:
 
 
 def _print_markers(console: Console, data: dict[str, Any]) -> None:
+    # What stops this machine's sessions comes first: a host block is not the account's window.
+    for host, why in ((data.get("sessions") or {}).get("blocked") or {}).items():
+        console.print(f"[red]host {host} blocked[/]: {why} (`dispatchq window open --host {host}` clears it)")
+    for w in data.get("worker_details") or []:
+        if (
+            w.get("tier") == "session"
+            and w.get("subprocess_scrub") == "off"
+            and w.get("subprocess_scrub_warning")
+        ):
+            console.print(f"[yellow]session worker on {w.get('host')}[/]: {w['subprocess_scrub_warning']}")
     markers = data.get("markers") or []
     if not markers:
         console.print("usage window: [green]open[/] (no marker)")
@@ -154,6 +162,7 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
                 f"usage window \\[{m['scope']}]: [red]closed[/] until {m['lifts_at']} "
                 f"({m.get('lifts_at_local', '')}; in {countdown}) "
                 f"kind {m.get('kind')}: {m.get('message')!r} (seen by {m.get('session') or '-'})"
+                + (f"; {m['utilization']:.0%} of the window used" if m.get("utilization") is not None else "")
             )
         else:
             console.print(f"usage window \\[{m['scope']}]: {m.get('state', 'open')}")

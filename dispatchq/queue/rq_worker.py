@@ -26,6 +26,7 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import (
@@ -100,15 +101,19 @@ class DispatchqWorker(SimpleWorker):
         """
         assert self.runtime is not None
         settings = self.runtime.settings
+        environ = parent_environment()
         argv = shlex.split(settings.session_command)
+        # bwrap's check is cached per PATH, so a heartbeat does not start a process each time.
+        scrub = decide_scrub(settings.session_subprocess_scrub, environ)
         return {
             "tier": self.tier,
             "host": settings.host,
             "pid": os.getpid(),
             "keyless": settings.typesafe_api_key is None,
             "session_command_found": bool(argv)
-            and shutil.which(argv[0], path=parent_environment().get("PATH")) is not None,
-            "subprocess_scrub": "on",
+            and shutil.which(argv[0], path=environ.get("PATH")) is not None,
+            "subprocess_scrub": "on" if scrub.enabled else "off",
+            "subprocess_scrub_warning": scrub.warning,
         }
 
     def register_death(self) -> None:
