@@ -17,8 +17,9 @@ lines and the kinds' models and, once a judgement is admitted, runs its session 
 the window what the session reported. The RQ side (the worker whose dequeue is `admit`, and
 the job it builds) is `dispatchq.queue.session_worker`, so execution, timeouts, heartbeats and
 abandoned-job handling stay RQ's. A worker killed mid-session takes its session with it
-(parent-death signal) and the judgement goes back to the front of the line; a session refused
-at spawn goes back to the front too, and costs no retry.
+(parent-death signal) and the judgement goes back to the front of the line, its death counted
+on the record (after DISPATCHQ_JOB_RETRIES deaths it fails); a session ended by a shutdown
+signal, or refused at spawn, goes back to the front too, and costs nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
 from dispatchq import keys
@@ -65,10 +67,12 @@ __all__ = [
     "LOOKAHEAD",
     "MAX_ERRORS",
     "MAX_TRANSIENT",
+    "STOPPED_BY_SHUTDOWN",
     "Admission",
     "Wait",
     "admit",
     "block_host",
+    "ended_by_shutdown",
     "held",
     "hold_paused",
     "host_fingerprint",
@@ -91,6 +95,12 @@ MAX_ERRORS = 2
 BLOCKED_RECHECK = 30.0
 
 ModelOf = Callable[[str], str | None]
+
+#: The reason of a session judgement requeued because a shutdown ended its session.
+STOPPED_BY_SHUTDOWN = "stopped by a shutdown"
+_SHUTDOWN_SIGNALS = (SIGTERM, SIGINT, SIGHUP)
+_SHUTDOWN_CODES = frozenset(int(s) for s in _SHUTDOWN_SIGNALS)  # -N: killed by signal N
+_SHUTDOWN_EXITS = frozenset(128 + int(s) for s in _SHUTDOWN_SIGNALS)  # the supervisor's 128+N
 
 
 def lines_for(host: str) -> list[str]:
@@ -208,13 +218,22 @@ def requeue_front(
 
 
 def worker_died(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
-    """RQ gave up on a session job (its worker died): ask the question again, from the front."""
+    """RQ gave up on a session job (its worker died): ask the question again, from the front.
+
+    The death is counted on the record (`deaths`), as the code and typed tiers count theirs:
+    after DISPATCHQ_JOB_RETRIES deaths the judgement fails with the reason "its worker died
+    N times", so a session that reliably kills its worker cannot block the line.
+    """
     record = window.records.get(jid)
     if record is None or record.status != "running":
         return
     window.store.clear_running(record.id)
     if slot is not None:
         window.release(slot, probes)
+    deaths = window.records.add_death(record.id)
+    if deaths > window.settings.job_retries:
+        _fail(window, record, f"its worker died {deaths} time{'s' if deaths != 1 else ''}", {})
+        return
     resume = getattr(record, "session_id", None)
     fields = {"resume_session": resume} if resume else {}
     requeue_front(window, record, "its session worker died", **fields)
@@ -391,6 +410,13 @@ def _run(
         return "missing executable"
     window.store.count_spawned()
     write_session_log(settings.data_dir, record.id, result)
+    if ended_by_shutdown(result):
+        # Not the session's doing: back to the front uncharged (no attempt, no death), to
+        # resume the same session when a worker takes it again.
+        fields = {"resume_session": result.session_id} if result.session_id else {}
+        requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
+        hooks.not_spawned(runtime, record, STOPPED_BY_SHUTDOWN)  # not an attempt
+        return "stopped by a shutdown"
     outcome = read_outcome(
         result.stdout,
         now=datetime.now(UTC),
@@ -419,6 +445,18 @@ def _run(
         window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
     hooks.after_session(runtime, record, outcome, result)
     return accounted
+
+
+def ended_by_shutdown(result: LaunchResult) -> bool:
+    """Did a shutdown signal (SIGTERM, SIGINT, SIGHUP) end the session, not the launcher?
+
+    A unit stop signals the worker, the session's process group, or both (systemd's
+    `KillMode=control-group`); the supervisor forwards them and exits 128+N. The launcher's
+    own SIGTERM (a timeout, a cancel) is not a shutdown.
+    """
+    if result.timed_out or result.cancelled or result.returncode is None:
+        return False
+    return -result.returncode in _SHUTDOWN_CODES or result.returncode in _SHUTDOWN_EXITS
 
 
 def block_host(window: Window, record: Record, reason: str, fingerprint: str) -> None:

@@ -483,3 +483,124 @@ def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was
     formation.start("scheduler-2", ["scheduler"], env)
     formation.wait_for(lambda: client.hget(marker, "state") == b"probing", 60, "the retrigger to fire late")
     assert formation.exited() == {}, formation.output()
+
+
+# --- the session tier: a worker's death is counted, a shutdown is not ------------------------
+FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "fake_claude.py"
+FAKE_ARGS = "-p --output-format stream-json --verbose"
+SESSION_CONFIG = 'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
+
+
+def _session_env(env: dict[str, str], tmp_path: Path, *steps: dict[str, Any]) -> dict[str, str]:
+    """The fake `claude` as the session command, driven by a plan of `steps` (then: answer)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(list(steps)))
+    write_config(tmp_path / "dispatchq.yaml", SESSION_CONFIG)
+    return {
+        **env,
+        "DISPATCHQ_SESSION_COMMAND": f"{sys.executable} {FAKE_CLAUDE} {FAKE_ARGS}",
+        "DISPATCHQ_TIMEZONE": "UTC",
+        "FAKE_CLAUDE_SPAWN_LOG": str(tmp_path / "spawns.log"),
+        "FAKE_CLAUDE_PLAN": str(plan),
+    }
+
+
+def _spawns(tmp_path: Path, scenario: str | None = None) -> int:
+    log = tmp_path / "spawns.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum(1 for line in lines if scenario is None or line.split()[-1] == scenario)
+
+
+def _enqueue_sessions(env: dict[str, str], targets: list[str]) -> list[str]:
+    lines = "\n".join(json.dumps({"kind": "ask", "target": t}) for t in targets)
+    done = run_cli(["enqueue", "-"], env, input=lines + "\n")
+    assert done.returncode == 0, done.stderr
+    return [line.split("\t")[1] for line in done.stdout.splitlines()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+def test_a_session_worker_killed_again_and_again_on_one_judgement_fails_it_after_job_retries_deaths(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """Deaths are counted on the session judgement's record too: it cannot block the line forever."""
+    retries = 2
+    hang = {"match": "doomed", "scenario": "hang"}
+    env = _session_env(
+        {
+            **dq_env,
+            "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+            "DISPATCHQ_JOB_RETRIES": str(retries),
+        },
+        tmp_path,
+        *[hang] * (retries + 2),  # one more than it may take: a spawn after the failure would show
+    )
+    own_redis.ensure_running()
+    doomed, *others = _enqueue_sessions(env, ["doomed", "next-1", "next-2"])
+    store = Store(own_redis.client())
+    for kill in range(1, retries + 2):
+        worker = formation.start(f"session-{kill}", ["worker", "session"], env)
+        formation.wait_for(
+            lambda kill=kill: _spawns(tmp_path, "hang") >= kill, 90, f"spawn {kill} of the doomed session"
+        )
+        assert _spawns(tmp_path) == kill  # it went back to the front each time: nothing else ran
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        del formation.procs[f"session-{kill}"]  # killed on purpose; a supervisor starts the next one
+    formation.start("session-last", ["worker", "session"], env)
+
+    formation.wait_for(
+        lambda: store.statuses(others) == ["answered"] * 2, 120, "the rest of the line answered"
+    )
+    record = store.get(doomed)
+    assert record is not None
+    assert record.status == "failed", (record.status, record.reason)
+    assert getattr(record, "deaths", 0) == retries + 1
+    assert record.reason == f"its worker died {retries + 1} times"
+    assert record.trail[-1].outcome == "failed"
+    assert _spawns(tmp_path, "hang") == retries + 1  # no spawn loop
+    _answered_once(store, others)
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharged(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """A unit stop with systemd's `KillMode=control-group` signals both: not the session's fault."""
+    seen = tmp_path / "halted.json"
+    env = _session_env(
+        {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"},
+        tmp_path,
+        {"match": "halted", "scenario": "hang", "record": str(seen)},
+    )
+    own_redis.ensure_running()
+    halted, after = _enqueue_sessions(env, ["halted", "after"])
+    store = Store(own_redis.client())
+    worker = formation.start("session-1", ["worker", "session"], env)
+    formation.wait_for(seen.exists, 90, "the session to start")
+    pgid = json.loads(seen.read_text())["pgid"]
+
+    worker.send_signal(signal.SIGTERM)
+    os.killpg(pgid, signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, formation.output()  # a requested stop: the one clean exit
+    del formation.procs["session-1"]
+    record = store.get(halted)
+    assert record is not None
+    assert record.status in ("queued", "waiting"), (record.status, record.reason)
+    assert record.reason == "stopped by a shutdown"
+    assert record.attempts == 0 and getattr(record, "deaths", 0) == 0  # uncharged
+    assert record.trail[-1].outcome == "requeued" and record.trail[-1].why == "stopped by a shutdown"
+    assert store.line_ids(keys.session_line())[0] == halted  # at the front, before `after`
+
+    formation.start("session-2", ["worker", "session"], env)
+    formation.wait_for(
+        lambda: store.statuses([halted, after]) == ["answered"] * 2, 90, "a new worker to answer both"
+    )
+    _answered_once(store, [halted, after])
+    record = store.get(halted)
+    assert record is not None and record.attempts == 0
+    assert not any("session failed" in step.why for step in record.trail), record.trail
+    assert _spawns(tmp_path) == 3  # the halted one twice, the other once
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()
