@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -352,3 +352,32 @@ class PtyProcess:
     def close(self) -> None:
         self.kill()
         os.close(self.master)
+
+
+# --- driving real `dispatchq findings` processes (the interruption tests) ----------------
+def until(predicate: Callable[[], Any], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def start(world: World, command: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        world.argv(command, "--json"),
+        env=world.env,
+        cwd=world.tmp,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def fixer_count(world: World) -> int:
+    return sum("dispatchq's fixer" in p for p in world.prompts())
+
+
+def analyst_count(world: World) -> int:
+    return sum("decision analyst" in p for p in world.prompts())

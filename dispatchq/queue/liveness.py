@@ -33,6 +33,8 @@ class JobLiveness:
     state: State
     why: str
     worker: str | None = None
+    #: The job's last heartbeat (epoch), when it was started.
+    heartbeat: float | None = None
 
 
 def live_rq_workers(client: redis.Redis) -> set[str]:
@@ -58,8 +60,9 @@ def job_liveness(client: redis.Redis, job_id: str | None, *, workers: set[str] |
         return JobLiveness("alive", str(status))
     if status == JobStatus.STARTED:
         names = live_rq_workers(client) if workers is None else workers
+        beat = job.last_heartbeat.timestamp() if job.last_heartbeat is not None else None
         if job.worker_name and job.worker_name not in names:
-            return JobLiveness("orphaned", "its worker died", job.worker_name)
-        return JobLiveness("alive", "started", job.worker_name)
+            return JobLiveness("orphaned", "its worker died", job.worker_name, beat)
+        return JobLiveness("alive", "started", job.worker_name, beat)
     # finished, failed, stopped, canceled: the job ended but the record was never told.
     return JobLiveness("lost", f"its job ended ({status}) without answering")

@@ -76,7 +76,9 @@ class DispatchqWorker(SimpleWorker):
         while True:
             try:
                 super().heartbeat(timeout, pipeline)
-                if self.runtime is not None and pipeline is None:
+                if self.runtime is not None:
+                    # Also while a job runs (RQ's job monitor beats with a pipeline): a busy
+                    # worker is alive, and `status` must not count it dead.
                     self.runtime.store.publish_worker(self.name, self.facts(), ttl=self.worker_ttl + 60)
                 return
             except Exception as error:

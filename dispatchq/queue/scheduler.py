@@ -27,7 +27,7 @@ from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
 from dispatchq import keys
-from dispatchq.queue.liveness import job_liveness, live_rq_workers
+from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
@@ -170,17 +170,39 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
     ]
     if not running:
         return 0
-    workers = live_rq_workers(runtime.redis)
+    workers = published_workers(runtime)
     lost: dict[str, Seen] = {}
     for record in running:
+        job_id = getattr(record, "job", None)
+        alive = job_liveness(runtime.redis, job_id, workers=workers)
+        if alive.state == "orphaned":
+            _say_orphaned(runtime, record.id, alive.heartbeat)
+            continue
         if record.updated_at and now - record.updated_at < min_age:
             continue
-        job_id = getattr(record, "job", None)
         if job_id and _scheduled(runtime, job_id):
             continue
-        if job_liveness(runtime.redis, job_id, workers=workers).state == "lost":
+        if alive.state == "lost":
             lost[record.id] = ("running", job_id)
     return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
+
+
+def published_workers(runtime: Runtime) -> set[str]:
+    """Workers alive by their own recent heartbeat (a killed one drops out within
+    heartbeat interval + grace, not when RQ's 7-minute registration expires)."""
+    ttl = runtime.settings.heartbeat_interval + runtime.settings.heartbeat_grace
+    return {str(w.get("name")) for w in runtime.store.live_workers(ttl=ttl)}
+
+
+def _say_orphaned(runtime: Runtime, jid: str, heartbeat: float | None) -> None:
+    """A running judgement whose worker died keeps its status and says so, with when RQ
+    will run its job again (once the job's heartbeat lapses and a worker's maintenance
+    finds it abandoned)."""
+    settings = runtime.settings
+    base = heartbeat if heartbeat is not None else time.time()
+    when = base + settings.heartbeat_interval + settings.heartbeat_grace + settings.recovery_interval
+    at = datetime.fromtimestamp(when, UTC).strftime("%H:%M:%S UTC")
+    runtime.store.set_fields(jid, reason=f"orphaned: its worker died, retried at about {at}")
 
 
 def _queued_nowhere(runtime: Runtime, job: Job) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq import keys
 from dispatchq.core.judgement import STATUSES, TIERS
-from dispatchq.queue.liveness import job_liveness, live_rq_workers
+from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 from dispatchq.storage.triage import TriageStorage
@@ -60,7 +60,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "scheduled_jobs": scheduler_for(rt).count(),
         },
         "typed": _typed_status(rt, details),
-        "judgements_orphaned": _orphaned(rt),
+        "judgements_orphaned": _orphaned(rt, details),
     }
     data.update(window_section(rt))
     data["triage"] = triage_section(TriageStorage(rt.redis))
@@ -79,7 +79,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
     return {"keyless": keyless, "keyless_worker_host": host}
 
 
-def _orphaned(rt: Runtime) -> int:
+def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
     store = rt.store
     running = [
@@ -87,7 +87,7 @@ def _orphaned(rt: Runtime) -> int:
     ]
     if not running:
         return 0
-    workers = live_rq_workers(rt.redis)
+    workers = {str(w.get("name")) for w in details}
     return sum(
         1
         for r in running

@@ -485,6 +485,45 @@ def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was
     assert formation.exited() == {}, formation.output()
 
 
+def test_status_tells_the_truth_about_a_dead_worker_and_its_orphaned_judgements(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """A killed worker stops being counted within its heartbeat; its running judgements keep
+    their status, are counted as orphaned, and say so (with when RQ will run them again)."""
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    own_redis.ensure_running()
+    first, _calls = _blocking_kind(tmp_path)
+    ids = _enqueue(env, 3)
+    doomed = formation.start("code-1", ["worker", "code"], env)
+    formation.wait_for(first.exists, 60, "the first job to start running")
+
+    def status() -> dict[str, Any]:
+        done = run_cli(["status", "--json"], env)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    alive = status()
+    assert alive["workers"]["code"] == 1 and alive["judgements_orphaned"] == 0
+    assert [w["tier"] for w in alive["worker_details"]] == ["code"]
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    del formation.procs["code-1"]
+
+    # Within heartbeat interval + grace (1 s + 3 s here) the dead worker is no longer counted.
+    formation.wait_for(lambda: status()["workers"]["code"] == 0, 30, "the dead worker to drop out")
+    assert status()["judgements_orphaned"] == 3
+    done = run_cli(["scheduler", "--burst"], env)  # one maintenance round: reconciliation
+    assert done.returncode == 0, done.stderr
+    store = Store(own_redis.client())
+    records = store.get_many(ids)
+    assert [r.status for r in records if r is not None] == ["running"] * 3
+    assert all((r.reason or "").startswith("orphaned: its worker died, retried at") for r in records if r)
+
+    formation.start("code-2", ["worker", "code"], env)
+    formation.wait_for(lambda: store.count("answered") == 3, 90, "every judgement answered")
+    _answered_once(store, ids)
+
+
 # --- the session tier: a worker's death is counted, a shutdown is not ------------------------
 FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "fake_claude.py"
 FAKE_ARGS = "-p --output-format stream-json --verbose"

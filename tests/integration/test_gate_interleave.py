@@ -12,22 +12,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.gate_support import (
-    GONE,
-    REMOVE,
-    REMOVE_EDIT,
-    World,
-    finding_block,
-    fixer_step,
-    make_world,
-)
+from tests.gate_support import GONE, REMOVE, REMOVE_EDIT, World, finding_block, fixer_step, make_world, until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 
@@ -47,14 +37,6 @@ def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
         finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`")
         + finding_block("DOC-1", "Guide cites a removed script"),
     )
-
-
-def until(predicate: Callable[[], Any], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def fixer_prompts(world: World) -> list[str]:

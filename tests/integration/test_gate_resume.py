@@ -10,10 +10,7 @@ run out. The tests that wait for that are marked slow (tens of seconds, bounded)
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +25,15 @@ from tests.gate_support import (
     REMOVE_EDIT,
     World,
     analysis,
+    analyst_count,
     analyst_step,
     finding_block,
+    fixer_count,
     fixer_step,
     make_world,
     standard_alternatives,
+    start,
+    until,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
@@ -50,34 +51,6 @@ def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
         finding_block("DOC-1", "Guide cites a removed script")
         + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`"),
     )
-
-
-def until(predicate: Callable[[], Any], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def start(world: World, command: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        world.argv(command, "--json"),
-        env=world.env,
-        cwd=world.tmp,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def fixer_count(world: World) -> int:
-    return sum("dispatchq's fixer" in p for p in world.prompts())
-
-
-def analyst_count(world: World) -> int:
-    return sum("decision analyst" in p for p in world.prompts())
 
 
 # --- stages 0 and 2 ---------------------------------------------------------------------------
