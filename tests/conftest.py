@@ -3,19 +3,46 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatchq.storage.connection import EmbeddedRedis, process_alive
 from tests.fakes.typesafe_api import FakeTypeSafeAPI
 
 
+@pytest.fixture(scope="session")
+def data_home() -> Iterator[Path]:
+    """This test process's own XDG_DATA_HOME, so the default data dir is never the user's.
+
+    Without it a test that runs a command on the embedded default reads whatever server
+    happens to be up in ~/.local/share/dispatchq (the demo's, another run's): its result
+    then depends on the machine, not on the code.
+    """
+    home = Path(tempfile.mkdtemp(prefix="dq-data-home-"))
+    try:
+        yield home
+    finally:
+        default = home / "dispatchq"
+        if (default / "redis.pid").exists():
+            EmbeddedRedis(default).stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def clear_dispatchq_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test depends on the shell: every TYPESAFE_* and DISPATCHQ_* variable is unset."""
+def clear_dispatchq_env(monkeypatch: pytest.MonkeyPatch, data_home: Path) -> None:
+    """No test depends on the shell: every TYPESAFE_* and DISPATCHQ_* variable is unset,
+    and the default data dir is this test process's own."""
     for name in list(os.environ):
         if name.startswith(("TYPESAFE_", "DISPATCHQ_")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
 
 
 @pytest.fixture
@@ -28,15 +55,6 @@ def typesafe_api() -> Iterator[FakeTypeSafeAPI]:
 # --- real Redis ----------------------------------------------------------------------------
 # One embedded server per pytest-xdist worker (its own data dir), started once and
 # flushed before each test that asks for it, so parallel workers never share keys.
-
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from dispatchq.storage.connection import EmbeddedRedis, process_alive  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -120,6 +120,20 @@ def test_check_text_output(repo: Path) -> None:
     assert "  location: docs/a.md:1 (usable)" in out
     assert "  location-less (symlink escape) 'out/secret.md:1'" in out
     assert f"{repo / 'review.md'}:15: **Status:** must be the first non-blank line" in out
+    # `check` never starts the embedded server, and this test process's default has none
+    # running: the summary is followed by the one line saying tamper was not checked.
+    *_, summary, tamper = out.rstrip().splitlines()
+    assert summary.endswith("violation(s)")
+    assert tamper.startswith("tamper evidence not checked: cannot reach Redis")
+
+
+def test_check_reads_tamper_evidence_when_redis_is_up(
+    repo: Path, redis_server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPATCHQ_DATA_DIR", str(redis_server.data_dir))  # type: ignore[attr-defined]
+    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo))
+    assert code == 1
+    assert "tamper evidence not checked" not in out
     assert out.rstrip().endswith("violation(s)")
 
 
