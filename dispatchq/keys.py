@@ -46,6 +46,7 @@ __all__ = [
     "queue_name",
     "record",
     "retrigger_lock",
+    "retrigger_request",
     "session_host_probe",
     "session_line",
     "status_index",
@@ -135,6 +136,11 @@ def marker(scope: str) -> str:
 def retrigger_lock(scope: str) -> str:
     """Lock held while the one retrigger of a scope is (re)scheduled."""
     return f"{PREFIX}:marker:{scope}:retrigger-lock"
+
+
+def retrigger_request(scope: str) -> str:
+    """Set by whoever changed a scope's marker: its retrigger must be (re)scheduled."""
+    return f"{PREFIX}:marker:{scope}:retrigger-request"
 
 
 SESSION_LINES_PATTERN = f"{PREFIX}:session:line*"  # SCAN pattern matching every host's line

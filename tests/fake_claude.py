@@ -233,7 +233,10 @@ def main() -> int:
         write_json(setting("RECORD"), record)
 
     now = time.time()
-    resets_at = int(float(setting("RESETS_AT") or now + 3600))
+    # RESETS_IN counts from the session's own start, so a test on a loaded machine cannot
+    # see its reset pass before the session even ran.
+    resets_in = setting("RESETS_IN")
+    resets_at = int(float(setting("RESETS_AT") or (now + float(resets_in) if resets_in else now + 3600)))
     rate_type = setting("RATE_LIMIT_TYPE", "five_hour")
     events: list[dict] = []
 

@@ -44,33 +44,53 @@ def window_for(runtime: Runtime) -> Window:
 def schedule_retrigger(runtime: Runtime, window: Window, scope: str) -> str | None:
     """Make the scheduled retriggers for `scope` exactly one, at the marker's lift instant.
 
-    Done under a short lock so that concurrent raisers, whatever their order, leave
-    one job at the latest time rather than one each.
+    Concurrent raisers, whatever their order, must leave one job at the latest time rather
+    than one each. Each raiser records a request, then whoever holds the scope's lock
+    serves requests until none is left; one that finds the lock held returns at once, and
+    the holder, which checks again after releasing, serves its request. Returns the job id
+    when this call scheduled it.
     """
     store = window.store
-    with store.retrigger_lock(scope):
-        marker = window.get(scope)
-        scheduler = scheduler_for(runtime)
-        for job in list(scheduler.get_jobs()):
-            if job.func_name == RETRIGGER_JOB and job.args and job.args[0] == scope:
-                scheduler.cancel(job)
-        if marker is None or not marker.closed():
-            store.clear_marker_field(scope, "retrigger")
-            return None
-        # rq-scheduler keeps whole seconds: round up so it never fires before the lift.
-        at = datetime.fromtimestamp(math.ceil(marker.lifts_at), UTC)
-        job = scheduler.enqueue_at(
-            at,
-            RETRIGGER_JOB,
-            scope,
-            marker.lifts_at,
-            queue_name=keys.CONTROL_QUEUE,
-            timeout=60,
-            job_result_ttl=0,
-            job_description=f"dispatchq retrigger {scope}",
-        )
-        store.set_marker_fields(scope, retrigger=job.id)
-        return str(job.id)
+    store.request_retrigger(scope)
+    job_id: str | None = None
+    while True:
+        lock = store.retrigger_lock(scope)
+        if not lock.acquire():
+            return job_id
+        try:
+            while store.take_retrigger_request(scope):
+                job_id = _schedule_one(runtime, window, scope)
+        finally:
+            lock.release()
+        if not store.retrigger_requested(scope):
+            return job_id
+
+
+def _schedule_one(runtime: Runtime, window: Window, scope: str) -> str | None:
+    """Cancel the scope's retriggers and schedule one at the marker's lift, if it is closed."""
+    store = window.store
+    marker = window.get(scope)
+    scheduler = scheduler_for(runtime)
+    for job in list(scheduler.get_jobs()):
+        if job.func_name == RETRIGGER_JOB and job.args and job.args[0] == scope:
+            scheduler.cancel(job)
+    if marker is None or not marker.closed():
+        store.clear_marker_field(scope, "retrigger")
+        return None
+    # rq-scheduler keeps whole seconds: round up so it never fires before the lift.
+    at = datetime.fromtimestamp(math.ceil(marker.lifts_at), UTC)
+    job = scheduler.enqueue_at(
+        at,
+        RETRIGGER_JOB,
+        scope,
+        marker.lifts_at,
+        queue_name=keys.CONTROL_QUEUE,
+        timeout=60,
+        job_result_ttl=0,
+        job_description=f"dispatchq retrigger {scope}",
+    )
+    store.set_marker_fields(scope, retrigger=job.id)
+    return str(job.id)
 
 
 def retrigger(runtime: Runtime, scope: str, lifts_at: float) -> str:

@@ -129,8 +129,23 @@ class WindowStore:
         return bool(pipe.execute()[0])
 
     def retrigger_lock(self, scope: str) -> Lock:
-        """The short lock under which a scope's one retrigger is (re)scheduled."""
-        return cast("Lock", self.redis.lock(keys.retrigger_lock(scope), timeout=10, blocking_timeout=10))
+        """The short lock under which a scope's one retrigger is (re)scheduled.
+
+        Never waited for: a raiser that finds it held leaves a request (below) that the
+        holder serves, so sixteen sessions reporting at once cost one holder a few loops
+        instead of fifteen waiters a lock timeout.
+        """
+        return cast("Lock", self.redis.lock(keys.retrigger_lock(scope), timeout=30, blocking=False))
+
+    def request_retrigger(self, scope: str) -> None:
+        self.redis.set(keys.retrigger_request(scope), "1", ex=3600)
+
+    def take_retrigger_request(self, scope: str) -> bool:
+        """Consume the request; True when there was one."""
+        return bool(self.redis.delete(keys.retrigger_request(scope)))
+
+    def retrigger_requested(self, scope: str) -> bool:
+        return bool(self.redis.exists(keys.retrigger_request(scope)))
 
     # --- probes and slots ---------------------------------------------------------------
     def try_probe(self, scope: str, holder: str, lease: float) -> bool:

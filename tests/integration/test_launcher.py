@@ -354,7 +354,9 @@ def test_timeout_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) ->
         "p",
         cwd=tmp_path,
         env=fake_env(tmp_path, scenario="hang", ignore_term="1", grandchild="1", record=str(record)),
-        timeout=0.5,
+        # Long enough for the fake to start and record itself on a loaded machine: a
+        # session killed before it ran proves nothing about escalation.
+        timeout=5.0,
         kill_grace=0.5,
     )
 

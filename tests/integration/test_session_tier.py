@@ -465,7 +465,9 @@ def test_concurrent_reports_keep_the_latest_lift_and_one_retrigger(harness: Harn
         for o in offsets
     ]
     harness.wait(  # every reporter imported and connected, so they really race
-        lambda: all(Path(f"{go}.s{o}").exists() for o in offsets), "the reporters to be ready"
+        lambda: all(Path(f"{go}.s{o}").exists() for o in offsets),
+        "the reporters to be ready",
+        timeout=120,  # ten interpreters importing dispatchq at once on two loaded cores
     )
     go.write_text("")
     for proc in procs:
@@ -656,11 +658,10 @@ def test_run_while_the_window_is_closed_names_why_and_exits_zero(harness: Harnes
 # --- cut off mid-run: resumed from the same cwd --------------------------------------------------
 def test_a_session_cut_off_mid_run_is_resumed_from_the_same_cwd(harness: Harness) -> None:
     first, second = harness.tmp / "first.json", harness.tmp / "second.json"
-    resets = int(time.time()) + 4
     harness.plan(
         {
             "scenario": "limit_mid_run",
-            "resets_at": str(resets),
+            "resets_in": "4",
             "session_id": "cut-0001",
             "record": str(first),
         },
