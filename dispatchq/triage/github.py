@@ -203,9 +203,9 @@ def map_delivery(
     `state_paths`: the union of the `state:` lists of the rules this event triggers, or
     None when any of them asks for the whole (trimmed) payload.
     """
-    state = trim(payload)
-    if state_paths is not None:
-        state = narrow(state, state_paths)
+    # Narrowed first, then trimmed (the same state, but for a path naming a dropped key), so a rule
+    # that asks for two fields does not pay for walking the whole 12-24 KB payload.
+    state = trim(payload if state_paths is None else narrow(payload, state_paths))
     return {
         "event": event_name(event, payload),
         "target": target_of(event, payload),
