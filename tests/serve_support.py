@@ -174,3 +174,22 @@ class Server:
     @property
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+def module_env(redis_server: Any, directory: Path, check: str, **extra: str) -> dict[str, str]:
+    """What `dq_env` gives a test, for a server shared by a module's tests (its own directory)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCHQ_", "TYPESAFE_"))}
+    (directory / "dispatchq.yaml").write_text(CONFIG.format(check=check))
+    env.update(
+        DISPATCHQ_DATA_DIR=str(redis_server.data_dir),
+        DISPATCHQ_CHECKOUT_ROOTS=str(directory),
+        DISPATCHQ_CONFIG=str(directory / "dispatchq.yaml"),
+        DISPATCHQ_RECOVERY_INTERVAL="2",
+        DISPATCHQ_HEARTBEAT_INTERVAL="1",
+        DISPATCHQ_HEARTBEAT_GRACE="3",
+        XDG_DATA_HOME=str(directory / "xdg"),
+        PYTHONPATH=f"{REPO}{os.pathsep}{directory}",
+        DISPATCHQ_GITHUB_WEBHOOK_SECRET=SECRET,
+        **extra,
+    )
+    return env

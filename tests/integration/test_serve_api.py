@@ -14,30 +14,32 @@ import pytest
 
 from dispatchq import keys
 from dispatchq.storage.connection import redis_server_binary
-from tests.conftest import counting_check, run_cli, wait_for, write_config
-from tests.serve_support import CONFIG, SECRET, Server, free_port, request
+from tests.conftest import counting_check, run_cli, wait_for
+from tests.serve_support import Server, free_port, module_env, request
 
 TOKEN = "serve-api-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NDJSON = {**AUTH, "Content-Type": "application/x-ndjson"}
 
 
-@pytest.fixture
-def env(dq_env: dict[str, str], tmp_path: Path, redis_client: Any) -> dict[str, str]:
-    check, _ = counting_check(tmp_path, answer="'ok'")
-    write_config(tmp_path / "dispatchq.yaml", CONFIG.format(check=check))
-    return {
-        **dq_env,
-        "PYTHONPATH": f"{dq_env['PYTHONPATH']}:{tmp_path}",
-        "DISPATCHQ_GITHUB_WEBHOOK_SECRET": SECRET,
-        "DISPATCHQ_API_TOKEN": TOKEN,
-    }
+@pytest.fixture(scope="module")
+def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    directory = tmp_path_factory.mktemp("serve")
+    check, _ = counting_check(directory, answer="'ok'")
+    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN=TOKEN)
 
 
-@pytest.fixture
-def server(env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
-    with Server(env, tmp_path) as running:
+@pytest.fixture(scope="module")
+def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the module's tests (it starts in seconds, not milliseconds)."""
+    with Server(env, tmp_path_factory.mktemp("serve-log")) as running:
         yield running
+
+
+@pytest.fixture
+def server(module_server: Server, redis_client: Any) -> Server:
+    """The module's server over a flushed Redis (`redis_client` flushes it for each test)."""
+    return module_server
 
 
 def test_json_lines_good_and_bad_lines_answer_per_line_like_enqueue(
