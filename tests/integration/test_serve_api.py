@@ -26,7 +26,8 @@ NDJSON = {**AUTH, "Content-Type": "application/x-ndjson"}
 def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     directory = tmp_path_factory.mktemp("serve")
     check, _ = counting_check(directory, answer="'ok'")
-    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN=TOKEN)
+    (directory / "api-token").write_text(TOKEN + "\n")  # from a file, as the systemd unit gives it
+    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN_FILE=str(directory / "api-token"))
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def test_without_the_token_every_route_but_health_and_webhooks_is_401(server: Se
 
 
 def test_a_host_beyond_loopback_without_a_token_is_refused(env: dict[str, str]) -> None:
-    without = {k: v for k, v in env.items() if k != "DISPATCHQ_API_TOKEN"}
+    without = {k: v for k, v in env.items() if not k.startswith("DISPATCHQ_API_TOKEN")}
     done = run_cli(["serve", "--host", "0.0.0.0", "--port", str(free_port())], without, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
