@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: Events GitHub sends without an `action` (their name alone is the triage event name).
-NO_ACTION_EVENTS = frozenset({"push", "create", "delete", "status", "public", "fork", "gollum", "watch"})
+NO_ACTION_EVENTS = frozenset({"push", "create", "delete", "status", "public", "fork", "gollum"})
 
 _DROPPED_EXACT = frozenset({"node_id", "gravatar_id", "_links"})
 
@@ -160,6 +160,7 @@ def _item_of(event: str, payload: Mapping[str, Any]) -> str | None:
         ("check_suite", "check_suite"),
         ("workflow_run", "workflow_run"),
         ("label", "label"),
+        ("discussion", "discussion"),
     ):
         value = payload.get(key)
         if isinstance(value, Mapping) and isinstance(value.get("id"), int | str):

@@ -150,3 +150,14 @@ def test_rules_may_name_an_event_with_or_without_its_action_and_narrow_its_state
 def test_a_bad_state_list_names_the_rule_and_field(value: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _config([{"id": "r", "events": ["issues"], "state": value, "actions": [{"op": "close"}]}])
+
+
+def test_an_event_that_has_an_action_keeps_it_and_a_discussion_is_its_own_item() -> None:
+    assert event_name("watch", {"action": "started"}) == "watch.started"
+    discussion = {
+        "action": "created",
+        "discussion": {"id": 9, "number": 3},
+        "repository": {"full_name": "a/b"},
+    }
+    envelope = map_delivery("discussion", discussion)
+    assert (envelope["target"], envelope["item"]) == ("a/b", "discussion:9")  # not an issue: no #number
