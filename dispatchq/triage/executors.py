@@ -300,6 +300,15 @@ class IssueRef:
         return f"/repos/{self.owner}/{self.repo}/issues/{self.number}"
 
 
+class _HiddenTokenAuth(TokenAuthStrategy):
+    """githubkit's token auth, whose dataclass repr would print the token: here it prints ***."""
+
+    def __repr__(self) -> str:
+        return "TokenAuthStrategy(token='***')"
+
+    __str__ = __repr__
+
+
 class _RetryPolicy:
     """githubkit's `auto_retry` decision: what is worth another try, and after how long.
 
@@ -406,7 +415,7 @@ class GitHubExecutor:
             raise ExecutorError("DISPATCHQ_GITHUB_TOKEN is not set: the github executor cannot act")
         if self._github is None:
             self._github = GitHub(
-                TokenAuthStrategy(self._token.reveal()),
+                _HiddenTokenAuth(self._token.reveal()),
                 base_url=self.api_url + "/",
                 user_agent="dispatchq",
                 timeout=self._timeout,

@@ -361,6 +361,7 @@ def test_the_token_never_appears_in_errors_or_reprs(github: FakeGitHub, client: 
     assert "***" in str(caught.value)
     assert wrong not in repr(executor) and wrong not in str(executor)
     assert wrong not in repr(vars(executor))
+    assert executor._github is not None and wrong not in repr(vars(executor._github))  # githubkit's auth too
     executor.close()
 
 
