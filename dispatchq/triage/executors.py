@@ -101,6 +101,10 @@ class Executor(Protocol):
 
     def perform(self, action: Command, target: str) -> ActionResult: ...
 
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq itself added (e.g. its `needs-triage`); refuse any other."""
+        ...
+
     def close(self) -> None:
         """Release what the executor holds (a connection pool); the caller calls it once, at the end."""
         ...

@@ -445,3 +445,12 @@ def test_the_recording_executor_honours_its_op_list(client: fakeredis.FakeRedis)
     with pytest.raises(ExecutorError):
         recording.perform(Command("comment", body="x", marker="<!-- m -->"), TARGET)
     assert recording.recorded() == []
+
+
+def test_both_executors_offer_remove_label_through_the_protocol(
+    executor: GitHubExecutor, client: fakeredis.FakeRedis
+) -> None:
+    from dispatchq.triage.executors import Executor
+
+    for each in (executor, RecordingExecutor(TriageStorage(client))):
+        assert isinstance(each, Executor) and callable(each.remove_label)
