@@ -361,8 +361,8 @@ def main() -> int:
         "resume": lambda: resume(bench, args.lifts),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
-        # Its own Redis and two servers; -n is the deliveries per side (default 2,000).
-        "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 2_000),
+        # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
+        "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.repeat),
     }
     try:
         for name in args.which:
