@@ -208,3 +208,24 @@ def test_the_webhook_route_needs_no_bearer_token_but_the_others_do(server: Serve
     assert request(server.port, "GET", "/healthz").status == 200
     refused = request(server.port, "POST", "/judgements", b"{}", {"Content-Type": "application/json"})
     assert refused.status == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_signed_delivery_without_its_headers_or_as_a_form_is_refused_and_not_recorded(
+    server: Server, redis_client: Any
+) -> None:
+    body = payload("issues", "opened.payload.json")
+    signed = {"X-Hub-Signature-256": sign(body), "Content-Type": "application/json"}
+    no_id = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Event": "issues"})
+    assert no_id.status == 400 and "X-GitHub-Delivery" in no_id.json["error"]
+    no_event = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Delivery": "d-x"})
+    assert no_event.status == 400 and "X-GitHub-Event" in no_event.json["error"]
+    form = {**signed, "Content-Type": "application/x-www-form-urlencoded"}
+    as_form = request(
+        server.port,
+        "POST",
+        "/webhooks/github",
+        body,
+        {**form, "X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-f"},
+    )
+    assert as_form.status == 415 and "application/json" in as_form.json["error"]
+    assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
