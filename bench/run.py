@@ -19,6 +19,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
   spawns while the window was closed (target 0), with real worker and scheduler processes
   and a fake session command; against a bare RQ worker held by `rq suspend` and resumed by a
   poller that checks every 5 s (the shortest interval tools in use today poll at).
+- webhooks (`bench/webhooks.py`): signed GitHub deliveries per second accepted by `dispatchq
+  serve` end to end (verified, mapped, enqueued for a typed worker) against a bare Starlette
+  endpoint that only verifies the signature (target >= 0.5x).
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.faults import run_faults  # noqa: E402
+from bench.webhooks import run_webhooks  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -340,7 +344,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume"])
+    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume", "webhooks"])
     parser.add_argument("-n", type=int, default=20_000, help="judgements for the foundation benchmark")
     parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
     parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
@@ -357,6 +361,8 @@ def main() -> int:
         "resume": lambda: resume(bench, args.lifts),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
+        # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
+        "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.repeat),
     }
     try:
         for name in args.which:

@@ -228,3 +228,10 @@ def session_host_probe(host: str) -> str:
 
 WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)
 RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile
+
+
+# Appended for issue 14 (`dispatchq serve`).
+def webhook_delivery(delivery_id: str) -> str:
+    """String with a TTL: JSON {decision_id, event, target, state} of one X-GitHub-Delivery, so a
+    redelivery is answered with the same ids instead of a second decision."""
+    return f"{PREFIX}:webhook:delivery:{delivery_id}"

@@ -48,7 +48,13 @@ __all__ = [
 DAY = 86_400
 
 #: Settings that hold secrets: their values may come from `<ENV>_FILE`.
-SECRET_ENV = ("DISPATCHQ_REDIS_URL", "TYPESAFE_API_KEY", "DISPATCHQ_GITHUB_TOKEN")
+SECRET_ENV = (
+    "DISPATCHQ_REDIS_URL",
+    "TYPESAFE_API_KEY",
+    "DISPATCHQ_GITHUB_TOKEN",
+    "DISPATCHQ_GITHUB_WEBHOOK_SECRET",
+    "DISPATCHQ_API_TOKEN",
+)
 
 
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("dispatchq_environ", default=None)
@@ -249,6 +255,16 @@ class Settings(BaseSettings):
     triage_hourly_budget: int = Field(
         1000, ge=0, description="Provider requests enqueued triage may spend per hour."
     )
+
+    # --- serve (HTTP in and out) ----------------------------------------------------------------------
+    github_webhook_secret: SecretStr | None = Field(
+        None, description="Secret GitHub signs webhook deliveries with; unset: `serve` refuses every one."
+    )
+    api_token: SecretStr | None = Field(
+        None, description="Bearer token `serve` requires on every route but /healthz and /webhooks/github."
+    )
+    serve_host: str = Field("127.0.0.1", description="Address `dispatchq serve` listens on.")
+    serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

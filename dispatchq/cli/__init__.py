@@ -51,6 +51,7 @@ COMMANDS = {
     "settings": "ops",
     "triage": "triage",
     "findings": "findings",
+    "serve": "serve",
 }
 
 

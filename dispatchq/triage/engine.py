@@ -34,6 +34,9 @@ from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decisi
 from dispatchq.triage.table import Entry, Knowledge, RuleError, resolve
 
 __all__ = [
+    "FAILED",
+    "NOT_EXECUTED",
+    "REFUSED",
     "RUNS_KEPT",
     "AnswersFrom",
     "Ask",
@@ -310,6 +313,12 @@ def status_section(storage: TriageStorage, *, last: int = 20) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ result
 
+#: Reasons an entry resolved to apply ends with when the executor did not carry it out:
+#: counted under these in `status`, listed as Failed, never as Applied.
+FAILED = "failed"
+REFUSED = "refused"
+NOT_EXECUTED = frozenset({FAILED, REFUSED})
+
 
 @dataclass(frozen=True)
 class TriageResult:
@@ -325,7 +334,13 @@ class TriageResult:
 
     @property
     def applied(self) -> list[Entry]:
-        return [e for e in self.entries if e.outcome == "apply"]
+        """Actions the executor carried out (or found done): not those it failed or refused."""
+        return [e for e in self.entries if e.outcome == "apply" and e.reason not in NOT_EXECUTED]
+
+    @property
+    def failed(self) -> list[Entry]:
+        """Actions resolved to apply whose write failed or was refused: reported, never counted applied."""
+        return [e for e in self.entries if e.outcome == "apply" and e.reason in NOT_EXECUTED]
 
     @property
     def suggested(self) -> list[Entry]:
@@ -350,6 +365,7 @@ class TriageResult:
             "target": self.event.target,
             "mode": self.mode,
             "applied": [e.to_json() for e in self.applied],
+            "failed": [e.to_json() for e in self.failed],
             "suggested": [e.to_json() for e in self.suggested],
             "suppressed": [e.to_json() for e in self.suppressed],
             "errors": [e.to_json() for e in self.errors],
@@ -376,9 +392,12 @@ class TriageResult:
         ]
         for title, entries in (
             ("Applied", self.applied),
+            ("Failed", self.failed),
             ("Suggested", self.suggested),
             ("Suppressed", self.suppressed),
         ):
+            if title == "Failed" and not entries:
+                continue
             lines.append(f"{title} ({len(entries)})")
             lines.extend("  " + e.render(qtype(e)).replace("\n", "\n  ") for e in entries)
         if self.errors:
@@ -539,9 +558,9 @@ def _perform(
         outcome = executor.perform(_command(entry, config), event.target)
     except (ExecutorError, UserError, OSError) as error:
         log.warning("triage %s [%s] %s failed: %s", event.target, entry.rule, entry.action.text(), error)
-        return replace(entry, executed=f"failed: {error}")
+        return replace(entry, reason=FAILED, executed=f"failed: {error}")
     if outcome.status == "refused":
-        return replace(entry, executed=f"refused: {outcome.detail}")
+        return replace(entry, reason=REFUSED, executed=f"refused: {outcome.detail}")
     store.ledger.record(
         fingerprint,
         {
@@ -671,7 +690,7 @@ def replay(
         after = resolve(what_if, record.event, knowledge, executor=executor, mode=use_mode)
         before_entries = [
             Entry.from_json(e)
-            for part in ("applied", "suggested", "suppressed")
+            for part in ("applied", "failed", "suggested", "suppressed")
             for e in (record.result or {}).get(part, [])
         ]
         before = {(e.rule, e.action.key()): e for e in before_entries}

@@ -19,12 +19,15 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
-import httpx2
+from githubkit import GitHub, Response, TokenAuthStrategy
+from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
+from githubkit.retry import RetryOption
 from pydantic import SecretStr
 
 from dispatchq.core.judgement import canonical_json, sha256_hex
@@ -97,6 +100,10 @@ class Executor(Protocol):
     def supports(self, op: str) -> bool: ...
 
     def perform(self, action: Command, target: str) -> ActionResult: ...
+
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq itself added (e.g. its `needs-triage`); refuse any other."""
+        ...
 
     def close(self) -> None:
         """Release what the executor holds (a connection pool); the caller calls it once, at the end."""
@@ -201,6 +208,10 @@ class RecordingExecutor:
     def recorded(self) -> list[dict[str, Any]]:
         return self._storage.recorded_writes()
 
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq added (its own `needs-triage`); any other is refused, not removed."""
+        return self.perform(Command("label.remove", label=name), target)
+
     def perform(self, action: Command, target: str) -> ActionResult:
         if not self.supports(action.op):
             raise ExecutorError(f"the recording executor does not perform {action.op}")
@@ -293,8 +304,67 @@ class IssueRef:
         return f"/repos/{self.owner}/{self.repo}/issues/{self.number}"
 
 
+class _HiddenTokenAuth(TokenAuthStrategy):
+    """githubkit's token auth, whose dataclass repr would print the token: here it prints ***."""
+
+    def __repr__(self) -> str:
+        return "TokenAuthStrategy(token='***')"
+
+    __str__ = __repr__
+
+
+class _RetryPolicy:
+    """githubkit's `auto_retry` decision: what is worth another try, and after how long.
+
+    - a primary or secondary rate limit: once its `Retry-After` (or `x-ratelimit-reset`)
+      is within `max_wait`; a longer one fails now, saying when to try again;
+    - a 5xx: with exponential back-off, except a comment's POST, which might have landed
+      (its retry is the next delivery's marker search, never a blind second POST);
+    - a transport error or timeout: for a read only.
+    """
+
+    def __init__(self, retries: int, backoff: float, max_wait: float) -> None:
+        self.retries = retries
+        self.backoff = backoff
+        self.max_wait = max_wait
+
+    def __call__(self, exc: GitHubException, count: int) -> RetryOption:
+        if count >= self.retries:
+            return RetryOption(False)
+        if isinstance(exc, RateLimitExceeded):
+            wait = exc.retry_after.total_seconds()
+            if wait > self.max_wait:
+                return RetryOption(False)
+            # githubkit sleeps 60 s for a falsy (zero) delay: never hand it one.
+            return RetryOption(True, timedelta(seconds=max(wait, 0.001)))
+        if isinstance(exc, RequestFailed):
+            request = exc.request
+            comment_post = request.method == "POST" and request.url.path.endswith("/comments")
+            if exc.response.status_code >= 500 and not comment_post:
+                return RetryOption(True, timedelta(seconds=self.backoff * 2**count))
+            return RetryOption(False)
+        if isinstance(exc, RequestError):
+            method = _request_method(exc)
+            if method == "GET":
+                return RetryOption(True, timedelta(seconds=self.backoff * 2**count))
+        return RetryOption(False)
+
+
+def _request_method(exc: RequestError[Any]) -> str | None:
+    try:
+        return str(exc.exc.request.method)
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
+        return None
+
+
 class GitHubExecutor:
-    """Labels, comments, close/reopen and assignment through GitHub's REST API.
+    """Labels, comments, close/reopen and assignment through GitHub's REST API (githubkit).
+
+    githubkit carries the requests: its retry hook (`_RetryPolicy`) waits out rate limits
+    (primary and secondary, honouring `Retry-After`) and retries server errors; lists are
+    read page by page through the `Link: rel="next"` header (a label past the 100th is
+    seen). A write that still fails raises ExecutorError, which the engine reports as
+    failed, never as applied.
 
     The token (`DISPATCHQ_GITHUB_TOKEN`) and the API base URL
     (`DISPATCHQ_GITHUB_API_URL`) are passed in; settings read them, never this class. The token only
@@ -304,7 +374,8 @@ class GitHubExecutor:
 
     name = "github"
     OPS = frozenset({"label.add", "label.remove", "comment", "close", "reopen", "assign"})
-    MAX_COMMENT_PAGES = 20
+    MAX_PAGES = 50
+    PER_PAGE = 100
 
     def __init__(
         self,
@@ -313,6 +384,9 @@ class GitHubExecutor:
         *,
         ledger: Ledger,
         timeout: float = 10.0,
+        retries: int = 3,
+        retry_backoff: float = 1.0,
+        max_retry_wait: float = 60.0,
     ) -> None:
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         self._token = _Token(secret) if secret else None
@@ -322,15 +396,14 @@ class GitHubExecutor:
         self.api_url = api_url.rstrip("/")
         self.ledger = ledger
         self._timeout = timeout
-        self._client: httpx2.Client | None = None
+        self._retry = _RetryPolicy(retries, retry_backoff, max_retry_wait)
+        self._github: GitHub[Any] | None = None
 
     def __repr__(self) -> str:
         return f"GitHubExecutor(api_url={self.api_url!r}, token={'***' if self._token else None})"
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._github = None  # githubkit opens (and closes) an HTTP client per request
 
     def supports(self, op: str) -> bool:
         return op in self.OPS
@@ -341,36 +414,85 @@ class GitHubExecutor:
             text = text.replace(self._token.reveal(), "***")
         return text
 
-    def _call(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+    def _client(self) -> GitHub[Any]:
         if self._token is None:
             raise ExecutorError("DISPATCHQ_GITHUB_TOKEN is not set: the github executor cannot act")
-        if self._client is None:
-            self._client = httpx2.Client(timeout=self._timeout, follow_redirects=False)
-        headers = {
-            "Authorization": f"Bearer {self._token.reveal()}",
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": "2022-11-28",
-            "User-Agent": "dispatchq",
-        }
-        try:
-            response = self._client.request(
-                method, self.api_url + path, json=body, params=params, headers=headers
+        if self._github is None:
+            self._github = GitHub(
+                _HiddenTokenAuth(self._token.reveal()),
+                base_url=self.api_url + "/",
+                user_agent="dispatchq",
+                timeout=self._timeout,
+                follow_redirects=False,
+                http_cache=False,
+                auto_retry=self._retry,
             )
-        except httpx2.HTTPError as error:
-            raise ExecutorError(self._redact(f"{method} {path}: {type(error).__name__}: {error}")) from None
-        if response.status_code >= 300:
+        return self._github
+
+    def _send(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
+    ) -> Response[Any]:
+        github = self._client()
+        try:
+            return github.request(
+                method,
+                path.lstrip("/"),
+                json=body,
+                params=params,
+                headers={"X-GitHub-Api-Version": "2022-11-28"},
+            )
+        except RateLimitExceeded as error:
+            wait = int(error.retry_after.total_seconds())
+            raise ExecutorError(
+                f"{method} {path}: rate limited by GitHub (HTTP {error.response.status_code}); "
+                f"try again in {wait} s"
+            ) from None
+        except RequestFailed as error:
+            response = error.response
             try:
                 message = str(response.json().get("message", ""))
             except (ValueError, AttributeError):
                 message = response.text
             message = " ".join(message.split())[:200]
-            raise ExecutorError(self._redact(f"{method} {path}: HTTP {response.status_code}: {message}"))
+            raise ExecutorError(
+                self._redact(f"{method} {path}: HTTP {response.status_code}: {message}")
+            ) from None
+        except RequestError as error:
+            cause = error.exc
+            raise ExecutorError(self._redact(f"{method} {path}: {type(cause).__name__}: {cause}")) from None
+        except GitHubException as error:
+            raise ExecutorError(self._redact(f"{method} {path}: {type(error).__name__}")) from None
+
+    def _call(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        response = self._send(method, path, body=body, params=params)
         if not response.content:
             return None
         try:
             return response.json()
         except ValueError:
             raise ExecutorError(f"{method} {path}: the response is not JSON") from None
+
+    def _pages(self, path: str) -> Iterator[list[Any]]:
+        """Each page of a list endpoint, following `Link: rel="next"` (at most MAX_PAGES)."""
+        params: dict[str, Any] | None = {"per_page": self.PER_PAGE}
+        for _ in range(self.MAX_PAGES):
+            response = self._send("GET", path, params=params)
+            try:
+                items = response.json() if response.content else []
+            except ValueError:
+                raise ExecutorError(f"GET {path}: the response is not JSON") from None
+            if not isinstance(items, list):
+                raise ExecutorError(f"GET {path}: expected a JSON list")
+            yield items
+            following = response.raw_response.links.get("next", {}).get("url")
+            if not following:
+                return
+            parsed = urlsplit(following)
+            base = urlsplit(self.api_url)
+            if (parsed.scheme, parsed.netloc) != (base.scheme, base.netloc):
+                raise ExecutorError(f"GET {path}: the next page is on another host; not followed")
+            path = parsed.path.removeprefix(base.path.rstrip("/"))
+            params = dict(parse_qsl(parsed.query))
 
     # -- actions ---------------------------------------------------------------------------
     def perform(self, action: Command, target: str) -> ActionResult:
@@ -390,9 +512,12 @@ class GitHubExecutor:
         }[action.op]
         return handler(action, issue, target)
 
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq added (its own `needs-triage`); any other is refused, not removed."""
+        return self.perform(Command("label.remove", label=name), target)
+
     def _labels(self, issue: IssueRef) -> set[str]:
-        labels = self._call("GET", f"{issue.path}/labels", params={"per_page": 100})
-        return {str(item.get("name")) for item in labels or []}
+        return {str(item.get("name")) for page in self._pages(f"{issue.path}/labels") for item in page}
 
     def _label_add(self, action: Command, issue: IssueRef, target: str) -> ActionResult:
         label = action.label or ""
@@ -432,16 +557,11 @@ class GitHubExecutor:
         return ActionResult("performed", f"comment {comment_id} edited")
 
     def _find_marked_comment(self, issue: IssueRef, marker: str) -> dict[str, Any] | None:
-        for page in range(1, self.MAX_COMMENT_PAGES + 1):
-            comments = (
-                self._call("GET", f"{issue.path}/comments", params={"per_page": 100, "page": page}) or []
-            )
-            for comment in comments:
-                if marker in str(comment.get("body") or ""):
+        for page in self._pages(f"{issue.path}/comments"):
+            for comment in page:
+                if isinstance(comment, dict) and marker in str(comment.get("body") or ""):
                     found: dict[str, Any] = comment  # the API's JSON object for one comment
                     return found
-            if len(comments) < 100:
-                return None
         return None
 
     def _set_state(self, action: Command, issue: IssueRef, target: str) -> ActionResult:

@@ -37,6 +37,7 @@ __all__ = [
     "MODES",
     "QUESTION_ID",
     "RULE_ID",
+    "STATE_PATH",
     "ActionSpec",
     "Event",
     "Mode",
@@ -45,6 +46,7 @@ __all__ = [
     "TriageConfig",
     "config_hash",
     "decision_key",
+    "event_matches",
     "load_triage",
 ]
 
@@ -66,7 +68,11 @@ KNOWN_OPS: tuple[str, ...] = (
 DESTRUCTIVE_OPS = frozenset({"close", "lock", "delete-branch"})
 EXECUTORS: tuple[str, ...] = ("recording", "github")
 
-EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")
+#: `<event>.<action>` (`issues.opened`), or `<event>` alone: for events with no action (`push`),
+#: and in a rule or question, every action of that event.
+EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?$")
+#: A rule's `state:` entry: a dotted path into the event's state (`issue.title`).
+STATE_PATH = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$")
 QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 GITHUB_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
@@ -180,7 +186,7 @@ class Question:
     events: frozenset[str] | None = None
 
     def asked_for(self, event_name: str) -> bool:
-        return self.events is None or event_name in self.events
+        return self.events is None or event_matches(event_name, self.events)
 
     def wire(self) -> dict[str, Any]:
         """The SDK's question dictionary (`typesafe_sdk` QuestionModel), dispatchq keys removed."""
@@ -244,6 +250,8 @@ class Rule:
     actions: tuple[ActionSpec, ...]
     enabled: bool = True
     description: str | None = None
+    #: Dotted paths of the event state this rule needs (`state:`); None: the whole state.
+    state: tuple[str, ...] | None = None
 
     @property
     def dependencies(self) -> frozenset[str]:
@@ -256,7 +264,7 @@ class Rule:
         return self.gate_on if self.gate_on is not None else tuple(sorted(self.refs))
 
     def triggered_by(self, event_name: str) -> bool:
-        return self.enabled and event_name in self.events
+        return self.enabled and event_matches(event_name, self.events)
 
 
 @dataclass(frozen=True)
@@ -323,7 +331,7 @@ _TOP_KEYS = (
     "questions",
     "rules",
 )
-_RULE_KEYS = ("id", "events", "if", "gateOn", "actions", "enabled", "description")
+_RULE_KEYS = ("id", "events", "if", "gateOn", "actions", "enabled", "description", "state")
 _QUESTION_KEYS = ("type", "instructions", "criteria", "events")
 _ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # op: (required params, optional params)
@@ -366,6 +374,18 @@ def _fraction(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
         raise ConfigError(f"{where}: expected a number between 0 and 1, got {value!r}")
     return float(value)
+
+
+def event_matches(event_name: str, names: Iterable[str]) -> bool:
+    """True when `names` has the event's own name or its event without the action (`issues`)."""
+    return any(n == event_name or event_name.startswith(n + ".") for n in names)
+
+
+def _state_paths(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: expected a non-empty list of dotted paths such as issue.title")
+    out = [_string(f"{where}[{i}]", p, pattern=STATE_PATH, what="a dotted path") for i, p in enumerate(value)]
+    return tuple(dict.fromkeys(out))
 
 
 def _events(where: str, value: Any) -> tuple[str, ...]:
@@ -548,7 +568,8 @@ def _rules(value: Any, questions: Mapping[str, Question]) -> tuple[Rule, ...]:
         description = spec.get("description")
         if description is not None and not isinstance(description, str):
             raise ConfigError(f"{where}.description: expected a string")
-        rules.append(Rule(rid, events, condition, refs, gate_on, actions, enabled, description))
+        state = _state_paths(f"{where}.state", spec["state"]) if "state" in spec else None
+        rules.append(Rule(rid, events, condition, refs, gate_on, actions, enabled, description, state))
     return tuple(rules)
 
 

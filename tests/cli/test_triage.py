@@ -202,7 +202,7 @@ def test_lint_exits_non_zero_on_problems(env: Env) -> None:
     ("setup", "message"),
     [
         (lambda e: e.file("event.json", "{not json"), "event file"),
-        (lambda e: e.file("event.json", {"event": "opened", "target": "a/b#1"}), "event.event"),
+        (lambda e: e.file("event.json", {"event": "Opened!", "target": "a/b#1"}), "event.event"),
     ],
 )
 def test_a_bad_event_is_one_line_and_exit_2(env: Env, setup: Any, message: str) -> None:

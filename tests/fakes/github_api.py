@@ -3,7 +3,8 @@
 A real `http.server` on 127.0.0.1 in a thread, so the executor's real HTTP client,
 headers and error handling are exercised. It keeps issues in memory, records every
 request it saw (tests count writes), and can be told to fail the next matching
-request. Error responses echo the Authorization header on purpose, so a test can
+request or to answer it as a rate limit (`Retry-After`). Lists are paged with GitHub's
+`Link: rel="next"` header. Error responses echo the Authorization header on purpose, so a test can
 prove the executor redacts the token from whatever a server says.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -48,6 +50,8 @@ class FakeGitHub:
         self.issues: dict[str, Issue] = {}
         self.seen: list[Seen] = []
         self._failures: list[tuple[str, str, int]] = []
+        self._limits: list[tuple[str, str, int, dict[str, str], str]] = []
+        self._reply_headers: dict[int, dict[str, str]] = {}
         self._next_comment_id = 1000
         self._lock = threading.Lock()
         fake = self
@@ -63,8 +67,11 @@ class FakeGitHub:
                 status, payload = fake._dispatch(
                     self.command, self.path, body, self.headers.get("Authorization")
                 )
+                extra = fake._reply_headers.pop(threading.get_ident(), {})
                 data = b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -103,6 +110,21 @@ class FakeGitHub:
         with self._lock:
             self._failures.append((method, path_suffix, status))
 
+    def rate_limit_next(
+        self, method: str, path_suffix: str, *, retry_after: int = 1, status: int = 403, primary: bool = False
+    ) -> None:
+        """Answer the next matching request as GitHub's secondary (or primary) rate limit does."""
+        if primary:
+            headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(time.time()) + retry_after)}
+            message = "API rate limit exceeded"
+        else:
+            headers = {"Retry-After": str(retry_after)}
+            message = (
+                "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+            )
+        with self._lock:
+            self._limits.append((method, path_suffix, status, headers, message))
+
     @property
     def writes(self) -> list[Seen]:
         return [s for s in self.seen if s.is_write]
@@ -113,8 +135,13 @@ class FakeGitHub:
         path, query = split.path, parse_qs(split.query)
         with self._lock:
             self.seen.append(Seen(method, path, body, auth))
-            if auth != f"Bearer {self.token}":
+            if auth not in (f"Bearer {self.token}", f"token {self.token}"):
                 return 401, {"message": f"Bad credentials: {auth}"}
+            for i, (m, suffix, status, headers, message) in enumerate(self._limits):
+                if m == method and path.endswith(suffix):
+                    del self._limits[i]
+                    self._reply_headers[threading.get_ident()] = headers
+                    return status, {"message": message}
             for i, (m, suffix, status) in enumerate(self._failures):
                 if m == method and path.endswith(suffix):
                     del self._failures[i]
@@ -134,10 +161,20 @@ class FakeGitHub:
             issue = self.issues.get(target)
             if issue is None:
                 return 404, {"message": "Not Found"}
-            return self._issue_call(issue, method, match["rest"] or "", body, query)
+            return self._issue_call(issue, method, match["rest"] or "", body, query, path)
+
+    def _page(self, items: list[Any], query: dict[str, list[str]], path: str) -> list[Any]:
+        """One page of a list, with GitHub's `Link: <...>; rel="next"` header when more follow."""
+        per_page = int(query.get("per_page", ["30"])[0])
+        page = int(query.get("page", ["1"])[0])
+        start = (page - 1) * per_page
+        if start + per_page < len(items):
+            link = f'<{self.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"'
+            self._reply_headers[threading.get_ident()] = {"Link": link}
+        return items[start : start + per_page]
 
     def _issue_call(
-        self, issue: Issue, method: str, rest: str, body: Any, query: dict[str, list[str]]
+        self, issue: Issue, method: str, rest: str, body: Any, query: dict[str, list[str]], path: str
     ) -> tuple[int, Any]:
         if rest == "" and method == "GET":
             return 200, {
@@ -149,7 +186,7 @@ class FakeGitHub:
             issue.state = body.get("state", issue.state)
             return 200, {"state": issue.state}
         if rest == "/labels" and method == "GET":
-            return 200, [{"name": n} for n in issue.labels]
+            return 200, self._page([{"name": n} for n in issue.labels], query, path)
         if rest == "/labels" and method == "POST":
             for name in body["labels"]:
                 if name not in issue.labels:
@@ -162,10 +199,7 @@ class FakeGitHub:
             issue.labels.remove(name)
             return 200, [{"name": n} for n in issue.labels]
         if rest == "/comments" and method == "GET":
-            per_page = int(query.get("per_page", ["30"])[0])
-            page = int(query.get("page", ["1"])[0])
-            start = (page - 1) * per_page
-            return 200, [dict(c) for c in issue.comments[start : start + per_page]]
+            return 200, self._page([dict(c) for c in issue.comments], query, path)
         if rest == "/comments" and method == "POST":
             self._next_comment_id += 1
             comment = {"id": self._next_comment_id, "body": body["body"]}

@@ -49,7 +49,7 @@ def client() -> fakeredis.FakeRedis:
 
 @pytest.fixture
 def executor(github: FakeGitHub, client: fakeredis.FakeRedis) -> Iterator[GitHubExecutor]:
-    ex = GitHubExecutor(TOKEN, github.url, ledger=Ledger(TriageStorage(client)))
+    ex = GitHubExecutor(TOKEN, github.url, ledger=Ledger(TriageStorage(client)), retry_backoff=0.01)
     yield ex
     ex.close()
 
@@ -137,7 +137,7 @@ def test_auto_mode_writes_and_redelivery_makes_no_request(
     assert [e.executed.split(":")[0] for e in first.applied] == ["performed", "performed"]
     assert github.issues[TARGET].labels == ["needs-repro"]
     assert len(github.issues[TARGET].comments) == 1
-    assert all(s.authorization == f"Bearer {TOKEN}" for s in github.seen)
+    assert all(s.authorization == f"token {TOKEN}" for s in github.seen)
     assert client.hlen(keys.TRIAGE_LEDGER) == 2
 
     seen = len(github.seen)
@@ -154,12 +154,17 @@ def test_an_executor_failure_is_not_ledgered_and_a_retry_completes(
     tmp_path: Path, github: FakeGitHub, client: fakeredis.FakeRedis, executor: GitHubExecutor
 ) -> None:
     cfg = config(tmp_path, "auto")
-    github.fail_next("POST", "/issues/12/labels", 502)
+    for _ in range(4):  # the first try and githubkit's three retries
+        github.fail_next("POST", "/issues/12/labels", 502)
     failed = run(cfg, client, executor, CountingAsk(SURE))
-    label, comment = failed.applied
+    (label,) = failed.failed
+    (comment,) = failed.applied  # the failed write is reported as failed, not as applied
+    assert label.reason == "failed"
     assert label.executed.startswith("failed: POST /repos/acme/app/issues/12/labels: HTTP 502")
     assert TOKEN not in label.executed  # the fake echoed the Authorization header
     assert comment.executed.startswith("performed")
+    assert failed.counts() == {"apply": 1, "failed": 1}  # what `status` adds up
+    assert "Failed (1)" in failed.render(cfg) and "Applied (1)" in failed.render(cfg)
     ledgered = [e["action"]["op"] for e in Ledger(TriageStorage(client)).entries()]
     assert ledgered == ["comment"]
 
@@ -168,6 +173,87 @@ def test_an_executor_failure_is_not_ledgered_and_a_retry_completes(
     assert retried.applied[1].executed.startswith("already")
     assert github.issues[TARGET].labels == ["needs-repro"]
     assert len(github.issues[TARGET].comments) == 1
+
+
+def test_a_target_without_an_issue_number_is_failed_not_applied(
+    tmp_path: Path, github: FakeGitHub, client: fakeredis.FakeRedis, executor: GitHubExecutor
+) -> None:
+    push = Event("issues.opened", "acme/app@6113728f", None, {}, {"title": "crash"})
+    result = triage(
+        push,
+        config(tmp_path, "auto"),
+        ask=CountingAsk(SURE),
+        store=TriageStore(TriageStorage(client)),
+        executor=executor,
+        budget=RunBudget(None),
+    )
+    assert result.applied == []
+    assert [e.reason for e in result.failed] == ["failed", "failed"]
+    assert all("owner/repo#number" in (e.executed or "") for e in result.failed)
+    assert "Applied (0)" in result.render() and "Failed (2)" in result.render()
+    assert result.to_json()["applied"] == [] and len(result.to_json()["failed"]) == 2
+    assert "apply" not in result.counts()
+    assert github.seen == []
+
+
+def test_a_server_error_is_retried_and_the_write_lands_once(
+    github: FakeGitHub, executor: GitHubExecutor
+) -> None:
+    github.fail_next("POST", "/issues/12/labels", 502)
+    assert executor.perform(Command("label.add", label="bug"), TARGET).status == "performed"
+    assert [(s.method, s.path.rsplit("/", 1)[-1]) for s in github.writes] == [("POST", "labels")] * 2
+    assert github.issues[TARGET].labels == ["bug"]
+
+
+def test_a_comment_post_that_failed_is_not_blindly_posted_again(
+    github: FakeGitHub, executor: GitHubExecutor
+) -> None:
+    github.fail_next("POST", "/issues/12/comments", 502)
+    with pytest.raises(ExecutorError, match="HTTP 502"):
+        executor.perform(Command("comment", body="hi", marker=comment_marker("r", "t")), TARGET)
+    assert [s.method for s in github.writes] == ["POST"]  # it might have landed: no second POST
+
+
+@pytest.mark.parametrize("primary", [False, True])
+def test_a_rate_limit_is_waited_out_as_retry_after_says(
+    github: FakeGitHub, executor: GitHubExecutor, primary: bool
+) -> None:
+    github.rate_limit_next("POST", "/issues/12/labels", retry_after=0, status=403, primary=primary)
+    assert executor.perform(Command("label.add", label="bug"), TARGET).status == "performed"
+    assert github.issues[TARGET].labels == ["bug"]
+    assert len(github.writes) == 2
+
+
+def test_a_rate_limit_longer_than_the_wait_cap_fails_and_says_when(
+    github: FakeGitHub, client: fakeredis.FakeRedis
+) -> None:
+    executor = GitHubExecutor(TOKEN, github.url, ledger=Ledger(TriageStorage(client)), max_retry_wait=5)
+    github.rate_limit_next("POST", "/issues/12/labels", retry_after=3600, status=429)
+    with pytest.raises(ExecutorError, match=r"rate limited by GitHub \(HTTP 429\); try again in 3600 s"):
+        executor.perform(Command("label.add", label="bug"), TARGET)
+    assert github.issues[TARGET].labels == []
+
+
+def test_labels_past_the_first_hundred_are_read(github: FakeGitHub, executor: GitHubExecutor) -> None:
+    github.issue(TARGET, labels=[f"label-{i}" for i in range(150)])
+    assert executor.perform(Command("label.add", label="label-140"), TARGET).status == "unchanged"
+    assert github.writes == []
+    assert [s.path for s in github.seen] == ["/repos/acme/app/issues/12/labels"] * 2  # two pages
+
+
+def test_remove_label_removes_dispatchqs_own_label_only(github: FakeGitHub, executor: GitHubExecutor) -> None:
+    github.issue(TARGET, labels=["bug"])
+    assert executor.perform(Command("label.add", label="needs-triage"), TARGET).status == "performed"
+    assert executor.remove_label(TARGET, "needs-triage").status == "performed"
+    assert executor.remove_label(TARGET, "bug").status == "refused"
+    assert github.issues[TARGET].labels == ["bug"]
+
+
+def test_the_recording_executor_removes_its_own_label_too(client: fakeredis.FakeRedis) -> None:
+    recording = RecordingExecutor(TriageStorage(client))
+    recording.perform(Command("label.add", label="needs-triage"), TARGET)
+    assert recording.remove_label(TARGET, "needs-triage").status == "performed"
+    assert recording.state(TARGET)["labels"] == []
 
 
 # ---------------------------------------------------------------------------------- comments
@@ -275,6 +361,7 @@ def test_the_token_never_appears_in_errors_or_reprs(github: FakeGitHub, client: 
     assert "***" in str(caught.value)
     assert wrong not in repr(executor) and wrong not in str(executor)
     assert wrong not in repr(vars(executor))
+    assert executor._github is not None and wrong not in repr(vars(executor._github))  # githubkit's auth too
     executor.close()
 
 
@@ -358,3 +445,12 @@ def test_the_recording_executor_honours_its_op_list(client: fakeredis.FakeRedis)
     with pytest.raises(ExecutorError):
         recording.perform(Command("comment", body="x", marker="<!-- m -->"), TARGET)
     assert recording.recorded() == []
+
+
+def test_both_executors_offer_remove_label_through_the_protocol(
+    executor: GitHubExecutor, client: fakeredis.FakeRedis
+) -> None:
+    from dispatchq.triage.executors import Executor
+
+    for each in (executor, RecordingExecutor(TriageStorage(client))):
+        assert isinstance(each, Executor) and callable(each.remove_label)

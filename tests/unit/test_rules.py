@@ -480,7 +480,7 @@ def test_config_hash_leaves_out_mode_only() -> None:
         (lambda s: s["rules"][0]["actions"].append({"op": "label.add"}), "label.add needs 'label'"),
         (lambda s: s["rules"][0]["actions"][0].update(colour="red"), "actions[0]: unknown key 'colour'"),
         (lambda s: s["rules"].append(dict(s["rules"][0])), "duplicate rule id 'needs-repro'"),
-        (lambda s: s["rules"][0].update(events=["opened"]), "triage.rules[needs-repro].events[0]"),
+        (lambda s: s["rules"][0].update(events=["Issues Opened"]), "triage.rules[needs-repro].events[0]"),
         (lambda s: s.update(mode="yolo"), "triage.mode"),
         (lambda s: s.update(gate={"suggest": 0.9, "auto": 0.8}), "suggest (0.9) is above auto (0.8)"),
         (lambda s: s.update(gate={"suggest": 1.5}), "triage.gate.suggest"),
@@ -490,7 +490,10 @@ def test_config_hash_leaves_out_mode_only() -> None:
         (lambda s: s["questions"].update(event={"type": "noul", "instructions": "x"}), "reserved"),
         (lambda s: s["questions"].update(bad={"type": "maybe"}), "triage.questions.bad.type"),
         (lambda s: s["questions"]["area"].update(criteria={}), "triage.questions.area.criteria"),
-        (lambda s: s["questions"]["area"].update(events=["issues"]), "triage.questions.area.events[0]"),
+        (
+            lambda s: s["questions"]["area"].update(events=["issues.Opened"]),
+            "triage.questions.area.events[0]",
+        ),
     ],
 )
 def test_load_errors_name_the_section_rule_and_field(mutate: Any, message: str) -> None:
@@ -565,7 +568,7 @@ def test_lint_reports_what_would_fail_at_run_time(tmp_path: Path) -> None:
 
 def test_events_are_validated_like_any_input() -> None:
     with pytest.raises(UserError, match=r"event\.event"):
-        Event.from_json({"event": "opened", "target": "acme/app#1"})
+        Event.from_json({"event": "Issues.Opened", "target": "acme/app#1"})
     with pytest.raises(UserError, match="unknown key 'evnet'"):
         Event.from_json({"evnet": "issues.opened", "target": "acme/app#1"})
 

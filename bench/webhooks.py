@@ -1,0 +1,246 @@
+"""Signed GitHub deliveries per second through `dispatchq serve`, against a bare endpoint.
+
+    python3 ops/dev.py bench webhooks              # 3 rounds of 1,000 deliveries per side
+    python3 ops/dev.py bench webhooks -n 500
+
+- dispatchq: a real `dispatchq serve` process (uvicorn, its own embedded Redis) takes N
+  distinct signed `issues.opened` deliveries, each verified, mapped, claimed in Redis and
+  enqueued for a typed worker (`enqueue_triage`): counted only once it answered 202 and,
+  at the end, the typed queue holds N jobs (end to end, to an enqueued judgement).
+- bare: a Starlette app under the same uvicorn that only checks X-Hub-Signature-256
+  (hmac, constant time) and answers 202: the floor of any webhook receiver in Python.
+
+Both sides get the same bodies from the same client (CLIENTS keep-alive connections in
+threads), on loopback, taking turns round by round; the medians are compared. Target:
+dispatchq >= 0.5x the bare endpoint. Timing lives here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from dispatchq import keys  # noqa: E402
+from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
+
+__all__ = ["run_webhooks"]
+
+PY = sys.executable
+SECRET = "bench-webhook-secret"
+CLIENTS = 8
+EXAMPLE = ROOT.parent / "shared" / "github-webhooks" / "issues" / "opened.payload.json"
+
+BARE = r"""
+import hashlib, hmac, sys
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+SECRET = sys.argv[2].encode()
+
+async def hook(request):
+    body = await request.body()
+    wanted = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(wanted, request.headers.get("x-hub-signature-256", "")):
+        return JSONResponse({"error": "bad signature"}, status_code=401)
+    return JSONResponse({"delivery": request.headers.get("x-github-delivery")}, status_code=202)
+
+app = Starlette(routes=[Route("/webhooks/github", hook, methods=["POST"])])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+CONFIG = """\
+triage:
+  mode: shadow
+  executor: recording
+  questions:
+    needs_repro: {type: noul, instructions: "Does the issue lack steps to reproduce?"}
+  rules:
+    - id: needs-repro
+      events: [issues.opened]
+      if: 'needs_repro >= 0.8'
+      state: [issue.title, issue.body, issue.labels]
+      actions:
+        - {op: label.add, label: needs-repro}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bodies(n: int) -> list[tuple[str, bytes, str]]:
+    """N distinct deliveries (issue number i) of GitHub's example, or a stand-in without it."""
+    if EXAMPLE.is_file():
+        base: dict[str, Any] = json.loads(EXAMPLE.read_text())
+    else:
+        base = {
+            "action": "opened",
+            "issue": {"number": 1, "title": "t", "body": "b" * 2000, "labels": []},
+            "repository": {"full_name": "acme/app", "default_branch": "main"},
+            "sender": {"login": "octo"},
+        }
+    out = []
+    for i in range(n):
+        payload = {**base, "issue": {**base["issue"], "number": i + 1}}
+        body = json.dumps(payload).encode()
+        signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        out.append((f"bench-{i}", body, signature))
+    return out
+
+
+def _wait_up(port: int, proc: subprocess.Popen[bytes], path: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited {proc.returncode} before answering")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            conn.getresponse().read()
+            conn.close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("the server did not answer within 60 s")
+
+
+def _load(port: int, deliveries: list[tuple[str, bytes, str]]) -> tuple[float, int]:
+    """Post every delivery from CLIENTS threads; (seconds, how many answered 202)."""
+    accepted = [0] * CLIENTS
+    errors: list[str] = []
+
+    def client(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for delivery, body, signature in deliveries[k::CLIENTS]:
+            headers = {
+                "Content-Type": "application/json",
+                "X-GitHub-Event": "issues",
+                "X-GitHub-Delivery": delivery,
+                "X-Hub-Signature-256": signature,
+            }
+            conn.request("POST", "/webhooks/github", body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status == 202:
+                accepted[k] += 1
+            elif len(errors) < 3:
+                errors.append(f"HTTP {response.status}")
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        print(f"  some deliveries were not accepted: {errors}", file=sys.stderr)
+    return elapsed, sum(accepted)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_webhooks(n: int, rounds: int = 3) -> dict[str, Any]:
+    """Both servers up at once, taking turns (bare, dispatchq, bare, ...): medians of `rounds`.
+
+    Taking turns keeps a load change on a shared machine from landing on one side only.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="dq-bench-webhooks-"))
+    server = EmbeddedRedis(workdir / "redis")
+    server.ensure_running()
+    redis = server.client()
+    (workdir / "dispatchq.yaml").write_text(CONFIG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCHQ_", "TYPESAFE_"))}
+    env.update(
+        DISPATCHQ_DATA_DIR=str(server.data_dir),
+        DISPATCHQ_CONFIG=str(workdir / "dispatchq.yaml"),
+        DISPATCHQ_CHECKOUT_ROOTS=str(workdir),
+        DISPATCHQ_GITHUB_WEBHOOK_SECRET=SECRET,
+        PYTHONPATH=str(ROOT),
+    )
+    deliveries = _bodies(n * rounds)
+    warm = [(f"warm-{d}", b, s) for d, b, s in _bodies(50)]
+    queue = f"rq:queue:{keys.queue_name('typed')}"
+    bare_rates: list[float] = []
+    serve_rates: list[float] = []
+    bare_ok = serve_ok = 0
+    bare_port, serve_port = _free_port(), _free_port()
+    bare = subprocess.Popen([PY, "-c", BARE, str(bare_port), SECRET], env=env, cwd=ROOT)
+    serve = subprocess.Popen(
+        [PY, "-m", "dispatchq.cli", "serve", "--port", str(serve_port)],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_up(bare_port, bare, "/")
+        _wait_up(serve_port, serve, "/healthz")
+        _load(bare_port, warm)
+        _load(serve_port, warm)
+        redis.delete(queue)
+        for r in range(rounds):
+            chunk = deliveries[r * n : (r + 1) * n]
+            seconds, ok = _load(bare_port, chunk)
+            bare_rates.append(ok / seconds)
+            bare_ok += ok
+            seconds, ok = _load(serve_port, chunk)
+            serve_rates.append(ok / seconds)
+            serve_ok += ok
+        enqueued = int(redis.llen(queue))
+    finally:
+        _stop(bare)
+        _stop(serve)
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    bare_rate = statistics.median(bare_rates)
+    serve_rate = statistics.median(serve_rates)
+    return {
+        "deliveries_per_round": n,
+        "rounds": rounds,
+        "payload_bytes": len(deliveries[0][1]),
+        "clients": CLIENTS,
+        "bare_accepted": bare_ok,
+        "bare_per_second_median": round(bare_rate, 1),
+        "bare_per_second_rounds": [round(x, 1) for x in bare_rates],
+        "dispatchq_accepted": serve_ok,
+        "dispatchq_enqueued_jobs": enqueued,
+        "dispatchq_per_second_median": round(serve_rate, 1),
+        "dispatchq_per_second_rounds": [round(x, 1) for x in serve_rates],
+        "ratio": round(serve_rate / bare_rate, 3),
+        "target_ratio": 0.5,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_webhooks(int(sys.argv[1]) if len(sys.argv) > 1 else 1000), indent=2))

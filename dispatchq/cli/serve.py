@@ -1,0 +1,72 @@
+"""`dispatchq serve`: GitHub webhooks and other tools in over HTTP (Starlette under uvicorn)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from dispatchq.cli import settings
+from dispatchq.errors import UserError
+
+__all__ = ["register", "serve"]
+
+
+@click.command()
+@click.option("--host", default=None, help="Address to listen on [default: DISPATCHQ_SERVE_HOST, 127.0.0.1].")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port [default: 8484].")
+def serve(host: str | None, port: int | None) -> None:
+    """Serve webhooks, judgements and health over HTTP until stopped.
+
+    \b
+    POST /webhooks/github    GitHub deliveries (X-Hub-Signature-256), triaged by a typed worker
+    POST /judgements         one JSON object, an array, or JSON Lines: as `enqueue -`
+    GET  /judgements/ID      a record, as `result --json` (a unique prefix of 8+ characters)
+    GET  /healthz            200 when Redis answers
+
+    With DISPATCHQ_API_TOKEN set, every route but /healthz and /webhooks/github needs
+    `Authorization: Bearer <token>`; without it, only a loopback --host is allowed.
+    Without DISPATCHQ_GITHUB_WEBHOOK_SECRET every delivery is refused (503). A Redis
+    outage is answered 503 and waited out; the server keeps running.
+    """
+    import uvicorn
+
+    from dispatchq.processes import build_runtime_waiting
+    from dispatchq.serve.app import create_app, is_loopback
+
+    s = settings()
+    host = host or s.serve_host
+    port = port or s.serve_port
+    if s.api_token is None and not is_loopback(host):
+        raise UserError(
+            f"--host {host}: not a loopback address and DISPATCHQ_API_TOKEN is not set; "
+            "set a token (or DISPATCHQ_API_TOKEN_FILE) to listen beyond this machine"
+        )
+    rt = build_runtime_waiting(s, role="serve")
+    if rt is None:
+        return  # asked to stop while waiting for Redis
+    log = logging.getLogger("dispatchq.serve")
+    if s.github_webhook_secret is None:
+        log.warning(
+            "DISPATCHQ_GITHUB_WEBHOOK_SECRET is not set: every delivery to /webhooks/github is refused (503)"
+        )
+    if rt.config.triage is None:
+        log.warning("the config has no triage section: deliveries to /webhooks/github are refused (503)")
+    if s.api_token is None:
+        log.warning("DISPATCHQ_API_TOKEN is not set: routes are open to anyone on this machine")
+    app = create_app(rt)
+    log.warning("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        lifespan="off",
+        timeout_graceful_shutdown=10,
+    )
+
+
+def register(main: click.Group) -> None:
+    main.add_command(serve)

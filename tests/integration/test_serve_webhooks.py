@@ -1,0 +1,231 @@
+"""`POST /webhooks/github` over real HTTP: a real `dispatchq serve` process, a real Redis.
+
+GitHub's own example payloads (read from shared/github-webhooks at test time) are posted
+with correct and wrong signatures; what was recorded is read back from Redis and RQ.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rq import Queue
+
+from dispatchq import keys
+from dispatchq.storage.triage import TriageStorage
+from tests.conftest import counting_check, run_cli
+from tests.serve_support import Server, deliver, module_env, payload, request, sign
+
+TOKEN = "serve-test-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    directory = tmp_path_factory.mktemp("serve")
+    check, _ = counting_check(directory, answer="'ok'")
+    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN=TOKEN)
+
+
+@pytest.fixture(scope="module")
+def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the module's tests (it starts in seconds, not milliseconds)."""
+    with Server(env, tmp_path_factory.mktemp("serve-log")) as running:
+        yield running
+
+
+@pytest.fixture
+def server(module_server: Server, redis_client: Any) -> Server:
+    """The module's server over a flushed Redis (`redis_client` flushes it for each test)."""
+    return module_server
+
+
+def typed_jobs(redis_client: Any) -> list[Any]:
+    return Queue(keys.queue_name("typed"), connection=redis_client).get_jobs()
+
+
+def deliveries(redis_client: Any) -> list[bytes]:
+    return list(redis_client.scan_iter(match=keys.webhook_delivery("*")))
+
+
+def test_an_issue_opened_is_accepted_once_and_triaged_by_a_typed_worker(
+    server: Server, env: dict[str, str], redis_client: Any
+) -> None:
+    body = payload("issues", "opened.payload.json")
+    first = deliver(server.port, "issues", body, delivery="d-issue-1")
+    assert first.status == 202, first.body
+    assert first.json["delivery"] == "d-issue-1"
+    decision = first.json["decision_id"]
+    assert len(decision) == 64
+
+    again = deliver(server.port, "issues", body, delivery="d-issue-1")
+    assert again.status == 200
+    assert again.json["decision_id"] == decision and again.json["delivery"] == "d-issue-1"
+    (job,) = typed_jobs(redis_client)  # one enqueue, not two
+    envelope = job.args[0]
+    assert envelope["event"] == "issues.opened"
+    assert envelope["target"] == "Codertocat/Hello-World#1"
+    assert envelope["context"] == {
+        "repository": "Codertocat/Hello-World",
+        "default_branch": "master",
+        "sender": "Codertocat",
+        "installation": None,
+    }
+    # The rule's `state:` list narrowed the payload to what it asks about.
+    assert envelope["state"] == {
+        "issue": {
+            "title": "Spelling error in the README file",
+            "body": "It looks like you accidently spelled 'commit' with two 't's.",
+        }
+    }
+
+    done = run_cli(["worker", "typed", "--burst"], env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    stored = TriageStorage(redis_client).decision(decision)
+    assert stored is not None and stored["event"]["target"] == "Codertocat/Hello-World#1"
+
+    third = deliver(server.port, "issues", body, delivery="d-issue-1")
+    assert third.status == 200 and third.json["decision_id"] == decision
+    assert typed_jobs(redis_client) == []  # the worker took the one job; no second was made
+
+
+@pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", sign(b"other body")])
+def test_a_bad_or_missing_signature_is_401_and_nothing_is_recorded(
+    server: Server, redis_client: Any, signature: str | None
+) -> None:
+    body = payload("issues", "opened.payload.json")
+    reply = deliver(server.port, "issues", body, delivery="d-bad", signature=signature)
+    assert reply.status == 401
+    assert "X-Hub-Signature-256" in reply.json["error"]
+    assert typed_jobs(redis_client) == []
+    assert deliveries(redis_client) == []
+
+
+def test_a_push_is_named_without_an_action_and_targets_the_new_head(
+    server: Server, redis_client: Any
+) -> None:
+    body = payload("push")
+    after = json.loads(body)["after"]
+    reply = deliver(server.port, "push", body, delivery="d-push")
+    assert reply.status == 202, reply.body
+    (job,) = typed_jobs(redis_client)
+    envelope = job.args[0]
+    assert envelope["event"] == "push"
+    assert envelope["target"] == f"Codertocat/Hello-World@{after}"
+    assert envelope["item"] == "ref:refs/tags/simple-tag"
+
+
+def test_a_check_run_targets_its_first_pull_request_and_its_state_is_trimmed(
+    server: Server, redis_client: Any
+) -> None:
+    body = payload("check_run", "completed.payload.json")
+    reply = deliver(server.port, "check_run", body, delivery="d-check")
+    assert reply.status == 202, reply.body
+    (job,) = typed_jobs(redis_client)
+    envelope = job.args[0]
+    assert envelope["event"] == "check_run.completed"  # a rule naming `check_run` took it
+    assert envelope["target"] == "Codertocat/Hello-World#2"
+    text = json.dumps(envelope["state"])
+    assert len(text) < len(body)
+    for dropped in ('_url"', '"node_id"', '"gravatar_id"', '"_links"'):
+        assert dropped not in text
+    assert envelope["state"]["check_run"]["conclusion"] == "success"
+
+
+def test_ping_is_answered_and_nothing_is_enqueued(server: Server, redis_client: Any) -> None:
+    body = payload("ping")
+    reply = deliver(server.port, "ping", body, delivery="d-ping")
+    assert reply.status == 200
+    assert reply.json["ping"] == "pong" and reply.json["zen"] == json.loads(body)["zen"]
+    assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
+
+
+def _raw(port: int, head: bytes, chunks: Iterator[bytes]) -> bytes:
+    """Send a request by hand (a lying or chunked body), then read whatever the server answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        try:
+            for chunk in chunks:
+                sock.sendall(chunk)
+        except OSError:
+            pass  # the server answered and closed before the body was all sent: the point
+        data = b""
+        try:
+            while True:
+                got = sock.recv(65536)
+                if not got:
+                    break
+                data += got
+                if b"\r\n\r\n" in data and b"}" in data:
+                    break
+        except OSError:
+            pass
+        return data
+
+
+def test_a_body_over_25_mb_is_refused_413_without_being_read(server: Server, redis_client: Any) -> None:
+    head = (
+        b"POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-big\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Content-Length: 30000000\r\n\r\n"
+    )
+    answer = _raw(server.port, head, iter([b"{" + b" " * 1000]))  # 1 KB of a declared 30 MB
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert deliveries(redis_client) == []
+
+
+def test_a_chunked_body_is_counted_while_it_streams_and_refused_past_25_mb(server: Server) -> None:
+    head = (
+        b"POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-chunked\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    mb = b" " * (1024 * 1024)
+    chunk = b"%x\r\n%s\r\n" % (len(mb), mb)
+    answer = _raw(server.port, head, iter([chunk] * 27 + [b"0\r\n\r\n"]))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_without_a_secret_serve_says_so_and_refuses_every_delivery(
+    env: dict[str, str], tmp_path: Path, redis_client: Any
+) -> None:
+    without = {k: v for k, v in env.items() if k != "DISPATCHQ_GITHUB_WEBHOOK_SECRET"}
+    with Server(without, tmp_path) as server:
+        body = payload("issues", "opened.payload.json")
+        reply = deliver(server.port, "issues", body, delivery="d-nosecret")
+        assert reply.status == 503
+        assert "DISPATCHQ_GITHUB_WEBHOOK_SECRET" in reply.json["error"]
+        assert "DISPATCHQ_GITHUB_WEBHOOK_SECRET is not set" in server.output
+    assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
+
+
+def test_the_webhook_route_needs_no_bearer_token_but_the_others_do(server: Server) -> None:
+    body = payload("issues", "opened.payload.json")
+    assert deliver(server.port, "issues", body, delivery="d-open").status == 202
+    assert request(server.port, "GET", "/healthz").status == 200
+    refused = request(server.port, "POST", "/judgements", b"{}", {"Content-Type": "application/json"})
+    assert refused.status == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_signed_delivery_without_its_headers_or_as_a_form_is_refused_and_not_recorded(
+    server: Server, redis_client: Any
+) -> None:
+    body = payload("issues", "opened.payload.json")
+    signed = {"X-Hub-Signature-256": sign(body), "Content-Type": "application/json"}
+    no_id = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Event": "issues"})
+    assert no_id.status == 400 and "X-GitHub-Delivery" in no_id.json["error"]
+    no_event = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Delivery": "d-x"})
+    assert no_event.status == 400 and "X-GitHub-Event" in no_event.json["error"]
+    form = {**signed, "Content-Type": "application/x-www-form-urlencoded"}
+    as_form = request(
+        server.port,
+        "POST",
+        "/webhooks/github",
+        body,
+        {**form, "X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-f"},
+    )
+    assert as_form.status == 415 and "application/json" in as_form.json["error"]
+    assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
