@@ -105,8 +105,10 @@ class DispatchqWorker(SimpleWorker):
         settings = self.runtime.settings
         environ = parent_environment()
         argv = shlex.split(settings.session_command)
-        # bwrap's check is cached per PATH, so a heartbeat does not start a process each time.
-        scrub = decide_scrub(settings.session_subprocess_scrub, environ)
+        # Only a session worker spawns sessions, so only it has a scrub to report: a code or
+        # typed worker never runs bwrap. bwrap's check is cached per PATH, so a heartbeat
+        # does not start a process each time.
+        scrub = decide_scrub(settings.session_subprocess_scrub, environ) if self.tier == "session" else None
         return {
             "tier": self.tier,
             "host": settings.host,
@@ -114,8 +116,8 @@ class DispatchqWorker(SimpleWorker):
             "keyless": settings.typesafe_api_key is None,
             "session_command_found": bool(argv)
             and shutil.which(argv[0], path=environ.get("PATH")) is not None,
-            "subprocess_scrub": "on" if scrub.enabled else "off",
-            "subprocess_scrub_warning": scrub.warning,
+            "subprocess_scrub": None if scrub is None else "on" if scrub.enabled else "off",
+            "subprocess_scrub_warning": None if scrub is None else scrub.warning,
         }
 
     def register_death(self) -> None:
