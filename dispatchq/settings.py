@@ -189,6 +189,9 @@ class Settings(BaseSettings):
         5, ge=1, description="Provider attempts (after the SDK's own retries) before a judgement moves up."
     )
     typed_timeout: float = Field(10.0, gt=0, description="Timeout of one provider HTTP request.")
+    typed_concurrency: int = Field(
+        4, ge=1, description="Provider requests for different states a typed worker runs at once."
+    )
     typed_cache_ttl: int = Field(
         30 * DAY,
         ge=1,

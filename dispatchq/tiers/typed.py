@@ -68,6 +68,7 @@ def provider_for(runtime: Runtime) -> Provider:
             options=ProviderOptions(
                 request_timeout=settings.typed_timeout,
                 max_questions_per_request=settings.typed_max_questions,
+                concurrency=settings.typed_concurrency,
             ),
         )
         runtime.typed_provider = provider
@@ -123,12 +124,16 @@ def _decide(
     if answer_q is not None and decision.threshold is not None:
         extra["gate"] = describe_gate(answer_q.type, decision.threshold)
     host = _host(runtime, claimed)
+    why = decision.why
+    if not decision.answered and answered.missing and why.startswith("no answer for"):
+        # The cause, not only the fact: "no answer for area (area: choice 'zzz' is not one ...)".
+        why += " (" + "; ".join(f"{q}: {r}" for q, r in answered.missing.items()) + ")"
     if decision.answered:
         moves.answer(
             claimed.id,
             "typed",
             decision.value,
-            decision.why,
+            why,
             confidence=decision.confidence,
             raw=raw,
             **extra,
@@ -141,7 +146,7 @@ def _decide(
             claimed.id,
             kind,
             "typed",
-            decision.why,
+            why,
             host=host,
             priority=decision.priority,
             fields=fields,

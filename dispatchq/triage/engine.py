@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
-from dispatchq.core.answers import Answer
+from dispatchq.core.answers import Answer, outside_question
 from dispatchq.errors import AnswerError, ExecutorError, UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
@@ -436,10 +436,14 @@ def triage(
         for qid in missing:
             answer = said.answers.get(qid)
             expected = config.questions[qid].type
-            if answer is not None and answer.type == expected:
-                answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
-            elif answer is not None:
+            outside = outside_question(answer, config.questions[qid].wire()) if answer is not None else None
+            if answer is not None and answer.type != expected:
                 unanswered[qid] = f"answer is a {answer.type}, the question is a {expected}"
+            elif answer is not None and outside is not None:
+                # Never act on an answer outside the question, whoever gave it.
+                unanswered[qid] = f"outside the question: {outside}"
+            elif answer is not None:
+                answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
             elif qid in said.over_budget:
                 over_budget.add(qid)
             else:

@@ -32,6 +32,7 @@ from dispatchq.tiers.typed import KEYLESS_WHY
 from tests.conftest import REPO, run_cli, wait_for, write_config
 from tests.fakes.typesafe_api import (
     DEFAULT_RESOLVED_MODEL,
+    Failure,
     FakeTypeSafeAPI,
     FakeTypeSafeProcess,
     WireAnswer,
@@ -538,8 +539,77 @@ def test_an_unknown_answer_type_is_no_answer_and_moves_up(
 
     found = record(rt, jid)
     assert (found.status, found.tier) == ("queued", "session")
-    assert step(found)["why"] == "no answer for yes"
+    why = step(found)["why"]
+    assert why.startswith("no answer for yes") and "a type this SDK does not know" in why  # the cause
     assert "yes" in found.raw["missing"] and found.raw["answers"] == {}
+
+
+# --- answers outside the question, and one bad answer among good ones ----------------------------
+@pytest.mark.parametrize(
+    ("kind", "question", "wire", "cause"),
+    [
+        ("choice-external", "area", {"type": "choice", "choice": "zzz", "confidence": 0.99}, "not one of"),
+        ("score-local", "level", score(3.0, 0.99, probabilities={"2": 1.0}), "outside the levels' range"),
+        ("noul-local", "yes", noul(1.5), "between 0 and 1"),
+        ("choice-local", "area", choice("bug", 0.99, {"bug": 0.99, "docs": 0.5}), "sum to 1.49"),
+    ],
+)
+def test_an_answer_outside_the_question_is_never_acted_on(
+    make_rt: Callable[..., Runtime],
+    api: FakeTypeSafeAPI,
+    kind: str,
+    question: str,
+    wire: WireAnswer,
+    cause: str,
+) -> None:
+    rt = make_rt()
+    api.answer(question, wire)
+    jid = enqueue(rt, kind, {"body": "x"})
+    drain(rt, sessions=False)
+
+    found = record(rt, jid)
+    assert (found.status, found.value) == ("needs-triage", None)
+    last = step(found)
+    assert (last["tier"], last["outcome"]) == ("typed", "moved-up")
+    assert last["why"].startswith(f"no answer for {question}") and cause in last["why"]
+    assert found.raw["answers"] == {}
+
+
+def test_one_answer_without_confidence_does_not_sink_the_others_on_its_state(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt()
+
+    def respond(qid: str, question: dict[str, Any], state: Any) -> WireAnswer:
+        if qid.endswith("__area"):
+            return {"type": "choice", "choice": "bug"}  # no confidence: the SDK refuses the response
+        return noul(0.95)
+
+    api.responder = respond
+    good = enqueue(rt, "noul-local", {"body": "shared"})
+    broken = enqueue(rt, "choice-local", {"body": "shared"})
+    drain(rt, sessions=False)
+
+    assert api.request_count == 1  # one state, one request, not asked again
+    assert (record(rt, good).status, record(rt, good).value) == ("answered", True)
+    moved = record(rt, broken)
+    assert moved.status == "needs-triage"
+    assert "lacks 'confidence'" in step(moved)["why"] and ".area.confidence" in step(moved)["why"]
+
+
+def test_an_html_body_on_a_200_moves_up_only_its_own_states_judgements(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt()
+    api.queue(Failure(status=200, body="<html><body>Sign in to the proxy</body></html>"))
+    first = enqueue(rt, "noul-local", {"body": "one"}, target="acme/app#1")
+    second = enqueue(rt, "noul-local", {"body": "two"}, target="acme/app#2")
+    drain(rt, sessions=False)
+
+    assert api.request_count == 2
+    found = sorted((record(rt, jid) for jid in (first, second)), key=lambda r: r.status)
+    assert [r.status for r in found] == ["answered", "needs-triage"]
+    assert "bad_response" in step(found[1])["why"]
 
 
 # --- batching and the decision cache -----------------------------------------------------------

@@ -45,8 +45,14 @@ def noul(p: float) -> dict[str, Any]:
     return {"type": "noul", "noul": p}
 
 
+AREAS = ("bug", "feature", "docs")
+
+
 def choice(label: str, confidence: float) -> dict[str, Any]:
-    return {"type": "choice", "choice": label, "confidence": confidence, "probabilities": {label: confidence}}
+    """A well-formed choice over the `area` criteria: the rest of the probability spread evenly."""
+    others = [a for a in AREAS if a != label]
+    probabilities = {label: confidence, **{a: (1 - confidence) / len(others) for a in others}}
+    return {"type": "choice", "choice": label, "confidence": confidence, "probabilities": probabilities}
 
 
 def score(level: float, confidence: float) -> dict[str, Any]:
@@ -867,3 +873,49 @@ def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, sto
     assert status["runs"] == 2
     assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
     assert status["needs_triage"] == 0
+
+
+# ----------------------------------------------------------------- answers outside the question
+
+
+@pytest.mark.parametrize(
+    ("wire", "cause"),
+    [
+        ({"type": "choice", "choice": "zzz", "confidence": 0.99}, "not one of the criteria"),
+        (
+            {
+                "type": "choice",
+                "choice": "bug",
+                "confidence": 0.9,
+                "probabilities": {"bug": 0.9, "docs": 0.5},
+            },
+            "sum to 1.4",
+        ),
+    ],
+)
+def test_an_answer_outside_the_question_is_no_answer_even_from_a_file(
+    store: TriageStore, recording: RecordingExecutor, wire: dict[str, Any], cause: str
+) -> None:
+    ask = answers_file_ask({"needs_repro": noul(0.99), "area": wire})
+    result = go(engine_config(), ask, store, recording, answers_from="file")
+    by_rule = {e.rule: e for e in result.entries}
+    assert by_rule["needs-repro"].reason == "no_answers" and cause in by_rule["needs-repro"].explanation
+    assert by_rule["docs"].reason == "no_answers"
+    assert not any(e.rule != "welcome" for e in result.applied)
+    assert "area" not in (store.load(result.decision_id) or pytest.fail("not stored")).answers
+
+
+def test_a_score_outside_its_levels_is_no_answer(store: TriageStore, recording: RecordingExecutor) -> None:
+    rules = [
+        {
+            "id": "sev",
+            "events": ["issues.opened"],
+            "if": "severity >= 2.0",
+            "actions": [{"op": "label.add", "label": "hot"}],
+        }
+    ]
+    config = load_triage(section(rules, executor="recording"))
+    ask = CountingAsk({"severity": score(3.5, 0.99)})  # levels 0..3
+    result = go(config, ask, store, recording)
+    assert [e.reason for e in result.entries] == ["no_answers"]
+    assert "outside the levels' range [0, 3]" in result.entries[0].explanation
