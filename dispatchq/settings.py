@@ -267,6 +267,19 @@ class Settings(BaseSettings):
             raise ValueError("at least one directory is needed")
         return [Path(p).expanduser().resolve() for p in value]
 
+    @field_validator("typesafe_api_key")
+    @classmethod
+    def _usable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        """The SDK's own rule for a key, checked when settings load, never in a worker's request."""
+        if value is None:
+            return None
+        key = value.get_secret_value().strip()
+        if not key:
+            return None
+        if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+            raise ValueError("must be printable ASCII with no whitespace inside")
+        return SecretStr(key)
+
     @field_validator("typesafe_base_url", "typesafe_default_model")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:

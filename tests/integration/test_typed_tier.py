@@ -925,3 +925,18 @@ def test_a_burst_worker_process_waits_for_a_retry_due_within_the_horizon(
         assert (found["status"], found["value"]) == ("answered", True)
         assert [s["outcome"] for s in found["trail"]] == ["retry-scheduled", "answered"]
         assert [r.status for r in fake.requests] == [429, 429, 429, 200]
+
+
+@pytest.mark.parametrize("args", [["worker", "typed", "--burst"], ["run", "judgements.jsonl"]])
+def test_a_malformed_key_is_refused_when_settings_load_and_no_worker_starts(
+    typed_env: dict[str, str], api: FakeTypeSafeAPI, tmp_path: Path, args: list[str]
+) -> None:
+    line = {"kind": "noul-local", "target": TARGET, "state": {"body": "x"}}
+    (tmp_path / "judgements.jsonl").write_text(json.dumps(line) + "\n")
+    env = {**typed_env, "TYPESAFE_API_KEY": "tsk-bad key with-space"}
+    done = run_cli(args, env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TYPESAFE_API_KEY" in lines[0] and "whitespace" in lines[0]
+    assert "tsk-bad" not in done.stderr and "with-space" not in done.stderr + done.stdout
+    assert api.request_count == 0
