@@ -73,12 +73,43 @@ def _provider_ask() -> Ask:
 
 
 def _read_json(path: Path, what: str) -> Any:
+    """The file's JSON, or one line naming the file and what is wrong (a byte offset for bad UTF-8)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as error:
         raise UserError(f"{what} {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"{what} {path}: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})"
+        ) from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(f"{what} {path}: not JSON ({error.msg} at line {error.lineno})") from None
+    surrogate = _lone_surrogate(data)
+    if surrogate is not None:
+        raise UserError(f"{what} {path}: {surrogate}")
+    return data
+
+
+def _lone_surrogate(value: Any, where: str = "") -> str | None:
+    """Where a lone surrogate (`"\\ud800"`, valid JSON but no text) sits, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            return f"{where or 'the value'}: a lone surrogate \\u{ord(value[bad.start]):04x} is not text"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"
+        found = _lone_surrogate(key, at) if isinstance(key, str) else None
+        found = found or _lone_surrogate(item, at.lstrip("."))
+        if found:
+            return found
+    return None
 
 
 def _echo_json(data: Any) -> None:

@@ -93,11 +93,31 @@ def _json_data(where: str, value: Any, error: type[UserError]) -> Any:
     instead of being hashed as whatever `str()` makes of it.
     """
     plain = _plain(value)
+    _refuse_surrogates(where, plain, error)
     try:
         canonical_json(plain)
     except (TypeError, ValueError) as problem:  # orjson.JSONEncodeError is a TypeError
         raise error(f"{where}: not plain JSON data ({problem})") from None
     return plain
+
+
+def _refuse_surrogates(where: str, value: Any, error: type[UserError]) -> None:
+    """A lone surrogate (JSON `"\\ud800"`) is no Unicode text: refuse it, naming where it sits."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            code = ord(value[bad.start])
+            raise error(
+                f"{where}: a lone surrogate \\u{code:04x} at character {bad.start} is not text"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_surrogates(f"{where}.{key}", key, error)
+            _refuse_surrogates(f"{where}.{key}", item, error)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_surrogates(f"{where}[{index}]", item, error)
 
 
 # ---------------------------------------------------------------------------------- event
@@ -124,6 +144,8 @@ class Event:
         unknown = sorted(set(data) - {"event", "target", "item", "context", "state"})
         if unknown:
             raise UserError(f"event: unknown key {unknown[0]!r}")
+        for key in ("event", "target", "item"):
+            _refuse_surrogates(f"event.{key}", data.get(key), UserError)
         name = data.get("event")
         if not isinstance(name, str) or not EVENT_NAME.match(name):
             raise UserError(f"event.event: expected '<event>.<action>' such as 'issues.opened', got {name!r}")

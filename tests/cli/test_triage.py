@@ -16,8 +16,10 @@ from click.testing import CliRunner, Result
 
 import dispatchq.cli.triage as cli_triage
 from dispatchq.cli import main
+from dispatchq.errors import UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import RecordingExecutor
+from dispatchq.triage.rules import Event
 
 CONFIG = """\
 triage:
@@ -49,7 +51,12 @@ EVENT = {
 }
 ANSWERS = {
     "needs_repro": {"type": "noul", "noul": 0.97},
-    "area": {"type": "choice", "choice": "bug", "confidence": 0.9, "probabilities": {"bug": 0.9}},
+    "area": {
+        "type": "choice",
+        "choice": "bug",
+        "confidence": 0.9,
+        "probabilities": {"bug": 0.9, "feature": 0.05, "docs": 0.05},
+    },
 }
 
 
@@ -211,6 +218,54 @@ def test_a_bad_event_is_one_line_and_exit_2(env: Env, setup: Any, message: str) 
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert "Traceback" not in result.output
+
+
+def _bytes(env: Env, name: str, data: bytes) -> str:
+    path = env.root / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_a_non_utf8_event_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+    raw = json.dumps(EVENT).encode().replace(b"It crashes", b"It \xff crashes")
+    path = _bytes(env, "event.json", raw)
+    result = CliRunner().invoke(main, ["triage", "--event", path])
+    assert result.exit_code == 2, result.output
+    offset = raw.index(b"\xff")
+    assert result.stderr.strip() == f"error: event file {path}: not UTF-8 (byte 0xff at offset {offset})"
+
+
+def test_a_non_utf8_answers_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+    raw = b'{"needs_repro": {"type": "noul", "noul": 0.9}, "x": "\xc3("}'
+    answers = _bytes(env, "a.json", raw)
+    offset = raw.index(b"\xc3")
+    result = CliRunner().invoke(
+        main, ["triage", "--event", env.file("event.json", EVENT), "--answers", answers]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"error: answers file {answers}: not UTF-8 (byte 0xc3 at offset {offset})"
+
+
+@pytest.mark.parametrize(
+    ("event", "where"),
+    [
+        ({**EVENT, "state": {"title": "\ud800 crash"}}, "state.title"),
+        ({**EVENT, "target": "acme/app#\udfff"}, "target"),
+    ],
+)
+def test_a_lone_surrogate_is_a_user_error_not_a_hash_crash(env: Env, event: Any, where: str) -> None:
+    path = env.file("event.json", json.dumps(event))  # json.dumps writes it as a \ud800 escape
+    result = CliRunner().invoke(main, ["triage", "--event", path])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{where}: a lone surrogate" in lines[0] and "is not text" in lines[0]
+
+
+def test_a_lone_surrogate_is_refused_by_the_event_model_too() -> None:
+    with pytest.raises(UserError, match=r"event.target: a lone surrogate \\ud800"):
+        Event.from_json({**EVENT, "target": "acme/app#\ud800"})
+    with pytest.raises(UserError, match=r"event.state.title: a lone surrogate"):
+        Event.from_json({**EVENT, "state": {"title": "\ud800"}})
 
 
 def test_a_malformed_answers_file_is_refused(env: Env) -> None:
