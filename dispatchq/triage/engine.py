@@ -31,7 +31,7 @@ from dispatchq.errors import AnswerError, ExecutorError, UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
 from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decision_key
-from dispatchq.triage.table import Entry, Knowledge, RuleError, resolve
+from dispatchq.triage.table import Entry, Knowledge, RuleError, questions_to_ask, resolve
 
 __all__ = [
     "RUNS_KEPT",
@@ -421,7 +421,9 @@ def triage(
         answers = {q: a for q, a in stored.answers.items() if q in needed}
     reused = tuple(sorted(answers))
 
-    missing = sorted(needed - answers.keys())
+    # Only what a rule that can still fire depends on: `if`s that need only the event (or
+    # the answers already known) are evaluated first, so an excluded event costs nothing.
+    missing = sorted(questions_to_ask(config, event, answers))
     unanswered: dict[str, str] = {}
     over_budget: set[str] = set()
     requests = 0

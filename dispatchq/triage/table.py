@@ -42,6 +42,8 @@ __all__ = [
     "RuleError",
     "SupportsOps",
     "lint",
+    "possible_rules",
+    "questions_to_ask",
     "resolve",
 ]
 
@@ -223,10 +225,10 @@ def resolve(
         if not rule.triggered_by(event.event):
             continue
         missing = sorted(q for q in rule.dependencies if q not in answers)
+        if activation is None:
+            activation = bindings(event.to_json(), answers)
         # Row 2 (and the silent half of row 1): an `if` whose answers are all here.
         if rule.condition is not None and rule.refs <= answers.keys():
-            if activation is None:
-                activation = bindings(event.to_json(), answers)
             try:
                 matched = rule.condition.evaluate(activation)
             except ConditionError as error:
@@ -235,6 +237,10 @@ def resolve(
                 continue
             if not matched:
                 continue
+        # Row 1 too: an `if` already false on what is known (the event, the answers that came)
+        # is false whatever the missing answers say, so nothing was asked for it.
+        elif rule.condition is not None and _false_without(rule, activation):
+            continue
         # Rows 3-5: undetermined, or determined but a gateOn answer is missing.
         if missing:
             reason, explanation = _missing_reason(config, event, knowledge, missing)
@@ -245,6 +251,39 @@ def resolve(
         for action in rule.actions:
             entries.append(_resolve_action(config, rule, action, confidence, weakest, mode, executor, exists))
     return Resolution(tuple(entries), tuple(errors))
+
+
+def _false_without(rule: Rule, activation: Mapping[str, Any]) -> bool:
+    """Whether the `if` is false on a partial activation, whatever the absent answers are.
+
+    CEL's `&&`/`||` absorb an error on one side when the other decides (`false && e` is
+    false), and cel-python implements that: an absent answer is an undeclared reference,
+    an error, so a False here is False for every answer. An error means "undetermined".
+    """
+    if rule.condition is None:
+        return False
+    try:
+        return not rule.condition.evaluate(activation)
+    except ConditionError:
+        return False
+
+
+def possible_rules(config: TriageConfig, event: Event, answers: Mapping[str, Answer]) -> list[Rule]:
+    """The rules this event triggers whose `if` can still be true given what is known."""
+    activation = bindings(event.to_json(), {q: a for q, a in answers.items() if q in config.questions})
+    return [rule for rule in config.triggered(event.event) if not _false_without(rule, activation)]
+
+
+def questions_to_ask(config: TriageConfig, event: Event, answers: Mapping[str, Answer]) -> frozenset[str]:
+    """What a rule that can still fire depends on (in scope for the event), minus what is known.
+
+    Conditions that need only the event (`!has(event.state.pull_request)`) are evaluated
+    first, so an event every rule excludes costs no request.
+    """
+    needed: set[str] = set()
+    for rule in possible_rules(config, event, answers):
+        needed |= {q for q in rule.dependencies if config.questions[q].asked_for(event.event)}
+    return frozenset(needed - answers.keys())
 
 
 def _missing_reason(

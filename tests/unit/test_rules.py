@@ -33,7 +33,7 @@ from dispatchq.triage.engine import (
 )
 from dispatchq.triage.executors import GitHubExecutor, Ledger, RecordingExecutor
 from dispatchq.triage.rules import ActionSpec, Event, TriageConfig, decision_key, load_triage
-from dispatchq.triage.table import Entry, Knowledge, Resolution, lint, resolve
+from dispatchq.triage.table import Entry, Knowledge, Resolution, lint, questions_to_ask, resolve
 
 GITHUB_OPS = frozenset({"label.add", "label.remove", "comment", "close", "reopen", "assign"})
 
@@ -919,3 +919,66 @@ def test_a_score_outside_its_levels_is_no_answer(store: TriageStore, recording: 
     result = go(config, ask, store, recording)
     assert [e.reason for e in result.entries] == ["no_answers"]
     assert "outside the levels' range [0, 3]" in result.entries[0].explanation
+
+
+# ------------------------------------------------- `if`s that need only the event are evaluated first
+
+PR_RULES = [
+    {
+        "id": "issue-repro",
+        "events": ["issues.opened"],
+        "if": "!has(event.state.pull_request) && needs_repro >= 0.8",
+        "actions": [{"op": "label.add", "label": "needs-repro"}],
+    },
+    {
+        "id": "docs-area",
+        "events": ["issues.opened"],
+        "if": 'event.context.repo == "acme/docs" && area == "docs"',
+        "actions": [{"op": "label.add", "label": "docs"}],
+    },
+]
+
+
+def test_an_event_every_rule_excludes_costs_no_request(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
+    pull = Event(
+        "issues.opened", "acme/app#3", "issue:3", {"repo": "acme/app"}, {"pull_request": {"url": "u"}}
+    )
+    ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
+    result = triage(pull, config, ask=ask, store=store, executor=recording, budget=RunBudget(None))
+    assert ask.calls == [] and result.requests == 0 and result.asked == ()
+    assert result.entries == () and result.errors == ()  # row 1: silent, not no_answers
+
+
+def test_only_questions_of_rules_that_can_still_fire_are_asked(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
+    ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
+    result = go(config, ask, store, recording)  # an issue in acme/app: docs-area cannot fire
+    assert ask.calls == [["needs_repro"]]
+    assert [(e.rule, e.outcome) for e in result.entries] == [("issue-repro", "apply")]
+
+
+def test_an_if_false_on_a_known_answer_needs_no_other_answer() -> None:
+    config = load_triage(
+        section(
+            [
+                {
+                    "id": "r",
+                    "events": ["issues.opened"],
+                    "if": 'area == "docs" && needs_repro >= 0.8',
+                    "actions": [{"op": "label.add", "label": "x"}],
+                }
+            ]
+        )
+    )
+    known = answers_of({"area": choice("bug", 0.9)})
+    assert questions_to_ask(config, EVENT, known) == frozenset()
+    resolution = resolve(
+        config, EVENT, Knowledge(known), executor=RecordingExecutor(TriageStorage(fakeredis.FakeRedis()))
+    )
+    assert resolution.entries == () and resolution.errors == ()
+    assert questions_to_ask(config, EVENT, {}) == {"area", "needs_repro"}  # undetermined: both asked
