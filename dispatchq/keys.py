@@ -50,6 +50,7 @@ __all__ = [
     "session_line",
     "status_index",
     "triage_budget",
+    "triage_budget_log",
     "triage_decision",
     "triage_labels_added",
     "typed_cache",
@@ -222,3 +223,8 @@ def session_host_probe(host: str) -> str:
 
 WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept writes again?" (maxmemory)
 RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile
+
+
+def triage_budget_log(name: str) -> str:
+    """Sorted set: one member per provider request a rolling triage budget counted, scored by time."""
+    return f"{PREFIX}:triage:budget-log:{name}"

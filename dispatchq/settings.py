@@ -250,7 +250,7 @@ class Settings(BaseSettings):
     github_token: SecretStr | None = Field(None, description="Token for the GitHub executor.")
     github_api_url: str = Field("https://api.github.com", description="GitHub REST API base URL.")
     triage_hourly_budget: int = Field(
-        1000, ge=0, description="Provider requests enqueued triage may spend per hour."
+        1000, ge=0, description="Overall cap on triage provider requests in any rolling hour (all processes)."
     )
 
     @field_validator("checkout_roots", mode="before")

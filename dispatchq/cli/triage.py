@@ -29,10 +29,10 @@ from dispatchq.tiers.typed import enqueue_triage, provider_ask, provider_for
 from dispatchq.triage.engine import (
     AnswersFrom,
     Ask,
-    RunBudget,
     TriageStore,
     answers_file_ask,
     apply_suggested,
+    budget_for,
     replay,
     triage,
 )
@@ -202,7 +202,7 @@ def triage_command(
             ask=ask,
             store=TriageStore(storage),
             executor=executor,
-            budget=RunBudget.from_config(config),
+            budget=budget_for(storage, config, settings().triage_hourly_budget),
             mode_override=cast(Mode | None, mode),
             answers_from=answers_from,
         )

@@ -34,7 +34,7 @@ from dispatchq.tiers.typesafe import (
     make_provider,
 )
 from dispatchq.triage.engine import Ask as TriageAsk
-from dispatchq.triage.engine import AskResult, HourlyBudget, TriageStore, triage
+from dispatchq.triage.engine import AskResult, TriageStore, budget_for, triage
 from dispatchq.triage.executors import build_executor
 from dispatchq.triage.rules import Event, Mode
 
@@ -308,7 +308,8 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
     """The typed worker's side of `triage --enqueue`: one batched request, the table, the executor.
 
     Triage has no confidence band of its own and never escalates to a session: the
-    table's gates are the band. Its budget is per hour across every enqueued event.
+    table's gates are the band. Its budget is the one model the CLI uses too:
+    `triage.budget` and DISPATCHQ_TRIAGE_HOURLY_BUDGET, rolling windows kept in Redis.
     """
     config = runtime.config.triage
     if config is None:
@@ -329,7 +330,7 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
             ask=provider_ask(provider_for(runtime)),
             store=TriageStore(storage),
             executor=executor,
-            budget=HourlyBudget(storage, settings.triage_hourly_budget),
+            budget=budget_for(storage, config, settings.triage_hourly_budget),
             mode_override=cast("Mode | None", mode),  # the CLI offered only MODES
         )
     finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,20 +35,23 @@ from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decisi
 from dispatchq.triage.table import Entry, Knowledge, RuleError, questions_to_ask, resolve
 
 __all__ = [
+    "HOUR",
     "RUNS_KEPT",
     "AnswersFrom",
     "Ask",
     "AskResult",
     "Budget",
-    "HourlyBudget",
+    "BudgetLimit",
     "ReplayChange",
     "ReplayReport",
+    "RollingBudget",
     "RunBudget",
     "StoredDecision",
     "TriageResult",
     "TriageStore",
     "answers_file_ask",
     "apply_suggested",
+    "budget_for",
     "keyless_ask",
     "outcome_counts",
     "replay",
@@ -120,16 +124,21 @@ def answers_file_ask(wire: Any, *, source: str = "answers file") -> Ask:
 
 
 class Budget(Protocol):
-    """Provider requests a caller may still spend. Checked before asking, charged after."""
+    """Provider requests a caller may still spend: one reserved before asking, settled after.
 
-    def available(self) -> bool: ...
+    `reserve()` is None when one request may be made (and counts it), else the sentence
+    row 3 shows: how much was spent of what, and when it refills. `settle(requests)` gives
+    the reservation back when nothing was asked, or counts the extra ones.
+    """
 
-    def spend(self, requests: int) -> None: ...
+    def reserve(self) -> str | None: ...
+
+    def settle(self, requests: int) -> None: ...
 
 
 @dataclass
 class RunBudget:
-    """`triage.budget.requests` for one `dispatchq triage` invocation; None is unlimited."""
+    """An in-process budget of `limit` requests (None is unlimited): for tests and one-off callers."""
 
     limit: int | None
     spent: int = 0
@@ -141,30 +150,86 @@ class RunBudget:
     def available(self) -> bool:
         return self.limit is None or self.spent < self.limit
 
-    def spend(self, requests: int) -> None:
-        self.spent += max(0, requests)
+    def reserve(self) -> str | None:
+        if not self.available():
+            return f"the run's budget is spent: {self.spent} of {self.limit} requests"
+        self.spent += 1
+        return None
+
+    def settle(self, requests: int) -> None:
+        self.spent += max(0, requests) - 1
 
 
-class HourlyBudget:
-    """Provider requests enqueued triage may spend per clock hour, shared through Redis."""
+@dataclass(frozen=True)
+class BudgetLimit:
+    """One rolling limit: at most `requests` provider requests in any `window` seconds."""
 
-    #: A window's counter outlives its hour by one more, then Redis drops it.
-    WINDOW_TTL = 7200
+    name: str  # its Redis key's name
+    label: str  # how row 3 names it
+    requests: int
+    window: float
 
-    def __init__(self, storage: TriageStorage, limit: int, *, clock: Callable[[], float] = time.time) -> None:
+
+#: The overall cap's window: DISPATCHQ_TRIAGE_HOURLY_BUDGET is per rolling hour.
+HOUR = 3600.0
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+class RollingBudget:
+    """Every limit enforced in Redis across processes, over a rolling window (not a clock hour)."""
+
+    def __init__(
+        self, storage: TriageStorage, limits: Iterable[BudgetLimit], *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._storage = storage
-        self.limit = limit
+        self.limits = tuple(limits)
         self._clock = clock
+        self._member: str | None = None
 
-    def _window(self) -> str:
-        return time.strftime("%Y%m%d%H", time.gmtime(self._clock()))
+    def reserve(self) -> str | None:
+        now = self._clock()
+        member = f"{now!r}:{uuid.uuid4().hex}"
+        refused = self._storage.reserve_budget(
+            [(lim.name, lim.requests, lim.window) for lim in self.limits], now, member
+        )
+        if refused is None:
+            self._member = member
+            return None
+        index, spent, oldest = refused
+        limit = self.limits[index]
+        when = (
+            "it never refills (the limit is 0)"
+            if oldest is None
+            else "it refills at " + time.strftime("%H:%M:%S UTC", time.gmtime(oldest + limit.window))
+        )
+        return (
+            f"{limit.label} budget spent: {spent} of {limit.requests} requests "
+            f"in the last {_span(limit.window)}; {when}"
+        )
 
-    def available(self) -> bool:
-        return self._storage.budget_spent(self._window()) < self.limit
+    def settle(self, requests: int) -> None:
+        if self._member is None:
+            return
+        member, self._member = self._member, None
+        if requests == 1:
+            return
+        ttl = int(max((lim.window for lim in self.limits), default=HOUR)) + 1
+        self._storage.settle_budget([lim.name for lim in self.limits], member, requests, self._clock(), ttl)
 
-    def spend(self, requests: int) -> None:
-        if requests > 0:
-            self._storage.spend_budget(self._window(), requests, self.WINDOW_TTL)
+
+def budget_for(storage: TriageStorage, config: TriageConfig, hourly_cap: int) -> RollingBudget:
+    """The one budget model: `triage.budget` (per config) and the overall rolling-hour cap."""
+    limits = []
+    if config.budget_requests is not None:
+        limits.append(BudgetLimit("config", "triage.budget", config.budget_requests, config.budget_window))
+    limits.append(BudgetLimit("hourly", "DISPATCHQ_TRIAGE_HOURLY_BUDGET", hourly_cap, HOUR))
+    return RollingBudget(storage, limits)
 
 
 # ------------------------------------------------------------------------------------- store
@@ -428,13 +493,15 @@ def triage(
     over_budget: set[str] = set()
     requests = 0
     asked: tuple[str, ...] = ()
-    if missing and not budget.available():
+    refused = budget.reserve() if missing else None
+    if refused is not None:
         over_budget = set(missing)
+        unanswered = dict.fromkeys(missing, refused)  # row 3 says why: spent of what, refills when
     elif missing:
         asked = tuple(missing)
         said = _ask(ask, event, config, missing)
         requests = max(0, int(said.requests))
-        budget.spend(requests)
+        budget.settle(requests)
         for qid in missing:
             answer = said.answers.get(qid)
             expected = config.questions[qid].type

@@ -29,6 +29,7 @@ from dispatchq.errors import ConfigError, UserError
 from dispatchq.triage.cel import BINDINGS, RESERVED_WORDS, Condition
 
 __all__ = [
+    "DEFAULT_BUDGET_WINDOW",
     "DESTRUCTIVE_OPS",
     "EVENT_NAME",
     "EXECUTORS",
@@ -71,6 +72,9 @@ QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 GITHUB_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _CLOSE_REASONS = ("completed", "not_planned")
+
+#: `triage.budget.window` when unset: the per-config budget counts over a rolling hour.
+DEFAULT_BUDGET_WINDOW = 3600
 
 # ----------------------------------------------------------------------------------- JSON
 
@@ -298,6 +302,8 @@ class TriageConfig:
     base_dir: Path
     section: Mapping[str, Any] = field(repr=False)
     hash: str = ""
+    budget_window: int = 3600
+    """`triage.budget.window`: the rolling window `budget_requests` counts over, in seconds."""
 
     def triggered(self, event_name: str) -> list[Rule]:
         return [rule for rule in self.rules if rule.triggered_by(event_name)]
@@ -423,10 +429,13 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
         raise ConfigError(f"triage.gate: suggest ({gate_suggest:g}) is above auto ({gate_auto:g})")
 
     budget = _mapping("triage.budget", top.get("budget", {}) or {})
-    _refuse_unknown("triage.budget", budget, ("requests",))
+    _refuse_unknown("triage.budget", budget, ("requests", "window"))
     requests = budget.get("requests")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests < 0):
         raise ConfigError(f"triage.budget.requests: expected a whole number >= 0, got {requests!r}")
+    window = budget.get("window", DEFAULT_BUDGET_WINDOW)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(f"triage.budget.window: expected a whole number of seconds >= 1, got {window!r}")
 
     destructive = top.get("allowDestructive", []) or []
     if not isinstance(destructive, list):
@@ -464,6 +473,7 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
         base_dir=base,
         section=plain,
         hash=config_hash(plain),
+        budget_window=window,
     )
 
 

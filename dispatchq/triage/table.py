@@ -291,7 +291,12 @@ def _missing_reason(
 ) -> tuple[str, str]:
     budget = [q for q in missing if q in knowledge.over_budget]
     if budget:
-        return BUDGET_EXHAUSTED, f"the request budget was spent before {_names(budget)} could be asked"
+        notes = sorted({knowledge.unanswered[q] for q in budget if knowledge.unanswered.get(q)})
+        detail = f" ({'; '.join(notes)})" if notes else ""
+        return (
+            BUDGET_EXHAUSTED,
+            f"the request budget was spent before {_names(budget)} could be asked{detail}",
+        )
     unasked = [q for q in missing if not config.questions[q].asked_for(event.event)]
     empty = [q for q in missing if q not in unasked]
     if empty:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -23,9 +24,12 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.cel import Condition
 from dispatchq.triage.engine import (
     AskResult,
+    BudgetLimit,
+    RollingBudget,
     RunBudget,
     TriageStore,
     answers_file_ask,
+    budget_for,
     keyless_ask,
     replay,
     status_section,
@@ -982,3 +986,75 @@ def test_an_if_false_on_a_known_answer_needs_no_other_answer() -> None:
     )
     assert resolution.entries == () and resolution.errors == ()
     assert questions_to_ask(config, EVENT, {}) == {"area", "needs_repro"}  # undetermined: both asked
+
+
+# ------------------------------------------------------------------ one budget model, in Redis
+
+
+def _event(n: int) -> Event:
+    return Event("issues.opened", f"acme/app#{n}", f"issue:{n}", {"repo": "acme/app"}, {"title": f"t{n}"})
+
+
+def test_the_config_budget_counts_across_invocations_and_says_what_was_spent(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(budget={"requests": 2, "window": 600})
+    ask = CountingAsk(GOOD)
+    results = [
+        triage(
+            _event(n),
+            config,
+            ask=ask,
+            store=store,
+            executor=recording,
+            budget=budget_for(TriageStorage(client), config, 1000),  # a new one each run, like a new process
+        )
+        for n in range(3)
+    ]
+    assert len(ask.calls) == 2 and [r.requests for r in results] == [1, 1, 0]
+    spent = [e for e in results[2].suppressed if e.rule == "needs-repro"]
+    assert spent[0].reason == "budget_exhausted"
+    assert (
+        "triage.budget budget spent: 2 of 2 requests in the last 10m; it refills at " in spent[0].explanation
+    )
+    assert spent[0].explanation.endswith(" UTC)")
+
+
+def test_the_hourly_cap_applies_with_no_config_budget_and_refills_on_a_rolling_hour(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config()
+    now = [1_000_000.0]
+    limits = [BudgetLimit("hourly", "DISPATCHQ_TRIAGE_HOURLY_BUDGET", 1, 3600.0)]
+
+    def budget() -> RollingBudget:
+        return RollingBudget(TriageStorage(client), limits, clock=lambda: now[0])
+
+    ask = CountingAsk(GOOD)
+    go(config, ask, store, recording, budget=budget())
+    now[0] += 1800  # half an hour later: a clock-hour counter might have reset, a rolling one has not
+    refused = budget().reserve()
+    assert refused == (
+        "DISPATCHQ_TRIAGE_HOURLY_BUDGET budget spent: 1 of 1 requests in the last 1h; "
+        "it refills at " + time.strftime("%H:%M:%S UTC", time.gmtime(1_000_000.0 + 3600))
+    )
+    now[0] += 1801
+    assert budget().reserve() is None
+
+
+def test_a_request_not_made_is_given_back_and_a_zero_limit_never_refills(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(budget={"requests": 1})
+    go(config, keyless_ask, store, recording, budget=budget_for(TriageStorage(client), config, 10))
+    assert TriageStorage(client).budget_used("config", 3600, time.time()) == 0  # keyless: 0 requests
+    zero = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", budget={"requests": 0}))
+    assert budget_for(TriageStorage(client), zero, 10).reserve() == (
+        "triage.budget budget spent: 0 of 0 requests in the last 1h; it never refills (the limit is 0)"
+    )
+
+
+@pytest.mark.parametrize("window", [0, -5, 1.5, "1h", True])
+def test_a_bad_budget_window_is_refused(window: Any) -> None:
+    with pytest.raises(ConfigError, match=r"triage.budget.window: expected a whole number of seconds"):
+        load_triage(section(copy.deepcopy(ENGINE_RULES), budget={"requests": 3, "window": window}))
