@@ -10,6 +10,7 @@ without a network.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, Literal, Protocol
 from dispatchq.core.answers import Answer, margin, meets, min_confidence, noul_gate_as_probability
 from dispatchq.errors import ConditionError
 from dispatchq.triage.cel import bindings
+from dispatchq.triage.github_events import WEBHOOK_EVENTS
 from dispatchq.triage.rules import DESTRUCTIVE_OPS, ActionSpec, Event, Mode, Rule, TriageConfig
 
 __all__ = [
@@ -26,12 +28,14 @@ __all__ = [
     "BELOW_SUGGEST_THRESHOLD",
     "BUDGET_EXHAUSTED",
     "DESTRUCTIVE_NOT_OPTED_IN",
+    "INT_DOUBLE_COMPARISON",
     "MISSING_TEMPLATE",
     "NO_ANSWERS",
     "REASONS",
     "SHADOW_MODE",
     "SUGGEST",
     "UNDECIDED_REASONS",
+    "UNKNOWN_EVENT",
     "UNKNOWN_QUESTION",
     "UNSUPPORTED_BY_EXECUTOR",
     "Entry",
@@ -45,6 +49,7 @@ __all__ = [
     "possible_rules",
     "questions_to_ask",
     "resolve",
+    "unknown_event",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,9 @@ NO_ANSWERS = "no_answers"
 UNKNOWN_QUESTION = "unknown_question"
 DESTRUCTIVE_NOT_OPTED_IN = "destructive_not_opted_in"
 UNSUPPORTED_BY_EXECUTOR = "unsupported_by_executor"
+# Lint-only reasons: found before a run, never an entry's reason.
+UNKNOWN_EVENT = "unknown_event"
+INT_DOUBLE_COMPARISON = "int_double_comparison"
 MISSING_TEMPLATE = "missing_template"
 BELOW_SUGGEST_THRESHOLD = "below_suggest_threshold"
 SHADOW_MODE = "shadow_mode"
@@ -408,6 +416,32 @@ class Problem:
         return {"where": self.where, "message": self.message, "reason": self.reason}
 
 
+def unknown_event(name: str) -> str | None:
+    """Why `name` is no GitHub webhook event a delivery can carry, or None when it is one.
+
+    Events with actions are named `<event>.<action>` (`issues.opened`); those without are
+    named bare (`push`). The names come from the list shipped with the code
+    (`dispatchq.triage.github_events`, generated from githubkit's webhook models).
+    """
+    event, _, action = name.partition(".")
+    if event not in WEBHOOK_EVENTS:
+        close = difflib.get_close_matches(event, list(WEBHOOK_EVENTS), n=1)
+        hint = f"; did you mean {close[0] + ('.' + action if action else '')!r}?" if close else ""
+        return f"{name!r} is not a GitHub webhook event, so the rule never fires{hint}"
+    actions = WEBHOOK_EVENTS[event]
+    if not actions:
+        return None if not action else f"{event!r} has no actions: name it {event!r}, not {name!r}"
+    if not action:
+        return f"{event!r} deliveries carry an action: name one, such as {event + '.' + actions[0]!r}"
+    if action not in actions:
+        close = difflib.get_close_matches(action, list(actions), n=1)
+        hint = f"did you mean {event + '.' + close[0]!r}? " if close else ""
+        return (
+            f"{event!r} has no action {action!r}, so the rule never fires; {hint}known: {', '.join(actions)}"
+        )
+    return None
+
+
 def lint(config: TriageConfig, executor: SupportsOps, base_dir: Path | None = None) -> list[Problem]:
     """Everything `load_triage` let through that a run would resolve as a suppression.
 
@@ -415,8 +449,23 @@ def lint(config: TriageConfig, executor: SupportsOps, base_dir: Path | None = No
     """
     base = Path(base_dir) if base_dir is not None else config.base_dir
     problems: list[Problem] = []
+    doubles = {q for q, question in config.questions.items() if question.type in ("noul", "score")}
     for rule in config.rules:
         where = f"triage.rules[{rule.id}]"
+        for i, event_name in enumerate(rule.events):
+            unknown = unknown_event(event_name)
+            if unknown is not None:
+                problems.append(Problem(f"{where}.events[{i}]", unknown, UNKNOWN_EVENT))
+        if rule.condition is not None:
+            for text, literal in rule.condition.int_double_comparisons(doubles):
+                problems.append(
+                    Problem(
+                        f"{where}.if",
+                        f"{text} compares an int with a double answer, which cel-python refuses at "
+                        f"run time: write {literal}.0",
+                        INT_DOUBLE_COMPARISON,
+                    )
+                )
         for event_name in rule.events:
             for qid in sorted(rule.dependencies):
                 if not config.questions[qid].asked_for(event_name):

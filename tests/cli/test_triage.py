@@ -304,3 +304,19 @@ def test_a_missing_config_file_is_a_user_error(env: Env, monkeypatch: pytest.Mon
 def test_no_event_and_no_subcommand_is_a_usage_error(env: Env) -> None:
     result = CliRunner().invoke(main, ["triage"])
     assert result.exit_code == 2 and "--event" in result.output
+
+
+def test_lint_says_a_rule_on_a_misspelt_event_never_fires_and_names_the_cel_fix(env: Env) -> None:
+    broken = CONFIG.format(mode="shadow").replace(
+        "events: [issues.opened]\n      if: 'needs_repro >= 0.8",
+        "events: [issue.opened]\n      if: '1 == needs_repro",
+    )
+    env.write_config(text=broken)
+    result = env.run("lint")
+    assert result.exit_code == 1
+    assert (
+        "triage.rules[needs-repro].events[0]: 'issue.opened' is not a GitHub webhook event, "
+        "so the rule never fires; did you mean 'issues.opened'?  [unknown_event]" in result.stdout
+    )
+    assert "1 == needs_repro compares an int with a double answer" in result.stdout
+    assert "write 1.0  [int_double_comparison]" in result.stdout

@@ -1058,3 +1058,83 @@ def test_a_request_not_made_is_given_back_and_a_zero_limit_never_refills(
 def test_a_bad_budget_window_is_refused(window: Any) -> None:
     with pytest.raises(ConfigError, match=r"triage.budget.window: expected a whole number of seconds"):
         load_triage(section(copy.deepcopy(ENGINE_RULES), budget={"requests": 3, "window": window}))
+
+
+# ---------------------------------------------------- lint: events that never fire, CEL int/double
+
+
+def test_lint_checks_event_names_against_githubs_webhook_events(tmp_path: Path) -> None:
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "repro.md").write_text("steps?")
+    rules = [
+        {
+            "id": "typo",
+            "events": ["issue.opened", "issues.open", "issues.opened"],
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    problems = lint(load_triage(section(rules), base_dir=tmp_path), Caps(), tmp_path)
+    assert [(p.where, p.reason) for p in problems] == [
+        ("triage.rules[typo].events[0]", "unknown_event"),
+        ("triage.rules[typo].events[1]", "unknown_event"),
+    ]
+    assert "did you mean 'issues.opened'?" in problems[0].message and "never fires" in problems[0].message
+    assert (
+        "'issues' has no action 'open'" in problems[1].message
+        and "did you mean 'issues.opened'?" in problems[1].message
+    )
+
+
+def test_the_shipped_event_list_knows_bare_and_actioned_events() -> None:
+    from dispatchq.triage.github_events import WEBHOOK_EVENTS
+    from dispatchq.triage.table import unknown_event
+
+    assert WEBHOOK_EVENTS["push"] == () and "opened" in WEBHOOK_EVENTS["pull_request"]
+    assert unknown_event("push") is None and unknown_event("issue_comment.created") is None
+    assert "has no actions: name it 'push'" in (unknown_event("push.created") or "")
+    assert "carry an action" in (unknown_event("issues") or "")
+
+
+@pytest.mark.parametrize(
+    ("condition", "literal"),
+    [
+        ("2 <= severity", "2"),
+        ("needs_repro == 1", "1"),
+        ("1 <= confidence.area", "1"),
+        ("severity in [1, 2]", "1"),
+    ],
+)
+def test_lint_finds_int_double_comparisons_cel_python_refuses(
+    tmp_path: Path, condition: str, literal: str
+) -> None:
+    rules = [
+        {
+            "id": "cmp",
+            "events": ["issues.opened"],
+            "if": condition,
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    config = load_triage(section(rules), base_dir=tmp_path)
+    [problem] = lint(config, Caps(), tmp_path)
+    assert (problem.where, problem.reason) == ("triage.rules[cmp].if", "int_double_comparison")
+    assert f"write {literal}.0" in problem.message and "cel-python refuses" in problem.message
+    # And it is refused at run time, as lint said.
+    answers = answers_of({"severity": score(2.0, 0.9), "needs_repro": noul(0.9), "area": choice("bug", 0.9)})
+    resolution = resolve(config, EVENT, Knowledge(answers), executor=Caps())
+    assert [e.rule for e in resolution.errors] == ["cmp"]
+
+
+@pytest.mark.parametrize(
+    "condition", ["severity >= 2.0", "severity >= 2", 'area == "bug"', "event.context.n == 1"]
+)
+def test_lint_leaves_comparisons_cel_python_accepts(tmp_path: Path, condition: str) -> None:
+    rules = [
+        {
+            "id": "cmp",
+            "events": ["issues.opened"],
+            "if": condition,
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    assert lint(load_triage(section(rules), base_dir=tmp_path), Caps(), tmp_path) == []
