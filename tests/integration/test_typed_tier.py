@@ -940,3 +940,12 @@ def test_a_malformed_key_is_refused_when_settings_load_and_no_worker_starts(
     assert len(lines) == 1 and "TYPESAFE_API_KEY" in lines[0] and "whitespace" in lines[0]
     assert "tsk-bad" not in done.stderr and "with-space" not in done.stderr + done.stdout
     assert api.request_count == 0
+
+
+def test_the_typed_concurrency_setting_reaches_the_provider(make_rt: Callable[..., Runtime]) -> None:
+    from dispatchq.tiers.typed import provider_for
+    from dispatchq.tiers.typesafe import TypeSafeProvider
+
+    default, set_to_2 = provider_for(make_rt()), provider_for(make_rt(DISPATCHQ_TYPED_CONCURRENCY="2"))
+    assert isinstance(default, TypeSafeProvider) and isinstance(set_to_2, TypeSafeProvider)
+    assert (default.options.concurrency, set_to_2.options.concurrency) == (4, 2)

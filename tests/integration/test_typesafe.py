@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -467,6 +468,25 @@ def test_concurrent_batches_give_the_same_answers(typesafe_api: FakeTypeSafeAPI)
     assert {jid: answered(r).answers["q"].p for jid, r in results.items()} == {
         f"j{i}": i / 10 for i in range(6)
     }
+
+
+def test_requests_for_different_states_are_in_flight_together(typesafe_api: FakeTypeSafeAPI) -> None:
+    # Each answer waits until four requests are being answered at once: one after another,
+    # the barrier breaks and nothing is answered; four at a time, all are.
+    barrier = threading.Barrier(4, timeout=20)
+
+    def together(qid: str, question: dict[str, Any], state: Any) -> dict[str, Any]:
+        barrier.wait()
+        return noul(state["p"])
+
+    typesafe_api.responder = together
+    asks = [Ask(f"j{i}", {"p": i / 10}, {"q": NOUL_Q}) for i in range(8)]
+    with provider_for(typesafe_api, concurrency=4, max_retries=0) as p:
+        results = p.ask_many(asks)
+    assert {jid: answered(r).answers["q"].p for jid, r in results.items()} == {
+        f"j{i}": i / 10 for i in range(8)
+    }
+    assert typesafe_api.request_count == 8  # still one request per state
 
 
 def test_plan_batches_is_pure_and_ordered() -> None:
