@@ -185,8 +185,11 @@ def meets(confidence: float, threshold: float) -> bool:
 
 
 def margin(confidence: float, threshold: float) -> float:
-    """How far above (positive) or below (negative) the gate a confidence sits."""
-    return round(confidence - threshold, _PLACES)
+    """How far above (positive) or below (negative) the gate a confidence sits.
+
+    Never -0.0: a confidence that meets its gate exactly (after float error) is `+0`.
+    """
+    return round(confidence - threshold, _PLACES) + 0.0
 
 
 def min_confidence(answers: dict[str, Answer], questions: list[str]) -> float | None:

@@ -120,9 +120,10 @@ def _decide(
         "numbers": decision.numbers,
     }
     extra: dict[str, Any] = {"cached": cached, "numbers": decision.numbers}
-    answer_q = kind.questions.get(kind.answer) if kind.answer else None
-    if answer_q is not None and decision.threshold is not None:
-        extra["gate"] = describe_gate(answer_q.type, decision.threshold)
+    if kind.answer and decision.threshold is not None:
+        # The gate is on `gateOn` (else the answer question): the p form only when all are nouls.
+        types = {kind.questions[q].type for q in kind.gate_questions if q in kind.questions}
+        extra["gate"] = describe_gate("noul" if types == {"noul"} else "confidence", decision.threshold)
     host = _host(runtime, claimed)
     why = decision.why
     if not decision.answered and answered.missing and why.startswith("no answer for"):

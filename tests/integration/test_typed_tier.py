@@ -949,3 +949,35 @@ def test_the_typed_concurrency_setting_reaches_the_provider(make_rt: Callable[..
     default, set_to_2 = provider_for(make_rt()), provider_for(make_rt(DISPATCHQ_TYPED_CONCURRENCY="2"))
     assert isinstance(default, TypeSafeProvider) and isinstance(set_to_2, TypeSafeProvider)
     assert (default.options.concurrency, set_to_2.options.concurrency) == (4, 2)
+
+
+@pytest.mark.parametrize(
+    ("kind", "gate"),
+    [
+        ("noul-local", "confidence >= 0.6 (p >= 0.8 or p <= 0.2)"),
+        ("choice-local", "confidence >= 0.6"),
+        ("gated-elsewhere", "confidence >= 0.6"),  # a noul answer gated on a score: no p form
+    ],
+)
+def test_the_gate_text_shows_the_p_form_only_for_a_noul_gate(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI, kind: str, gate: str
+) -> None:
+    rt = make_rt()
+    api.answer("yes", noul(0.95))
+    api.answer("area", choice("bug", 0.95))
+    api.answer("level", score(1.0, 0.95))
+    jid = enqueue(rt, kind, {"body": "x"})
+    drain(rt, sessions=False)
+    assert step(record(rt, jid))["gate"] == gate
+
+
+def test_a_confidence_exactly_at_the_gate_has_margin_plus_zero(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt(DISPATCHQ_GATE_LOCAL="0.6000000000000001")
+    api.answer("area", choice("docs", 0.6))  # 0.6 - 0.6000000000000001 rounds to -0.0
+    jid = enqueue(rt, "choice-local", {"body": "x"})
+    drain(rt, sessions=False)
+    found = record(rt, jid)
+    assert found.status == "answered"
+    assert f"{step(found)['numbers']['margin']:+g}" == "+0"

@@ -1138,3 +1138,13 @@ def test_lint_leaves_comparisons_cel_python_accepts(tmp_path: Path, condition: s
         }
     ]
     assert lint(load_triage(section(rules), base_dir=tmp_path), Caps(), tmp_path) == []
+
+
+def test_a_passing_boundary_renders_margin_plus_zero() -> None:
+    from dispatchq.core.answers import margin
+
+    assert f"{margin(0.6, 0.6000000000000001):+.4g}" == "+0"
+    entry = Entry(
+        "r", ActionSpec("label.add", {"label": "x"}), "apply", "apply", "ok", 0.6, 0.6, margin(0.6, 0.6)
+    )
+    assert "margin +0" in entry.render("choice") and "p >=" not in entry.render("choice")
