@@ -120,6 +120,12 @@ class TriageStorage:
         raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
         return {as_text(k): _load(v) for k, v in raw.items()}
 
+    def clear_needs_triage(self, target: str) -> int:
+        """Drop every escalation recorded for `target` (a later delivery decided it); how many."""
+        raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
+        gone = [k for k, v in raw.items() if _load(v).get("target") == target]
+        return int(self._redis.hdel(keys.TRIAGE_NEEDS_TRIAGE, *gone)) if gone else 0
+
     def needs_triage_count(self) -> int:
         return int(self._redis.hlen(keys.TRIAGE_NEEDS_TRIAGE))
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from dispatchq.core.answers import Answer, outside_question
 from dispatchq.errors import AnswerError, ExecutorError, UserError
 from dispatchq.storage.triage import TriageStorage
+from dispatchq.triage.budget import HOUR, Budget, BudgetLimit, RollingBudget, RunBudget, budget_for
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
 from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decision_key
 from dispatchq.triage.table import Entry, Knowledge, RuleError, questions_to_ask, resolve
@@ -121,115 +121,6 @@ def answers_file_ask(wire: Any, *, source: str = "answers file") -> Ask:
         return AskResult(answers=found, unanswered=missing, requests=0)
 
     return ask
-
-
-class Budget(Protocol):
-    """Provider requests a caller may still spend: one reserved before asking, settled after.
-
-    `reserve()` is None when one request may be made (and counts it), else the sentence
-    row 3 shows: how much was spent of what, and when it refills. `settle(requests)` gives
-    the reservation back when nothing was asked, or counts the extra ones.
-    """
-
-    def reserve(self) -> str | None: ...
-
-    def settle(self, requests: int) -> None: ...
-
-
-@dataclass
-class RunBudget:
-    """An in-process budget of `limit` requests (None is unlimited): for tests and one-off callers."""
-
-    limit: int | None
-    spent: int = 0
-
-    @classmethod
-    def from_config(cls, config: TriageConfig) -> RunBudget:
-        return cls(config.budget_requests)
-
-    def available(self) -> bool:
-        return self.limit is None or self.spent < self.limit
-
-    def reserve(self) -> str | None:
-        if not self.available():
-            return f"the run's budget is spent: {self.spent} of {self.limit} requests"
-        self.spent += 1
-        return None
-
-    def settle(self, requests: int) -> None:
-        self.spent += max(0, requests) - 1
-
-
-@dataclass(frozen=True)
-class BudgetLimit:
-    """One rolling limit: at most `requests` provider requests in any `window` seconds."""
-
-    name: str  # its Redis key's name
-    label: str  # how row 3 names it
-    requests: int
-    window: float
-
-
-#: The overall cap's window: DISPATCHQ_TRIAGE_HOURLY_BUDGET is per rolling hour.
-HOUR = 3600.0
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-class RollingBudget:
-    """Every limit enforced in Redis across processes, over a rolling window (not a clock hour)."""
-
-    def __init__(
-        self, storage: TriageStorage, limits: Iterable[BudgetLimit], *, clock: Callable[[], float] = time.time
-    ) -> None:
-        self._storage = storage
-        self.limits = tuple(limits)
-        self._clock = clock
-        self._member: str | None = None
-
-    def reserve(self) -> str | None:
-        now = self._clock()
-        member = f"{now!r}:{uuid.uuid4().hex}"
-        refused = self._storage.reserve_budget(
-            [(lim.name, lim.requests, lim.window) for lim in self.limits], now, member
-        )
-        if refused is None:
-            self._member = member
-            return None
-        index, spent, oldest = refused
-        limit = self.limits[index]
-        when = (
-            "it never refills (the limit is 0)"
-            if oldest is None
-            else "it refills at " + time.strftime("%H:%M:%S UTC", time.gmtime(oldest + limit.window))
-        )
-        return (
-            f"{limit.label} budget spent: {spent} of {limit.requests} requests "
-            f"in the last {_span(limit.window)}; {when}"
-        )
-
-    def settle(self, requests: int) -> None:
-        if self._member is None:
-            return
-        member, self._member = self._member, None
-        if requests == 1:
-            return
-        ttl = int(max((lim.window for lim in self.limits), default=HOUR)) + 1
-        self._storage.settle_budget([lim.name for lim in self.limits], member, requests, self._clock(), ttl)
-
-
-def budget_for(storage: TriageStorage, config: TriageConfig, hourly_cap: int) -> RollingBudget:
-    """The one budget model: `triage.budget` (per config) and the overall rolling-hour cap."""
-    limits = []
-    if config.budget_requests is not None:
-        limits.append(BudgetLimit("config", "triage.budget", config.budget_requests, config.budget_window))
-    limits.append(BudgetLimit("hourly", "DISPATCHQ_TRIAGE_HOURLY_BUDGET", hourly_cap, HOUR))
-    return RollingBudget(storage, limits)
 
 
 # ------------------------------------------------------------------------------------- store
@@ -387,6 +278,7 @@ class TriageResult:
     requests: int = 0
     asked: tuple[str, ...] = ()
     reused: tuple[str, ...] = ()
+    escalation_cleared: str | None = None
 
     @property
     def applied(self) -> list[Entry]:
@@ -422,6 +314,7 @@ class TriageResult:
             "requests": self.requests,
             "asked": list(self.asked),
             "reused": list(self.reused),
+            "escalation_cleared": self.escalation_cleared,
         }
 
     def render(self, config: TriageConfig | None = None) -> str:
@@ -451,6 +344,8 @@ class TriageResult:
             lines.extend(f"  ! [{e.rule}] if: {e.message}" for e in self.errors)
         if self.escalated:
             lines.append(f"Escalated: {self.escalated.get('label')} ({self.escalated.get('executed')})")
+        if self.escalation_cleared:
+            lines.append(f"Escalation cleared: {self.escalation_cleared}")
         if not self.entries and not self.errors:
             lines.append("no rule planned an action for this event")
         return "\n".join(lines)
@@ -532,6 +427,9 @@ def triage(
     )
 
     escalated: dict[str, Any] | None = None
+    cleared: str | None = None
+    if config.escalate and not resolution.undecided and mode != "shadow" and resolution.entries:
+        cleared = _clear_escalation(store, executor, event.target, config.escalate)
     if config.escalate and resolution.undecided:
         store.mark_needs_triage(decision_id, event, config.escalate, mode)
         escalated = {"label": config.escalate, "executed": "recorded in dispatchq's store"}
@@ -558,10 +456,37 @@ def triage(
         requests=requests,
         asked=asked,
         reused=reused,
+        escalation_cleared=cleared,
     )
     store.save_result(decision_id, result.to_json())
     store.record_run(result)
     return result
+
+
+@runtime_checkable
+class RemovesLabels(Protocol):
+    def remove_label(self, target: str, name: str) -> Any: ...
+
+
+def _clear_escalation(store: TriageStore, executor: Executor, target: str, label: str) -> str | None:
+    """A rule decided a target an earlier delivery escalated: drop our own escalation label.
+
+    Only a label dispatchq added (the ledger knows) is removed; what was recorded in
+    dispatchq's store for the target goes too. None when there was nothing to clear.
+    """
+    recorded = store.storage.clear_needs_triage(target)
+    if not store.ledger.added_label(target, label) or not executor.supports("label.remove"):
+        return f"{recorded} escalation(s) cleared in dispatchq's store" if recorded else None
+    try:
+        if isinstance(executor, RemovesLabels):
+            outcome = executor.remove_label(target, label)
+        else:
+            outcome = executor.perform(Command("label.remove", label=label), target)
+    except (ExecutorError, OSError) as error:
+        log.warning("triage %s: removing %s failed: %s", target, label, error)
+        return f"removing {label} failed: {error}"
+    status = getattr(outcome, "status", "performed")
+    return f"{label}: {status} {getattr(outcome, 'detail', '')}".strip()
 
 
 def _ask(ask: Ask, event: Event, config: TriageConfig, missing: list[str]) -> AskResult:

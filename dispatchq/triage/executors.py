@@ -220,6 +220,10 @@ class RecordingExecutor:
             self.ledger.note_label_removed(target, action.label or "")
         return ActionResult("performed", detail)
 
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq itself added (never another's), as `label.remove` does."""
+        return self.perform(Command("label.remove", label=name), target)
+
 
 def _recorded_change(current: dict[str, Any], action: Command) -> tuple[dict[str, Any], str]:
     state = copy.deepcopy(current)
@@ -463,6 +467,10 @@ class GitHubExecutor:
             return ActionResult("unchanged", "already assigned")
         self._call("POST", f"{issue.path}/assignees", body={"assignees": missing})
         return ActionResult("performed", f"assigned {', '.join(missing)}")
+
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        """Remove a label dispatchq itself added (never another's), as `label.remove` does."""
+        return self.perform(Command("label.remove", label=name), target)
 
 
 def build_executor(

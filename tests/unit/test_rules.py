@@ -1148,3 +1148,28 @@ def test_a_passing_boundary_renders_margin_plus_zero() -> None:
         "r", ActionSpec("label.add", {"label": "x"}), "apply", "apply", "ok", 0.6, 0.6, margin(0.6, 0.6)
     )
     assert "margin +0" in entry.render("choice") and "p >=" not in entry.render("choice")
+
+
+def test_a_later_delivery_that_decides_removes_our_own_needs_triage_label(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    rules = copy.deepcopy(ENGINE_RULES[:2])  # no unconditional rule: keyless decides nothing
+    config = load_triage(section(rules, executor="recording", mode="auto", escalate="needs-triage"))
+    first = go(config, keyless_ask, store, recording)  # nothing decidable: escalated
+    assert first.escalated is not None and "needs-triage" in recording.state(EVENT.target)["labels"]
+    assert TriageStorage(client).needs_triage_count() == 1
+
+    second = go(config, CountingAsk(GOOD), store, recording)  # answered now: rules decide
+    assert second.escalated is None and second.applied
+    assert "needs-triage" not in recording.state(EVENT.target)["labels"]
+    assert (second.escalation_cleared or "").startswith("needs-triage: performed")
+    assert TriageStorage(client).needs_triage_count() == 0
+
+
+def test_a_needs_triage_label_a_person_added_is_never_removed(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    recording.seed(EVENT.target, labels=["needs-triage"])  # not added by dispatchq
+    result = go(engine_config(mode="auto", escalate="needs-triage"), CountingAsk(GOOD), store, recording)
+    assert result.applied and "needs-triage" in recording.state(EVENT.target)["labels"]
+    assert result.escalation_cleared is None
