@@ -236,9 +236,24 @@ def lint_command(as_json: bool) -> None:
 @click.option("--since", "since_text", help="Only events seen since: 2h, 7d, or an ISO-8601 time.")
 @click.option("--mode", type=click.Choice(MODES), help="Resolve as if triage.mode were this.")
 @click.option("--gate-auto", type=click.FloatRange(0.0, 1.0), help="Resolve as if gate.auto were this.")
+@click.option(
+    "--include-file-answers",
+    is_flag=True,
+    help="Also replay events decided over --answers files (left out by default: they are what-ifs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
-def replay_command(since_text: str | None, mode: str | None, gate_auto: float | None, as_json: bool) -> None:
-    """Re-resolve stored events over stored answers (no provider call); show what would change."""
+def replay_command(
+    since_text: str | None,
+    mode: str | None,
+    gate_auto: float | None,
+    include_file_answers: bool,
+    as_json: bool,
+) -> None:
+    """Re-resolve stored events over stored answers (no provider call); show what would change.
+
+    Only answers the provider gave are used unless --include-file-answers; the summary
+    says how many decisions came from which answers, and how many under an earlier config.
+    """
     since = _parse_since(since_text) if since_text else None
     config = _load_triage_config()
     storage = _storage()
@@ -251,13 +266,14 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
             since=since,
             mode=cast(Mode | None, mode),
             gate_auto=gate_auto,
+            include_file_answers=include_file_answers,
         )
     finally:
         executor.close()
     if as_json:
         _echo_json(report.to_json())
         return
-    click.echo(f"replayed {report.decisions} event(s); {len(report.changes)} outcome(s) would change")
+    click.echo(report.summary())
     for change in report.changes:
         click.echo("  " + change.render())
 

@@ -630,9 +630,30 @@ class ReplayChange:
 class ReplayReport:
     decisions: int
     changes: tuple[ReplayChange, ...]
+    answers_from: Mapping[str, int] = field(default_factory=dict)  # replayed decisions by source
+    skipped_file_answers: int = 0  # decided over --answers files, left out (a what-if's answers)
+    earlier_config: int = 0  # replayed decisions stored under another config than the current one
 
     def to_json(self) -> dict[str, Any]:
-        return {"decisions": self.decisions, "changes": [c.to_json() for c in self.changes]}
+        return {
+            "decisions": self.decisions,
+            "answers_from": dict(self.answers_from),
+            "skipped_file_answers": self.skipped_file_answers,
+            "earlier_config": self.earlier_config,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    def summary(self) -> str:
+        used = ", ".join(f"{n} from {source}" for source, n in sorted(self.answers_from.items()))
+        line = f"replayed {self.decisions} event(s) over stored answers ({used or 'none'})"
+        if self.earlier_config:
+            line += f", {self.earlier_config} decided under an earlier config"
+        if self.skipped_file_answers:
+            line += (
+                f"; left out {self.skipped_file_answers} decided over --answers files"
+                " (--include-file-answers to add them)"
+            )
+        return f"{line}; {len(self.changes)} outcome(s) would change"
 
 
 def replay(
@@ -643,17 +664,24 @@ def replay(
     since: float | None = None,
     mode: Mode | None = None,
     gate_auto: float | None = None,
+    include_file_answers: bool = False,
 ) -> ReplayReport:
     """Re-resolve stored events over stored answers under a what-if; no provider call.
 
-    Each event is taken once (its latest decision, across config edits). A question
-    the config now needs but nobody asked then resolves as `no_answers`.
+    Each event is taken once (its latest decision, across config edits). Only answers the
+    provider gave are replayed unless `include_file_answers`: an `--answers` file is a
+    person's what-if, not history. A question the config now needs but nobody asked
+    then resolves as `no_answers`. The report says which answers were used.
     """
     what_if = config.with_overrides(mode=mode, gate_auto=gate_auto) if gate_auto is not None else config
     use_mode: Mode = mode or what_if.mode
     latest: dict[str, StoredDecision] = {}
+    skipped: set[str] = set()
     for record in store.since(since):
         identity = record.event.identity
+        if record.answers_from == "file" and not include_file_answers:
+            skipped.add(identity)
+            continue
         if identity not in latest or record.updated >= latest[identity].updated:
             latest[identity] = record
 
@@ -683,4 +711,6 @@ def replay(
                 changes.append(
                     ReplayChange(record.decision_id, record.event, key[0], action, old_side, new_side)
                 )
-    return ReplayReport(len(latest), tuple(changes))
+    sources: Counter[str] = Counter(r.answers_from for r in latest.values())
+    earlier = sum(1 for r in latest.values() if r.config_hash != config.hash)
+    return ReplayReport(len(latest), tuple(changes), dict(sources), len(skipped - latest.keys()), earlier)

@@ -179,14 +179,19 @@ def test_replay_shows_changed_outcomes_without_asking(env: Env) -> None:
         "--mode",
         "auto",
     )
-    report = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h")
-    assert report["decisions"] == 1
+    left_out = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto")
+    assert (left_out["decisions"], left_out["skipped_file_answers"], left_out["changes"]) == (0, 1, [])
+    assert "left out 1 decided over --answers files" in env.run("replay").stdout
+    report = env.run_json(
+        "replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h", "--include-file-answers"
+    )
+    assert report["decisions"] == 1 and report["answers_from"] == {"file": 1}
     assert {(c["action"]["op"], tuple(c["before"]), tuple(c["after"])) for c in report["changes"]} == {
         ("label.add", ("apply", "apply"), ("suggest", "suggest")),
         ("comment", ("apply", "apply"), ("suggest", "suggest")),
     }
-    human = env.run("replay", "--mode", "shadow")
-    assert "2 outcome(s) would change" in human.stdout
+    human = env.run("replay", "--mode", "shadow", "--include-file-answers")
+    assert "(1 from file)" in human.stdout and "2 outcome(s) would change" in human.stdout
     assert env.run_json("replay", "--since", "2099-01-01T00:00:00")["decisions"] == 0
 
 

@@ -1173,3 +1173,33 @@ def test_a_needs_triage_label_a_person_added_is_never_removed(
     result = go(engine_config(mode="auto", escalate="needs-triage"), CountingAsk(GOOD), store, recording)
     assert result.applied and "needs-triage" in recording.state(EVENT.target)["labels"]
     assert result.escalation_cleared is None
+
+
+def test_replay_uses_provider_answers_only_and_says_which_it_used(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(mode="auto")
+    go(config, CountingAsk(GOOD), store, recording)
+    what_if = answers_file_ask(GOOD)
+    triage(
+        _event(7),
+        config,
+        ask=what_if,
+        store=store,
+        executor=recording,
+        budget=RunBudget(None),
+        answers_from="file",
+    )
+
+    report = replay(store, config, executor=recording)
+    assert (report.decisions, dict(report.answers_from), report.skipped_file_answers) == (
+        1,
+        {"provider": 1},
+        1,
+    )
+    assert report.earlier_config == 0
+    both = replay(store, config, executor=recording, include_file_answers=True)
+    assert (both.decisions, dict(both.answers_from)) == (2, {"provider": 1, "file": 1})
+    edited = engine_config(mode="auto", gate={"suggest": 0.5, "auto": 0.9})
+    assert replay(store, edited, executor=recording).earlier_config == 1
+    assert "1 decided under an earlier config" in replay(store, edited, executor=recording).summary()
