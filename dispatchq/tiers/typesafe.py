@@ -39,7 +39,10 @@ import httpx2
 import typesafe_sdk
 from pydantic import SecretStr
 from typesafe_sdk import (
+    ChoiceAnswer,
+    NoulAnswer,
     RetryPolicy,
+    ScoreAnswer,
     SystemOneResponse,
     TypeSafeAPIConnectionError,
     TypeSafeAPIError,
@@ -486,13 +489,37 @@ def _collect(
     return answers, missing
 
 
+def _wire_of(answer: Any) -> dict[str, Any]:
+    """The SDK's typed answer as the wire fields dispatchq keeps, read off its attributes.
+
+    Once, with no `model_dump` round trip; `Answer.from_wire` then only checks the ranges
+    the SDK does not (a probability in [0, 1]). Any other type (a box: never asked) keeps
+    only its type, so it reads as a mistyped answer.
+    """
+    if isinstance(answer, NoulAnswer):
+        return {"type": "noul", "noul": answer.noul}
+    if isinstance(answer, ChoiceAnswer):
+        wire: dict[str, Any] = {"type": "choice", "choice": answer.choice, "confidence": answer.confidence}
+        wire["probabilities"] = dict(answer.probabilities)
+        return wire
+    if isinstance(answer, ScoreAnswer):
+        return {
+            "type": "score",
+            "score": answer.score,
+            "confidence": answer.confidence,
+            "legend": {str(level): text for level, text in answer.legend.items()},
+            "probabilities": {str(level): p for level, p in answer.probabilities.items()},
+        }
+    return {"type": getattr(answer, "type", None)}
+
+
 def read_answers(response: SystemOneResponse, questions: Mapping[str, WireQuestion]) -> Answered:
     """Typed answers for the asked questions; anything absent, mistyped, malformed or outside
     the question (a label not in the criteria, a score off the levels) is missing.
 
     The SDK drops answer types it does not model, so absence is normal and never a KeyError.
     """
-    wires = {qid: a.model_dump(mode="json") for qid, a in response.answers.items()}
+    wires = {qid: _wire_of(a) for qid, a in response.answers.items()}
     answers, missing = _collect(wires, questions)
     usage = Usage(response.usage.input_tokens, response.usage.output_tokens)
     try:
