@@ -229,6 +229,14 @@ def test_server_error_then_success(typesafe_api: FakeTypeSafeAPI, provider: Type
     assert typesafe_api.request_count == 3
 
 
+def test_a_request_timeout_status_has_no_class_and_is_transient(typesafe_api: FakeTypeSafeAPI) -> None:
+    typesafe_api.fail(408, headers={"retry-after": "7"}, times=1)
+    with provider_for(typesafe_api, max_retries=0) as p:
+        outcome = p.ask("x", {"q": NOUL_Q})
+    assert isinstance(outcome, Transient)
+    assert (outcome.reason, outcome.status, outcome.retry_after) == ("timeout", 408, 7.0)
+
+
 def test_wrong_key_is_permanent_auth_and_not_retried(typesafe_api: FakeTypeSafeAPI) -> None:
     with TypeSafeProvider("not-the-key", base_url=typesafe_api.url, options=ProviderOptions(**FAST)) as p:
         outcome = p.ask("x", {"q": NOUL_Q})
@@ -238,7 +246,7 @@ def test_wrong_key_is_permanent_auth_and_not_retried(typesafe_api: FakeTypeSafeA
 
 
 @pytest.mark.parametrize(
-    ("status", "reason"), [(401, "auth"), (403, "auth"), (400, "invalid"), (404, "invalid")]
+    ("status", "reason"), [(401, "auth"), (403, "auth"), (400, "invalid"), (404, "invalid"), (422, "invalid")]
 )
 def test_client_errors_are_permanent(
     typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider, status: int, reason: str
