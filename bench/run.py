@@ -22,6 +22,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
 - webhooks (`bench/webhooks.py`): signed GitHub deliveries per second accepted by `dispatchq
   serve` end to end (verified, mapped, enqueued for a typed worker) against a bare Starlette
   endpoint that only verifies the signature (target >= 0.5x).
+- typed-concurrency (`bench/typed.py`): judgements/s over 50 states with the loopback API
+  answering after 200 ms, DISPATCHQ_TYPED_CONCURRENCY 1 against 4 (target >= 3x), one request
+  per distinct state either way.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
@@ -46,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.faults import run_faults  # noqa: E402
+from bench.typed import typed_concurrency  # noqa: E402
 from bench.webhooks import run_webhooks  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
@@ -349,6 +353,8 @@ def main() -> int:
     parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
     parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
     parser.add_argument("--lifts", type=int, default=5, help="lifts for the resume benchmark")
+    parser.add_argument("--states", type=int, default=50, help="states for typed-concurrency")
+    parser.add_argument("--latency", type=float, default=0.2, help="API latency for typed-concurrency (s)")
     parser.add_argument("--repeat", type=int, default=3, help="foundation runs per side (medians compared)")
     parser.add_argument("--kills", type=int, default=20, help="worker kills for the faults benchmark")
     parser.add_argument("--redis-kills", type=int, default=4, help="Redis kills per faults scenario")
@@ -359,6 +365,7 @@ def main() -> int:
         "foundation": lambda: foundation(bench, args.n, args.repeat),
         "typed": lambda: typed(bench, args.k, args.s),
         "resume": lambda: resume(bench, args.lifts),
+        "typed-concurrency": lambda: typed_concurrency(bench, args.states, args.latency),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).

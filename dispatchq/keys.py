@@ -51,6 +51,7 @@ __all__ = [
     "session_line",
     "status_index",
     "triage_budget",
+    "triage_budget_log",
     "triage_decision",
     "triage_labels_added",
     "typed_cache",
@@ -235,3 +236,8 @@ def webhook_delivery(delivery_id: str) -> str:
     """String with a TTL: JSON {decision_id, event, target, state} of one X-GitHub-Delivery, so a
     redelivery is answered with the same ids instead of a second decision."""
     return f"{PREFIX}:webhook:delivery:{delivery_id}"
+
+
+def triage_budget_log(name: str) -> str:
+    """Sorted set: one member per provider request a rolling triage budget counted, scored by time."""
+    return f"{PREFIX}:triage:budget-log:{name}"

@@ -195,6 +195,9 @@ class Settings(BaseSettings):
         5, ge=1, description="Provider attempts (after the SDK's own retries) before a judgement moves up."
     )
     typed_timeout: float = Field(10.0, gt=0, description="Timeout of one provider HTTP request.")
+    typed_concurrency: int = Field(
+        4, ge=1, description="Provider requests for different states a typed worker runs at once."
+    )
     typed_cache_ttl: int = Field(
         30 * DAY,
         ge=1,
@@ -253,7 +256,7 @@ class Settings(BaseSettings):
     github_token: SecretStr | None = Field(None, description="Token for the GitHub executor.")
     github_api_url: str = Field("https://api.github.com", description="GitHub REST API base URL.")
     triage_hourly_budget: int = Field(
-        1000, ge=0, description="Provider requests enqueued triage may spend per hour."
+        1000, ge=0, description="Overall cap on triage provider requests in any rolling hour (all processes)."
     )
 
     # --- serve (HTTP in and out) ----------------------------------------------------------------------
@@ -279,6 +282,19 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one directory is needed")
         return [Path(p).expanduser().resolve() for p in value]
+
+    @field_validator("typesafe_api_key")
+    @classmethod
+    def _usable_key(cls, value: SecretStr | None) -> SecretStr | None:
+        """The SDK's own rule for a key, checked when settings load, never in a worker's request."""
+        if value is None:
+            return None
+        key = value.get_secret_value().strip()
+        if not key:
+            return None
+        if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+            raise ValueError("must be printable ASCII with no whitespace inside")
+        return SecretStr(key)
 
     @field_validator("typesafe_base_url", "typesafe_default_model")
     @classmethod

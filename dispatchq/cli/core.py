@@ -22,9 +22,11 @@ from dispatchq.errors import UserError
 from dispatchq.storage.outage import out_of_memory_message, outage_reason
 
 __all__ = [
+    "MIN_ID_PREFIX",
     "TABLE_LIMIT",
     "cancel",
     "enqueue",
+    "full_id",
     "list_",
     "prune",
     "register",
@@ -139,7 +141,7 @@ def result(jid: str, wait: float | None, as_json: bool) -> None:
     from dispatchq.tiers.session import session_log_path
 
     rt = runtime(config=False)
-    record = Client(runtime=rt).result(jid, wait=wait)
+    record = Client(runtime=rt).result(full_id(rt, jid), wait=wait)
     if as_json:
         log = session_log_path(rt.settings.data_dir, record.id)
         print_json({**record.public(), "session_log": str(log) if log.is_file() else None})
@@ -202,7 +204,9 @@ def _table(records: list[Record]) -> Table:
 @click.argument("jid", metavar="ID")
 def cancel(jid: str) -> None:
     """Cancel a judgement that has not finished (it will not be spawned or answered)."""
-    if runtime(config=False).dispatcher.cancel(jid):
+    rt = runtime(config=False)
+    jid = full_id(rt, jid)
+    if rt.dispatcher.cancel(jid):
         click.echo(f"cancelled {jid}")
     else:
         raise UserError(f"judgement {jid} has already finished")
@@ -212,7 +216,9 @@ def cancel(jid: str) -> None:
 @click.argument("jid", metavar="ID")
 def retry(jid: str) -> None:
     """Judge again on purpose, from the kind's first tier (the trail is kept)."""
-    runtime().dispatcher.retry(jid)
+    rt = runtime()
+    jid = full_id(rt, jid)
+    rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")
 
 
@@ -339,3 +345,18 @@ def _print_summary(console: Console, s: dict[str, Any]) -> None:
 def register(main: click.Group) -> None:
     for command in (enqueue, result, list_, cancel, retry, prune, run):
         main.add_command(command)
+
+
+#: The shortest id prefix taken in place of a whole id (the run table prints 12 characters).
+MIN_ID_PREFIX = 8
+
+
+def full_id(rt: Any, jid: str) -> str:
+    """The judgement id `jid` names: itself, or the one id it is a unique prefix of (8+ chars)."""
+    wanted = jid.strip()
+    if rt.store.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
+        return wanted
+    matches = [i for i in rt.store.ids() if i.startswith(wanted)]
+    if len(matches) > 1:
+        raise UserError(f"id prefix {wanted!r} is ambiguous: {len(matches)} judgements start with it")
+    return matches[0] if matches else wanted

@@ -29,10 +29,10 @@ from dispatchq.tiers.typed import enqueue_triage, provider_ask, provider_for
 from dispatchq.triage.engine import (
     AnswersFrom,
     Ask,
-    RunBudget,
     TriageStore,
     answers_file_ask,
     apply_suggested,
+    budget_for,
     replay,
     triage,
 )
@@ -73,12 +73,43 @@ def _provider_ask() -> Ask:
 
 
 def _read_json(path: Path, what: str) -> Any:
+    """The file's JSON, or one line naming the file and what is wrong (a byte offset for bad UTF-8)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as error:
         raise UserError(f"{what} {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"{what} {path}: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})"
+        ) from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(f"{what} {path}: not JSON ({error.msg} at line {error.lineno})") from None
+    surrogate = _lone_surrogate(data)
+    if surrogate is not None:
+        raise UserError(f"{what} {path}: {surrogate}")
+    return data
+
+
+def _lone_surrogate(value: Any, where: str = "") -> str | None:
+    """Where a lone surrogate (`"\\ud800"`, valid JSON but no text) sits, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            return f"{where or 'the value'}: a lone surrogate \\u{ord(value[bad.start]):04x} is not text"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"
+        found = _lone_surrogate(key, at) if isinstance(key, str) else None
+        found = found or _lone_surrogate(item, at.lstrip("."))
+        if found:
+            return found
+    return None
 
 
 def _echo_json(data: Any) -> None:
@@ -171,7 +202,7 @@ def triage_command(
             ask=ask,
             store=TriageStore(storage),
             executor=executor,
-            budget=RunBudget.from_config(config),
+            budget=budget_for(storage, config, settings().triage_hourly_budget),
             mode_override=cast(Mode | None, mode),
             answers_from=answers_from,
         )
@@ -205,9 +236,24 @@ def lint_command(as_json: bool) -> None:
 @click.option("--since", "since_text", help="Only events seen since: 2h, 7d, or an ISO-8601 time.")
 @click.option("--mode", type=click.Choice(MODES), help="Resolve as if triage.mode were this.")
 @click.option("--gate-auto", type=click.FloatRange(0.0, 1.0), help="Resolve as if gate.auto were this.")
+@click.option(
+    "--include-file-answers",
+    is_flag=True,
+    help="Also replay events decided over --answers files (left out by default: they are what-ifs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
-def replay_command(since_text: str | None, mode: str | None, gate_auto: float | None, as_json: bool) -> None:
-    """Re-resolve stored events over stored answers (no provider call); show what would change."""
+def replay_command(
+    since_text: str | None,
+    mode: str | None,
+    gate_auto: float | None,
+    include_file_answers: bool,
+    as_json: bool,
+) -> None:
+    """Re-resolve stored events over stored answers (no provider call); show what would change.
+
+    Only answers the provider gave are used unless --include-file-answers; the summary
+    says how many decisions came from which answers, and how many under an earlier config.
+    """
     since = _parse_since(since_text) if since_text else None
     config = _load_triage_config()
     storage = _storage()
@@ -220,13 +266,14 @@ def replay_command(since_text: str | None, mode: str | None, gate_auto: float | 
             since=since,
             mode=cast(Mode | None, mode),
             gate_auto=gate_auto,
+            include_file_answers=include_file_answers,
         )
     finally:
         executor.close()
     if as_json:
         _echo_json(report.to_json())
         return
-    click.echo(f"replayed {report.decisions} event(s); {len(report.changes)} outcome(s) would change")
+    click.echo(report.summary())
     for change in report.changes:
         click.echo("  " + change.render())
 

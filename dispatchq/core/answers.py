@@ -23,6 +23,7 @@ from dispatchq.errors import AnswerError
 
 __all__ = [
     "ANSWER_TYPES",
+    "PROBABILITY_SUM_TOLERANCE",
     "Answer",
     "AnswerType",
     "describe_gate",
@@ -30,6 +31,7 @@ __all__ = [
     "meets",
     "min_confidence",
     "noul_gate_as_probability",
+    "outside_question",
     "wire_question",
 ]
 
@@ -113,6 +115,60 @@ def _probability(value: object, where: str) -> float:
     return float(value)
 
 
+#: A probability map may be off 1 by this much and still count as one (rounding on the wire).
+PROBABILITY_SUM_TOLERANCE = 0.01
+
+
+def outside_question(answer: Answer, question: Any) -> str | None:
+    """Why `answer` is not an answer to `question` (the SDK wire form), or None when it is.
+
+    The wire can carry anything: a label not in the criteria, a score outside the levels'
+    range, a noul outside [0, 1], a probability map over other labels or not summing to 1.
+    Any of these is *no answer*: acting on it would act outside the set that was asked.
+    """
+    asked = question.get("type") if isinstance(question, dict) else None
+    if asked is not None and answer.type != asked:
+        return f"asked a {asked}, answered a {answer.type}"
+    criteria = question.get("criteria") if isinstance(question, dict) else None
+    raw = answer.raw
+    if answer.type == "noul":
+        p = raw.get("noul")
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= float(p) <= 1.0:
+            return f"noul {p!r} is outside [0, 1]"
+        return None
+    if answer.type == "choice":
+        labels = [str(label) for label in criteria] if isinstance(criteria, dict) else None
+        if labels is not None and answer.value not in labels:
+            return f"choice {answer.value!r} is not one of the criteria ({', '.join(labels)})"
+        return _probability_map(raw.get("probabilities"), labels, "choice")
+    if answer.type == "score":
+        levels = len(criteria) if isinstance(criteria, list) else None
+        level = float(answer.value)
+        if levels is not None and not 0.0 <= level <= levels - 1:
+            return f"score {level:g} is outside the levels' range [0, {levels - 1}]"
+        keys = [str(i) for i in range(levels)] if levels is not None else None
+        return _probability_map(raw.get("probabilities"), keys, "score")
+    return None
+
+
+def _probability_map(probabilities: Any, keys: list[str] | None, what: str) -> str | None:
+    """None when the map (if sent) is over the asked keys, each in [0, 1], summing to ~1."""
+    if probabilities is None:
+        return None
+    if not isinstance(probabilities, dict) or not probabilities:
+        return f"{what} probabilities are not a map of numbers"
+    total = 0.0
+    for key, value in probabilities.items():
+        if keys is not None and str(key) not in keys:
+            return f"{what} probabilities name {str(key)!r}, which was not asked"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+            return f"{what} probability of {str(key)!r} is {value!r}, not in [0, 1]"
+        total += float(value)
+    if not math.isfinite(total) or abs(total - 1.0) > PROBABILITY_SUM_TOLERANCE:
+        return f"{what} probabilities sum to {total:.4g}, not 1"
+    return None
+
+
 def wire_question(answer_type: str, instructions: Any = None, criteria: Any = None) -> dict[str, Any]:
     """A question as the SDK sends it (`QuestionModel`): only the keys that are set."""
     out: dict[str, Any] = {"type": answer_type}
@@ -129,8 +185,11 @@ def meets(confidence: float, threshold: float) -> bool:
 
 
 def margin(confidence: float, threshold: float) -> float:
-    """How far above (positive) or below (negative) the gate a confidence sits."""
-    return round(confidence - threshold, _PLACES)
+    """How far above (positive) or below (negative) the gate a confidence sits.
+
+    Never -0.0: a confidence that meets its gate exactly (after float error) is `+0`.
+    """
+    return round(confidence - threshold, _PLACES) + 0.0
 
 
 def min_confidence(answers: dict[str, Answer], questions: list[str]) -> float | None:

@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from redis import exceptions as redis_errors
+
 from dispatchq import keys
 from dispatchq.core.text import as_text
 
@@ -39,7 +41,7 @@ class TriageStorage:
 
     Layout: one hash per decision (`keys.triage_decision`) indexed by time in
     `TRIAGE_EVENTS`; a capped `TRIAGE_RUNS` list; `TRIAGE_NEEDS_TRIAGE` for escalated
-    events; an hourly budget counter per clock hour; the ledger hash of performed
+    events; a sorted set per rolling request budget; the ledger hash of performed
     actions and the per-target set of labels dispatchq added; the recording executor's
     model of each target and its write log.
     """
@@ -118,6 +120,12 @@ class TriageStorage:
         raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
         return {as_text(k): _load(v) for k, v in raw.items()}
 
+    def clear_needs_triage(self, target: str) -> int:
+        """Drop every escalation recorded for `target` (a later delivery decided it); how many."""
+        raw = self._redis.hgetall(keys.TRIAGE_NEEDS_TRIAGE)
+        gone = [k for k, v in raw.items() if _load(v).get("target") == target]
+        return int(self._redis.hdel(keys.TRIAGE_NEEDS_TRIAGE, *gone)) if gone else 0
+
     def needs_triage_count(self) -> int:
         return int(self._redis.hlen(keys.TRIAGE_NEEDS_TRIAGE))
 
@@ -132,17 +140,55 @@ class TriageStorage:
     def recent_runs(self, limit: int) -> list[Any]:
         return [_load(v) for v in self._redis.lrange(keys.TRIAGE_RUNS, 0, max(0, limit - 1))]
 
-    # -- the hourly budget of enqueued triage ----------------------------------------------
-    def budget_spent(self, window: str) -> int:
-        """Provider requests spent in one hour window (`%Y%m%d%H`, UTC)."""
-        return int(self._redis.get(keys.triage_budget(window)) or 0)
+    # -- rolling request budgets (per config and the overall hourly cap) -------------------
+    def reserve_budget(
+        self, limits: list[tuple[str, int, float]], now: float, member: str
+    ) -> tuple[int, int, float | None] | None:
+        """Count one request against every `(name, requests, window)` limit, or against none.
 
-    def spend_budget(self, window: str, requests: int, ttl: int) -> None:
-        key = keys.triage_budget(window)
+        Each limit is a sorted set of counted requests scored by time. Every limit is checked
+        and the request counted in all of them in one optimistic transaction (WATCH, retried
+        when another process wrote in between), so two processes cannot both take the last
+        request. None when counted; else `(index of the spent limit, requests in its window,
+        time of the oldest of them)`, the time None when the limit is 0 (it never refills).
+        """
+        if not limits:
+            return None
+        names = [keys.triage_budget_log(name) for name, _, _ in limits]
+        while True:
+            with self._redis.pipeline() as pipe:
+                try:
+                    pipe.watch(*names)
+                    for index, (key, (_, requests, window)) in enumerate(zip(names, limits, strict=True)):
+                        in_window = pipe.zrangebyscore(key, f"({now - window!r}", "+inf", withscores=True)
+                        if len(in_window) >= requests:
+                            oldest = float(in_window[0][1]) if in_window else None
+                            return index, len(in_window), oldest
+                    pipe.multi()
+                    for key, (_, _, window) in zip(names, limits, strict=True):
+                        pipe.zremrangebyscore(key, "-inf", now - window)
+                        pipe.zadd(key, {member: now})
+                        pipe.expire(key, int(window) + 1)
+                    pipe.execute()
+                    return None
+                except redis_errors.WatchError:
+                    continue
+
+    def settle_budget(self, names: list[str], member: str, requests: int, now: float, ttl: int) -> None:
+        """A reservation's real cost: 0 gives it back, more than 1 counts the extra requests."""
         pipe = self._redis.pipeline()
-        pipe.incrby(key, requests)
-        pipe.expire(key, ttl)
+        for name in names:
+            key = keys.triage_budget_log(name)
+            if requests <= 0:
+                pipe.zrem(key, member)
+            for extra in range(1, requests):
+                pipe.zadd(key, {f"{member}+{extra}": now})
+            pipe.expire(key, ttl)
         pipe.execute()
+
+    def budget_used(self, name: str, window: float, now: float) -> int:
+        """Requests counted against a rolling limit within the last `window` seconds."""
+        return int(self._redis.zcount(keys.triage_budget_log(name), now - window, "+inf"))
 
     # -- the ledger of performed actions ---------------------------------------------------
     def ledger_entry(self, fingerprint: str) -> Any:

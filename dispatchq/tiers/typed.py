@@ -34,7 +34,7 @@ from dispatchq.tiers.typesafe import (
     make_provider,
 )
 from dispatchq.triage.engine import Ask as TriageAsk
-from dispatchq.triage.engine import AskResult, HourlyBudget, TriageStore, triage
+from dispatchq.triage.engine import AskResult, TriageStore, budget_for, triage
 from dispatchq.triage.executors import build_executor
 from dispatchq.triage.rules import Event, Mode
 
@@ -68,6 +68,7 @@ def provider_for(runtime: Runtime) -> Provider:
             options=ProviderOptions(
                 request_timeout=settings.typed_timeout,
                 max_questions_per_request=settings.typed_max_questions,
+                concurrency=settings.typed_concurrency,
             ),
         )
         runtime.typed_provider = provider
@@ -119,16 +120,21 @@ def _decide(
         "numbers": decision.numbers,
     }
     extra: dict[str, Any] = {"cached": cached, "numbers": decision.numbers}
-    answer_q = kind.questions.get(kind.answer) if kind.answer else None
-    if answer_q is not None and decision.threshold is not None:
-        extra["gate"] = describe_gate(answer_q.type, decision.threshold)
+    if kind.answer and decision.threshold is not None:
+        # The gate is on `gateOn` (else the answer question): the p form only when all are nouls.
+        types = {kind.questions[q].type for q in kind.gate_questions if q in kind.questions}
+        extra["gate"] = describe_gate("noul" if types == {"noul"} else "confidence", decision.threshold)
     host = _host(runtime, claimed)
+    why = decision.why
+    if not decision.answered and answered.missing and why.startswith("no answer for"):
+        # The cause, not only the fact: "no answer for area (area: choice 'zzz' is not one ...)".
+        why += " (" + "; ".join(f"{q}: {r}" for q, r in answered.missing.items()) + ")"
     if decision.answered:
         moves.answer(
             claimed.id,
             "typed",
             decision.value,
-            decision.why,
+            why,
             confidence=decision.confidence,
             raw=raw,
             **extra,
@@ -141,7 +147,7 @@ def _decide(
             claimed.id,
             kind,
             "typed",
-            decision.why,
+            why,
             host=host,
             priority=decision.priority,
             fields=fields,
@@ -303,7 +309,8 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
     """The typed worker's side of `triage --enqueue`: one batched request, the table, the executor.
 
     Triage has no confidence band of its own and never escalates to a session: the
-    table's gates are the band. Its budget is per hour across every enqueued event.
+    table's gates are the band. Its budget is the one model the CLI uses too:
+    `triage.budget` and DISPATCHQ_TRIAGE_HOURLY_BUDGET, rolling windows kept in Redis.
     """
     config = runtime.config.triage
     if config is None:
@@ -324,7 +331,7 @@ def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -
             ask=provider_ask(provider_for(runtime)),
             store=TriageStore(storage),
             executor=executor,
-            budget=HourlyBudget(storage, settings.triage_hourly_budget),
+            budget=budget_for(storage, config, settings.triage_hourly_budget),
             mode_override=cast("Mode | None", mode),  # the CLI offered only MODES
         )
     finally:

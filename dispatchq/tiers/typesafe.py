@@ -32,24 +32,34 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from http import HTTPStatus
 from typing import Any, Literal, Protocol, TypeAlias
 
 import httpx2
 import typesafe_sdk
 from pydantic import SecretStr
 from typesafe_sdk import (
+    ChoiceAnswer,
+    NoulAnswer,
     RetryPolicy,
+    ScoreAnswer,
     SystemOneResponse,
     TypeSafeAPIConnectionError,
     TypeSafeAPIError,
     TypeSafeAPIResponseValidationError,
     TypeSafeAPITimeoutError,
+    TypeSafeAuthenticationError,
+    TypeSafeBadRequestError,
     TypeSafeClient,
     TypeSafeError,
+    TypeSafeInternalServerError,
+    TypeSafeNotFoundError,
+    TypeSafePermissionDeniedError,
     TypeSafeRateLimitError,
+    TypeSafeUnprocessableEntityError,
 )
 
-from dispatchq.core.answers import Answer
+from dispatchq.core.answers import Answer, outside_question
 from dispatchq.core.judgement import canonical_json
 from dispatchq.errors import AnswerError, SettingsError
 
@@ -80,6 +90,7 @@ __all__ = [
     "namespaced",
     "plan_batches",
     "read_answers",
+    "read_raw_answers",
     "redact",
     "split_outcome",
 ]
@@ -353,7 +364,8 @@ def split_outcome(batch: Batch, outcome: Outcome) -> dict[str, Outcome]:
         if answer is not None:
             answers[qid] = Answer(qid, answer.type, answer.value, answer.confidence, answer.raw)
         else:
-            missing[qid] = outcome.missing.get(wire_id, "no answer in the response")
+            # The cause in the judgement's own terms: `j1__area` is the batch's name for `area`.
+            missing[qid] = outcome.missing.get(wire_id, "no answer in the response").replace(wire_id, qid)
     return {
         jid: Answered(answers, outcome.model, outcome.usage, missing, outcome.request_ids)
         for jid, (answers, missing) in per.items()
@@ -420,7 +432,12 @@ def advised_delay(headers: httpx2.Headers | Mapping[str, str] | None) -> float |
 
 
 def classify_error(error: TypeSafeError, api_key: str | None) -> Transient | Permanent:
-    """Sort an SDK error (after its own retries) into what the worker does next."""
+    """Sort an SDK error (after its own retries) into what the worker does next, by its class.
+
+    The rate limit's delay is the SDK's own `retry_after_ms`. The SDK parses advice only for
+    429; a 5xx or 408 that advises a delay is read from the error's public `headers`. A 408
+    has no class of its own (the SDK's retry policy treats it as transient, so do we).
+    """
     message = redact(f"{type(error).__name__}: {error}", api_key)
     if isinstance(error, TypeSafeAPITimeoutError):
         return Transient("timeout", message)
@@ -428,44 +445,123 @@ def classify_error(error: TypeSafeError, api_key: str | None) -> Transient | Per
         return Transient("connection", message)
     if isinstance(error, TypeSafeAPIResponseValidationError):
         return Permanent("bad_response", message, error.status)
-    if isinstance(error, TypeSafeAPIError):
-        delay = advised_delay(error.headers)
-        if isinstance(error, TypeSafeRateLimitError):
-            return Transient("rate_limit", message, delay, error.status)
-        if error.status == 408:
-            return Transient("timeout", message, delay, error.status)
-        if error.status >= 500:
-            return Transient("server", message, delay, error.status)
-        if error.status in (401, 403):
-            return Permanent("auth", message, error.status)
+    if isinstance(error, TypeSafeRateLimitError):
+        delay = error.retry_after_ms / 1000 if error.retry_after_ms is not None else None
+        return Transient("rate_limit", message, delay, error.status)
+    if isinstance(error, TypeSafeInternalServerError):
+        return Transient("server", message, advised_delay(error.headers), error.status)
+    if isinstance(error, TypeSafeAuthenticationError | TypeSafePermissionDeniedError):
+        return Permanent("auth", message, error.status)
+    if isinstance(error, TypeSafeBadRequestError | TypeSafeNotFoundError | TypeSafeUnprocessableEntityError):
         return Permanent("invalid", message, error.status)
-    return Permanent("invalid", message)
+    if isinstance(error, TypeSafeAPIError) and error.status == HTTPStatus.REQUEST_TIMEOUT:
+        return Transient("timeout", message, advised_delay(error.headers), error.status)
+    status = error.status if isinstance(error, TypeSafeAPIError) else None
+    return Permanent("invalid", message, status)
 
 
-def read_answers(response: SystemOneResponse, questions: Mapping[str, WireQuestion]) -> Answered:
-    """Typed answers for the asked questions; anything absent, mistyped or malformed is missing.
+def _read_one(qid: str, wire: Any, question: WireQuestion) -> Answer | str:
+    """One wire answer checked against the question it answers: the Answer, or why it is none."""
+    if not isinstance(wire, dict):
+        return "no answer in the response (absent, or a type this SDK does not know)"
+    asked = question.get("type")
+    if wire.get("type") != asked:
+        return f"asked {asked!r}, answered {wire.get('type')!r}"
+    try:
+        answer = Answer.from_wire(qid, wire)
+    except AnswerError as error:
+        return str(error)
+    outside = outside_question(answer, dict(question))
+    return answer if outside is None else f"outside the question: {outside}"
 
-    The SDK drops answer types it does not model, so absence is normal and never a KeyError.
-    """
+
+def _collect(
+    wires: Mapping[str, Any], questions: Mapping[str, WireQuestion]
+) -> tuple[dict[str, Answer], dict[str, str]]:
     answers: dict[str, Answer] = {}
     missing: dict[str, str] = {}
     for qid, question in questions.items():
-        sdk_answer = response.answers.get(qid)
-        if sdk_answer is None:
-            missing[qid] = "no answer in the response (absent, or a type this SDK does not know)"
-            continue
-        wire = sdk_answer.model_dump(mode="json")
-        asked = question.get("type")
-        if wire.get("type") != asked:
-            missing[qid] = f"asked {asked!r}, answered {wire.get('type')!r}"
-            continue
-        try:
-            answers[qid] = Answer.from_wire(qid, wire)
-        except AnswerError as error:
-            missing[qid] = str(error)
+        read = _read_one(qid, wires.get(qid), question)
+        if isinstance(read, Answer):
+            answers[qid] = read
+        else:
+            missing[qid] = read
+    return answers, missing
+
+
+def _wire_of(answer: Any) -> dict[str, Any]:
+    """The SDK's typed answer as the wire fields dispatchq keeps, read off its attributes.
+
+    Once, with no `model_dump` round trip; `Answer.from_wire` then only checks the ranges
+    the SDK does not (a probability in [0, 1]). Any other type (a box: never asked) keeps
+    only its type, so it reads as a mistyped answer.
+    """
+    if isinstance(answer, NoulAnswer):
+        return {"type": "noul", "noul": answer.noul}
+    if isinstance(answer, ChoiceAnswer):
+        wire: dict[str, Any] = {"type": "choice", "choice": answer.choice, "confidence": answer.confidence}
+        wire["probabilities"] = dict(answer.probabilities)
+        return wire
+    if isinstance(answer, ScoreAnswer):
+        return {
+            "type": "score",
+            "score": answer.score,
+            "confidence": answer.confidence,
+            "legend": {str(level): text for level, text in answer.legend.items()},
+            "probabilities": {str(level): p for level, p in answer.probabilities.items()},
+        }
+    return {"type": getattr(answer, "type", None)}
+
+
+def read_answers(response: SystemOneResponse, questions: Mapping[str, WireQuestion]) -> Answered:
+    """Typed answers for the asked questions; anything absent, mistyped, malformed or outside
+    the question (a label not in the criteria, a score off the levels) is missing.
+
+    The SDK drops answer types it does not model, so absence is normal and never a KeyError.
+    """
+    wires = {qid: _wire_of(a) for qid, a in response.answers.items()}
+    answers, missing = _collect(wires, questions)
     usage = Usage(response.usage.input_tokens, response.usage.output_tokens)
-    request_id = response.__dict__.get("_request_id")  # set by the SDK; absent for a bare model
+    try:
+        request_id: str | None = response.request_id
+    except TypeSafeError:  # the server sent none
+        request_id = None
     return Answered(answers, response.model, usage, missing, (request_id,) if request_id else ())
+
+
+def read_raw_answers(
+    error: TypeSafeAPIResponseValidationError, questions: Mapping[str, WireQuestion], model: str | None
+) -> Answered | None:
+    """The answers of a response the SDK refused as a whole, read per question; None if unreadable.
+
+    One malformed answer (a choice without `confidence`) makes the SDK refuse the whole
+    response; the other questions' answers are still good. The error carries the decoded
+    body (`error.body`): when it is an object with an `answers` object, each question is
+    read and checked on its own, and only the broken ones are missing (with the SDK's path
+    named). A body that is not such an object (HTML on a 200) has no answer to read.
+    """
+    body = error.body
+    if not isinstance(body, dict) or not isinstance(body.get("answers"), dict):
+        return None
+    answers, missing = _collect(body["answers"], questions)
+    for qid in missing:
+        if error.field_path.startswith(f"answers.{qid}."):
+            missing[qid] = f"{missing[qid]} (the SDK refused the response at {error.field_path!r})"
+    usage_raw: dict[str, Any] = body["usage"] if isinstance(body.get("usage"), dict) else {}
+
+    def count(name: str) -> int | None:
+        value = usage_raw.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    resolved = body.get("model") if isinstance(body.get("model"), str) else model
+    request_id = error.request_id
+    return Answered(
+        answers,
+        resolved or "",
+        Usage(count("input_tokens"), count("output_tokens")),
+        missing,
+        (request_id,) if request_id else (),
+    )
 
 
 # --- providers ----------------------------------------------------------------------------
@@ -545,7 +641,7 @@ class TypeSafeProvider:
             raise SettingsError(f"TypeSafe client: {redact(str(error), api_key)}") from None
         self._calls = 0
         self._calls_lock = threading.Lock()
-        self._requested_model = model or _sdk_default_model(self._client)
+        self._requested_model = model or _sdk_default_model()
 
     @property
     def requested_model(self) -> str | None:
@@ -568,7 +664,16 @@ class TypeSafeProvider:
         try:
             # Wire dicts, not the SDK's typed models: the SDK validates them itself.
             wire: Any = dict(questions)
-            response = self._client.system_one(state=state, questions=wire)
+            response = self._client.system_one(state=state, questions=wire, model=self._requested_model)
+        except TypeSafeAPIResponseValidationError as error:
+            partial = read_raw_answers(error, questions, self._requested_model)
+            if partial is not None:
+                key = self._key.get_secret_value()
+                log.warning("typed provider: %s; answers read one by one", redact(str(error), key))
+                return partial
+            outcome = classify_error(error, self._key.get_secret_value())
+            log.warning("typed provider %s: %s", outcome.reason, outcome.message)
+            return outcome
         except TypeSafeError as error:
             outcome = classify_error(error, self._key.get_secret_value())
             log.warning("typed provider %s: %s", outcome.reason, outcome.message)
@@ -602,11 +707,10 @@ class TypeSafeProvider:
         return f"TypeSafeProvider(model={self._requested_model!r}, key={REDACTED})"
 
 
-def _sdk_default_model(client: TypeSafeClient) -> str | None:
-    """The model the SDK resolved (TYPESAFE_DEFAULT_MODEL or its default), read, never overridden."""
-    config = getattr(client, "_config", None)
-    model = getattr(config, "default_model", None)
-    return model if isinstance(model, str) else typesafe_sdk.constants.DEFAULT_MODEL
+def _sdk_default_model() -> str:
+    """The SDK's published default model: with no model set (the settings read
+    TYPESAFE_DEFAULT_MODEL), this is the one requested, and every request names it."""
+    return typesafe_sdk.constants.DEFAULT_MODEL
 
 
 def make_provider(

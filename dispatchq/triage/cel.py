@@ -55,6 +55,7 @@ class Condition:
     names: frozenset[str]
     confidence_refs: frozenset[str]
     program: Any = field(repr=False)
+    tree: Any = field(default=None, repr=False)
 
     @classmethod
     def compile(cls, source: str) -> Condition:
@@ -67,7 +68,48 @@ class Condition:
             where = f" at line {line}, column {column}" if line is not None else ""
             raise ValueError(f"does not parse as CEL{where}: {source!r}") from None
         names = _free_names(tree, frozenset())
-        return cls(source, frozenset(names), frozenset(_confidence_refs(tree)), _environment().program(tree))
+        return cls(
+            source, frozenset(names), frozenset(_confidence_refs(tree)), _environment().program(tree), tree
+        )
+
+    def int_double_comparisons(self, doubles: Iterable[str]) -> list[tuple[str, str]]:
+        """Comparisons of a double (a noul's p, a score, a confidence) with an int literal that
+        cel-python refuses at run time (`2 <= sev`, `hi == 1`, `sev in [1, 2]`): each as
+        `(the comparison, the literal)`. Found by probing cel-python with the same operator and
+        operand order, so what is reported is exactly what it would refuse.
+        """
+        if self.tree is None:
+            return []
+        names = frozenset(doubles)
+        found: list[tuple[str, str]] = []
+        for node in self.tree.iter_subtrees_topdown():
+            kids = _children(node)
+            if node.data != "relation" or len(kids) != 2 or not isinstance(kids[0], lark.Tree):
+                continue
+            op = _OPERATORS.get(str(kids[0].data))
+            if op is None or not _children(kids[0]):
+                continue
+            left, right = _children(kids[0])[0], kids[1]
+            sides = [_operand(left, names), _operand(right, names)]
+            if op == "in":
+                ints = _int_list(right)
+                if sides[0] == "double" and ints:
+                    probe = f"x in [{ints[0]}]"
+                    if _refused(probe):
+                        found.append((f"{_text(left)} in [{', '.join(ints)}]", ints[0]))
+                continue
+            kinds = [
+                side if side == "double" else _int_literal(n)
+                for side, n in zip(sides, (left, right), strict=True)
+            ]
+            literals = [k for k in kinds if k not in (None, "double")]
+            if "double" not in kinds or not literals:
+                continue
+            a, b = ("x" if k == "double" else literals[0] for k in kinds)
+            probe = f"{a} {op} {b}"
+            if _refused(probe):
+                found.append((f"{_text(left)} {op} {_text(right)}", literals[0]))
+        return found
 
     def question_refs(self, question_ids: Iterable[str]) -> frozenset[str]:
         ids = set(question_ids)
@@ -84,6 +126,69 @@ class Condition:
         if not isinstance(value, bool | celtypes.BoolType):
             raise ConditionError(f"evaluates to {type(value).__name__}, not a bool")
         return bool(value)
+
+
+_OPERATORS = {
+    "relation_lt": "<",
+    "relation_le": "<=",
+    "relation_gt": ">",
+    "relation_ge": ">=",
+    "relation_eq": "==",
+    "relation_ne": "!=",
+    "relation_in": "in",
+}
+
+
+def _operand(node: Any, doubles: frozenset[str]) -> str | None:
+    """ "double" when the operand is a double-valued answer (`sev`, `confidence.q`), else None."""
+    name = _bare_ident(node)
+    if name is not None:
+        return "double" if name in doubles else None
+    while isinstance(node, lark.Tree) and node.data != "member_dot":
+        kids = _children(node)
+        if len(kids) != 1:
+            return None
+        node = kids[0]
+    if isinstance(node, lark.Tree) and _bare_ident(_children(node)[0]) == "confidence":
+        return "double"
+    return None
+
+
+def _int_literal(node: Any) -> str | None:
+    """The text of a plain int literal (`2`, `0x10`), else None."""
+    while isinstance(node, lark.Tree):
+        kids = _children(node)
+        if len(kids) != 1:
+            return None
+        node = kids[0]
+    text = str(node) if isinstance(node, lark.Token) and node.type == "INT_LIT" else None
+    return text
+
+
+def _int_list(node: Any) -> list[str]:
+    """The int literals of a list literal (`[1, 2.0, 3]` -> ["1", "3"])."""
+    for sub in node.iter_subtrees() if isinstance(node, lark.Tree) else ():
+        if sub.data == "list_lit":
+            return [t for t in (_int_literal(e) for e in sub.iter_subtrees() if e.data == "expr") if t]
+    return []
+
+
+def _text(node: Any) -> str:
+    """A readable rendering of a simple operand (an identifier, `a.b`, a literal)."""
+    if not isinstance(node, lark.Tree):
+        return str(node)
+    tokens = [str(t) for t in node.scan_values(lambda v: isinstance(v, lark.Token))]
+    return ".".join(tokens) if tokens else "?"
+
+
+@functools.cache
+def _refused(probe: str) -> bool:
+    """Whether cel-python refuses `probe` with x a double: the check lint reports on."""
+    try:
+        Condition.compile(probe).evaluate({"x": celtypes.DoubleType(1.0)})
+    except ConditionError:
+        return True
+    return False
 
 
 def _cel_message(error: BaseException) -> str:

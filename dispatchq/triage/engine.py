@@ -24,17 +24,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
-from dispatchq.core.answers import Answer
+from dispatchq.core.answers import Answer, outside_question
 from dispatchq.errors import AnswerError, ExecutorError, UserError
 from dispatchq.storage.triage import TriageStorage
+from dispatchq.triage.budget import HOUR, Budget, BudgetLimit, RollingBudget, RunBudget, budget_for
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
 from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decision_key
-from dispatchq.triage.table import Entry, Knowledge, RuleError, resolve
+from dispatchq.triage.table import Entry, Knowledge, RuleError, questions_to_ask, resolve
 
 __all__ = [
     "FAILED",
+    "HOUR",
     "NOT_EXECUTED",
     "REFUSED",
     "RUNS_KEPT",
@@ -42,15 +44,17 @@ __all__ = [
     "Ask",
     "AskResult",
     "Budget",
-    "HourlyBudget",
+    "BudgetLimit",
     "ReplayChange",
     "ReplayReport",
+    "RollingBudget",
     "RunBudget",
     "StoredDecision",
     "TriageResult",
     "TriageStore",
     "answers_file_ask",
     "apply_suggested",
+    "budget_for",
     "keyless_ask",
     "outcome_counts",
     "replay",
@@ -120,54 +124,6 @@ def answers_file_ask(wire: Any, *, source: str = "answers file") -> Ask:
         return AskResult(answers=found, unanswered=missing, requests=0)
 
     return ask
-
-
-class Budget(Protocol):
-    """Provider requests a caller may still spend. Checked before asking, charged after."""
-
-    def available(self) -> bool: ...
-
-    def spend(self, requests: int) -> None: ...
-
-
-@dataclass
-class RunBudget:
-    """`triage.budget.requests` for one `dispatchq triage` invocation; None is unlimited."""
-
-    limit: int | None
-    spent: int = 0
-
-    @classmethod
-    def from_config(cls, config: TriageConfig) -> RunBudget:
-        return cls(config.budget_requests)
-
-    def available(self) -> bool:
-        return self.limit is None or self.spent < self.limit
-
-    def spend(self, requests: int) -> None:
-        self.spent += max(0, requests)
-
-
-class HourlyBudget:
-    """Provider requests enqueued triage may spend per clock hour, shared through Redis."""
-
-    #: A window's counter outlives its hour by one more, then Redis drops it.
-    WINDOW_TTL = 7200
-
-    def __init__(self, storage: TriageStorage, limit: int, *, clock: Callable[[], float] = time.time) -> None:
-        self._storage = storage
-        self.limit = limit
-        self._clock = clock
-
-    def _window(self) -> str:
-        return time.strftime("%Y%m%d%H", time.gmtime(self._clock()))
-
-    def available(self) -> bool:
-        return self._storage.budget_spent(self._window()) < self.limit
-
-    def spend(self, requests: int) -> None:
-        if requests > 0:
-            self._storage.spend_budget(self._window(), requests, self.WINDOW_TTL)
 
 
 # ------------------------------------------------------------------------------------- store
@@ -331,6 +287,7 @@ class TriageResult:
     requests: int = 0
     asked: tuple[str, ...] = ()
     reused: tuple[str, ...] = ()
+    escalation_cleared: str | None = None
 
     @property
     def applied(self) -> list[Entry]:
@@ -373,6 +330,7 @@ class TriageResult:
             "requests": self.requests,
             "asked": list(self.asked),
             "reused": list(self.reused),
+            "escalation_cleared": self.escalation_cleared,
         }
 
     def render(self, config: TriageConfig | None = None) -> str:
@@ -405,6 +363,8 @@ class TriageResult:
             lines.extend(f"  ! [{e.rule}] if: {e.message}" for e in self.errors)
         if self.escalated:
             lines.append(f"Escalated: {self.escalated.get('label')} ({self.escalated.get('executed')})")
+        if self.escalation_cleared:
+            lines.append(f"Escalation cleared: {self.escalation_cleared}")
         if not self.entries and not self.errors:
             lines.append("no rule planned an action for this event")
         return "\n".join(lines)
@@ -440,25 +400,33 @@ def triage(
         answers = {q: a for q, a in stored.answers.items() if q in needed}
     reused = tuple(sorted(answers))
 
-    missing = sorted(needed - answers.keys())
+    # Only what a rule that can still fire depends on: `if`s that need only the event (or
+    # the answers already known) are evaluated first, so an excluded event costs nothing.
+    missing = sorted(questions_to_ask(config, event, answers))
     unanswered: dict[str, str] = {}
     over_budget: set[str] = set()
     requests = 0
     asked: tuple[str, ...] = ()
-    if missing and not budget.available():
+    refused = budget.reserve() if missing else None
+    if refused is not None:
         over_budget = set(missing)
+        unanswered = dict.fromkeys(missing, refused)  # row 3 says why: spent of what, refills when
     elif missing:
         asked = tuple(missing)
         said = _ask(ask, event, config, missing)
         requests = max(0, int(said.requests))
-        budget.spend(requests)
+        budget.settle(requests)
         for qid in missing:
             answer = said.answers.get(qid)
             expected = config.questions[qid].type
-            if answer is not None and answer.type == expected:
-                answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
-            elif answer is not None:
+            outside = outside_question(answer, config.questions[qid].wire()) if answer is not None else None
+            if answer is not None and answer.type != expected:
                 unanswered[qid] = f"answer is a {answer.type}, the question is a {expected}"
+            elif answer is not None and outside is not None:
+                # Never act on an answer outside the question, whoever gave it.
+                unanswered[qid] = f"outside the question: {outside}"
+            elif answer is not None:
+                answers[qid] = answer if answer.question == qid else replace(answer, question=qid)
             elif qid in said.over_budget:
                 over_budget.add(qid)
             else:
@@ -478,6 +446,9 @@ def triage(
     )
 
     escalated: dict[str, Any] | None = None
+    cleared: str | None = None
+    if config.escalate and not resolution.undecided and mode != "shadow" and resolution.entries:
+        cleared = _clear_escalation(store, executor, event.target, config.escalate)
     if config.escalate and resolution.undecided:
         store.mark_needs_triage(decision_id, event, config.escalate, mode)
         escalated = {"label": config.escalate, "executed": "recorded in dispatchq's store"}
@@ -504,10 +475,28 @@ def triage(
         requests=requests,
         asked=asked,
         reused=reused,
+        escalation_cleared=cleared,
     )
     store.save_result(decision_id, result.to_json())
     store.record_run(result)
     return result
+
+
+def _clear_escalation(store: TriageStore, executor: Executor, target: str, label: str) -> str | None:
+    """A rule decided a target an earlier delivery escalated: drop our own escalation label.
+
+    Only a label dispatchq added (the ledger knows) is removed; what was recorded in
+    dispatchq's store for the target goes too. None when there was nothing to clear.
+    """
+    recorded = store.storage.clear_needs_triage(target)
+    if not store.ledger.added_label(target, label) or not executor.supports("label.remove"):
+        return f"{recorded} escalation(s) cleared in dispatchq's store" if recorded else None
+    try:
+        outcome = executor.remove_label(target, label)
+    except (ExecutorError, OSError) as error:
+        log.warning("triage %s: removing %s failed: %s", target, label, error)
+        return f"removing {label} failed: {error}"
+    return f"{label}: {outcome.status} {outcome.detail}".strip()
 
 
 def _ask(ask: Ask, event: Event, config: TriageConfig, missing: list[str]) -> AskResult:
@@ -651,9 +640,30 @@ class ReplayChange:
 class ReplayReport:
     decisions: int
     changes: tuple[ReplayChange, ...]
+    answers_from: Mapping[str, int] = field(default_factory=dict)  # replayed decisions by source
+    skipped_file_answers: int = 0  # decided over --answers files, left out (a what-if's answers)
+    earlier_config: int = 0  # replayed decisions stored under another config than the current one
 
     def to_json(self) -> dict[str, Any]:
-        return {"decisions": self.decisions, "changes": [c.to_json() for c in self.changes]}
+        return {
+            "decisions": self.decisions,
+            "answers_from": dict(self.answers_from),
+            "skipped_file_answers": self.skipped_file_answers,
+            "earlier_config": self.earlier_config,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    def summary(self) -> str:
+        used = ", ".join(f"{n} from {source}" for source, n in sorted(self.answers_from.items()))
+        line = f"replayed {self.decisions} event(s) over stored answers ({used or 'none'})"
+        if self.earlier_config:
+            line += f", {self.earlier_config} decided under an earlier config"
+        if self.skipped_file_answers:
+            line += (
+                f"; left out {self.skipped_file_answers} decided over --answers files"
+                " (--include-file-answers to add them)"
+            )
+        return f"{line}; {len(self.changes)} outcome(s) would change"
 
 
 def replay(
@@ -664,17 +674,24 @@ def replay(
     since: float | None = None,
     mode: Mode | None = None,
     gate_auto: float | None = None,
+    include_file_answers: bool = False,
 ) -> ReplayReport:
     """Re-resolve stored events over stored answers under a what-if; no provider call.
 
-    Each event is taken once (its latest decision, across config edits). A question
-    the config now needs but nobody asked then resolves as `no_answers`.
+    Each event is taken once (its latest decision, across config edits). Only answers the
+    provider gave are replayed unless `include_file_answers`: an `--answers` file is a
+    person's what-if, not history. A question the config now needs but nobody asked
+    then resolves as `no_answers`. The report says which answers were used.
     """
     what_if = config.with_overrides(mode=mode, gate_auto=gate_auto) if gate_auto is not None else config
     use_mode: Mode = mode or what_if.mode
     latest: dict[str, StoredDecision] = {}
+    skipped: set[str] = set()
     for record in store.since(since):
         identity = record.event.identity
+        if record.answers_from == "file" and not include_file_answers:
+            skipped.add(identity)
+            continue
         if identity not in latest or record.updated >= latest[identity].updated:
             latest[identity] = record
 
@@ -704,4 +721,6 @@ def replay(
                 changes.append(
                     ReplayChange(record.decision_id, record.event, key[0], action, old_side, new_side)
                 )
-    return ReplayReport(len(latest), tuple(changes))
+    sources: Counter[str] = Counter(r.answers_from for r in latest.values())
+    earlier = sum(1 for r in latest.values() if r.config_hash != config.hash)
+    return ReplayReport(len(latest), tuple(changes), dict(sources), len(skipped - latest.keys()), earlier)

@@ -29,6 +29,7 @@ from dispatchq.errors import ConfigError, UserError
 from dispatchq.triage.cel import BINDINGS, RESERVED_WORDS, Condition
 
 __all__ = [
+    "DEFAULT_BUDGET_WINDOW",
     "DESTRUCTIVE_OPS",
     "EVENT_NAME",
     "EXECUTORS",
@@ -78,6 +79,9 @@ RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 GITHUB_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 _CLOSE_REASONS = ("completed", "not_planned")
 
+#: `triage.budget.window` when unset: the per-config budget counts over a rolling hour.
+DEFAULT_BUDGET_WINDOW = 3600
+
 # ----------------------------------------------------------------------------------- JSON
 
 
@@ -99,11 +103,31 @@ def _json_data(where: str, value: Any, error: type[UserError]) -> Any:
     instead of being hashed as whatever `str()` makes of it.
     """
     plain = _plain(value)
+    _refuse_surrogates(where, plain, error)
     try:
         canonical_json(plain)
     except (TypeError, ValueError) as problem:  # orjson.JSONEncodeError is a TypeError
         raise error(f"{where}: not plain JSON data ({problem})") from None
     return plain
+
+
+def _refuse_surrogates(where: str, value: Any, error: type[UserError]) -> None:
+    """A lone surrogate (JSON `"\\ud800"`) is no Unicode text: refuse it, naming where it sits."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            code = ord(value[bad.start])
+            raise error(
+                f"{where}: a lone surrogate \\u{code:04x} at character {bad.start} is not text"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_surrogates(f"{where}.{key}", key, error)
+            _refuse_surrogates(f"{where}.{key}", item, error)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_surrogates(f"{where}[{index}]", item, error)
 
 
 # ---------------------------------------------------------------------------------- event
@@ -130,6 +154,8 @@ class Event:
         unknown = sorted(set(data) - {"event", "target", "item", "context", "state"})
         if unknown:
             raise UserError(f"event: unknown key {unknown[0]!r}")
+        for key in ("event", "target", "item"):
+            _refuse_surrogates(f"event.{key}", data.get(key), UserError)
         name = data.get("event")
         if not isinstance(name, str) or not EVENT_NAME.match(name):
             raise UserError(f"event.event: expected '<event>.<action>' such as 'issues.opened', got {name!r}")
@@ -284,6 +310,8 @@ class TriageConfig:
     base_dir: Path
     section: Mapping[str, Any] = field(repr=False)
     hash: str = ""
+    budget_window: int = 3600
+    """`triage.budget.window`: the rolling window `budget_requests` counts over, in seconds."""
 
     def triggered(self, event_name: str) -> list[Rule]:
         return [rule for rule in self.rules if rule.triggered_by(event_name)]
@@ -421,10 +449,13 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
         raise ConfigError(f"triage.gate: suggest ({gate_suggest:g}) is above auto ({gate_auto:g})")
 
     budget = _mapping("triage.budget", top.get("budget", {}) or {})
-    _refuse_unknown("triage.budget", budget, ("requests",))
+    _refuse_unknown("triage.budget", budget, ("requests", "window"))
     requests = budget.get("requests")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests < 0):
         raise ConfigError(f"triage.budget.requests: expected a whole number >= 0, got {requests!r}")
+    window = budget.get("window", DEFAULT_BUDGET_WINDOW)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(f"triage.budget.window: expected a whole number of seconds >= 1, got {window!r}")
 
     destructive = top.get("allowDestructive", []) or []
     if not isinstance(destructive, list):
@@ -462,6 +493,7 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
         base_dir=base,
         section=plain,
         hash=config_hash(plain),
+        budget_window=window,
     )
 
 

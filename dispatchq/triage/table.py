@@ -10,6 +10,7 @@ without a network.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, Literal, Protocol
 from dispatchq.core.answers import Answer, margin, meets, min_confidence, noul_gate_as_probability
 from dispatchq.errors import ConditionError
 from dispatchq.triage.cel import bindings
+from dispatchq.triage.github_events import WEBHOOK_EVENTS
 from dispatchq.triage.rules import DESTRUCTIVE_OPS, ActionSpec, Event, Mode, Rule, TriageConfig
 
 __all__ = [
@@ -26,12 +28,14 @@ __all__ = [
     "BELOW_SUGGEST_THRESHOLD",
     "BUDGET_EXHAUSTED",
     "DESTRUCTIVE_NOT_OPTED_IN",
+    "INT_DOUBLE_COMPARISON",
     "MISSING_TEMPLATE",
     "NO_ANSWERS",
     "REASONS",
     "SHADOW_MODE",
     "SUGGEST",
     "UNDECIDED_REASONS",
+    "UNKNOWN_EVENT",
     "UNKNOWN_QUESTION",
     "UNSUPPORTED_BY_EXECUTOR",
     "Entry",
@@ -42,7 +46,10 @@ __all__ = [
     "RuleError",
     "SupportsOps",
     "lint",
+    "possible_rules",
+    "questions_to_ask",
     "resolve",
+    "unknown_event",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,9 @@ NO_ANSWERS = "no_answers"
 UNKNOWN_QUESTION = "unknown_question"
 DESTRUCTIVE_NOT_OPTED_IN = "destructive_not_opted_in"
 UNSUPPORTED_BY_EXECUTOR = "unsupported_by_executor"
+# Lint-only reasons: found before a run, never an entry's reason.
+UNKNOWN_EVENT = "unknown_event"
+INT_DOUBLE_COMPARISON = "int_double_comparison"
 MISSING_TEMPLATE = "missing_template"
 BELOW_SUGGEST_THRESHOLD = "below_suggest_threshold"
 SHADOW_MODE = "shadow_mode"
@@ -223,10 +233,10 @@ def resolve(
         if not rule.triggered_by(event.event):
             continue
         missing = sorted(q for q in rule.dependencies if q not in answers)
+        if activation is None:
+            activation = bindings(event.to_json(), answers)
         # Row 2 (and the silent half of row 1): an `if` whose answers are all here.
         if rule.condition is not None and rule.refs <= answers.keys():
-            if activation is None:
-                activation = bindings(event.to_json(), answers)
             try:
                 matched = rule.condition.evaluate(activation)
             except ConditionError as error:
@@ -235,6 +245,10 @@ def resolve(
                 continue
             if not matched:
                 continue
+        # Row 1 too: an `if` already false on what is known (the event, the answers that came)
+        # is false whatever the missing answers say, so nothing was asked for it.
+        elif rule.condition is not None and _false_without(rule, activation):
+            continue
         # Rows 3-5: undetermined, or determined but a gateOn answer is missing.
         if missing:
             reason, explanation = _missing_reason(config, event, knowledge, missing)
@@ -247,12 +261,50 @@ def resolve(
     return Resolution(tuple(entries), tuple(errors))
 
 
+def _false_without(rule: Rule, activation: Mapping[str, Any]) -> bool:
+    """Whether the `if` is false on a partial activation, whatever the absent answers are.
+
+    CEL's `&&`/`||` absorb an error on one side when the other decides (`false && e` is
+    false), and cel-python implements that: an absent answer is an undeclared reference,
+    an error, so a False here is False for every answer. An error means "undetermined".
+    """
+    if rule.condition is None:
+        return False
+    try:
+        return not rule.condition.evaluate(activation)
+    except ConditionError:
+        return False
+
+
+def possible_rules(config: TriageConfig, event: Event, answers: Mapping[str, Answer]) -> list[Rule]:
+    """The rules this event triggers whose `if` can still be true given what is known."""
+    activation = bindings(event.to_json(), {q: a for q, a in answers.items() if q in config.questions})
+    return [rule for rule in config.triggered(event.event) if not _false_without(rule, activation)]
+
+
+def questions_to_ask(config: TriageConfig, event: Event, answers: Mapping[str, Answer]) -> frozenset[str]:
+    """What a rule that can still fire depends on (in scope for the event), minus what is known.
+
+    Conditions that need only the event (`!has(event.state.pull_request)`) are evaluated
+    first, so an event every rule excludes costs no request.
+    """
+    needed: set[str] = set()
+    for rule in possible_rules(config, event, answers):
+        needed |= {q for q in rule.dependencies if config.questions[q].asked_for(event.event)}
+    return frozenset(needed - answers.keys())
+
+
 def _missing_reason(
     config: TriageConfig, event: Event, knowledge: Knowledge, missing: list[str]
 ) -> tuple[str, str]:
     budget = [q for q in missing if q in knowledge.over_budget]
     if budget:
-        return BUDGET_EXHAUSTED, f"the request budget was spent before {_names(budget)} could be asked"
+        notes = sorted({knowledge.unanswered[q] for q in budget if knowledge.unanswered.get(q)})
+        detail = f" ({'; '.join(notes)})" if notes else ""
+        return (
+            BUDGET_EXHAUSTED,
+            f"the request budget was spent before {_names(budget)} could be asked{detail}",
+        )
     unasked = [q for q in missing if not config.questions[q].asked_for(event.event)]
     empty = [q for q in missing if q not in unasked]
     if empty:
@@ -364,6 +416,32 @@ class Problem:
         return {"where": self.where, "message": self.message, "reason": self.reason}
 
 
+def unknown_event(name: str) -> str | None:
+    """Why `name` is no GitHub webhook event a delivery can carry, or None when it is one.
+
+    Events with actions are named `<event>.<action>` (`issues.opened`); those without are
+    named bare (`push`). The names come from the list shipped with the code
+    (`dispatchq.triage.github_events`, generated from githubkit's webhook models).
+    """
+    event, _, action = name.partition(".")
+    if event not in WEBHOOK_EVENTS:
+        close = difflib.get_close_matches(event, list(WEBHOOK_EVENTS), n=1)
+        hint = f"; did you mean {close[0] + ('.' + action if action else '')!r}?" if close else ""
+        return f"{name!r} is not a GitHub webhook event, so the rule never fires{hint}"
+    actions = WEBHOOK_EVENTS[event]
+    if not actions:
+        return None if not action else f"{event!r} has no actions: name it {event!r}, not {name!r}"
+    if not action:
+        return f"{event!r} deliveries carry an action: name one, such as {event + '.' + actions[0]!r}"
+    if action not in actions:
+        close = difflib.get_close_matches(action, list(actions), n=1)
+        hint = f"did you mean {event + '.' + close[0]!r}? " if close else ""
+        return (
+            f"{event!r} has no action {action!r}, so the rule never fires; {hint}known: {', '.join(actions)}"
+        )
+    return None
+
+
 def lint(config: TriageConfig, executor: SupportsOps, base_dir: Path | None = None) -> list[Problem]:
     """Everything `load_triage` let through that a run would resolve as a suppression.
 
@@ -371,8 +449,23 @@ def lint(config: TriageConfig, executor: SupportsOps, base_dir: Path | None = No
     """
     base = Path(base_dir) if base_dir is not None else config.base_dir
     problems: list[Problem] = []
+    doubles = {q for q, question in config.questions.items() if question.type in ("noul", "score")}
     for rule in config.rules:
         where = f"triage.rules[{rule.id}]"
+        for i, event_name in enumerate(rule.events):
+            unknown = unknown_event(event_name)
+            if unknown is not None:
+                problems.append(Problem(f"{where}.events[{i}]", unknown, UNKNOWN_EVENT))
+        if rule.condition is not None:
+            for text, literal in rule.condition.int_double_comparisons(doubles):
+                problems.append(
+                    Problem(
+                        f"{where}.if",
+                        f"{text} compares an int with a double answer, which cel-python refuses at "
+                        f"run time: write {literal}.0",
+                        INT_DOUBLE_COMPARISON,
+                    )
+                )
         for event_name in rule.events:
             for qid in sorted(rule.dependencies):
                 if not config.questions[qid].asked_for(event_name):

@@ -16,8 +16,10 @@ from click.testing import CliRunner, Result
 
 import dispatchq.cli.triage as cli_triage
 from dispatchq.cli import main
+from dispatchq.errors import UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import RecordingExecutor
+from dispatchq.triage.rules import Event
 
 CONFIG = """\
 triage:
@@ -49,7 +51,12 @@ EVENT = {
 }
 ANSWERS = {
     "needs_repro": {"type": "noul", "noul": 0.97},
-    "area": {"type": "choice", "choice": "bug", "confidence": 0.9, "probabilities": {"bug": 0.9}},
+    "area": {
+        "type": "choice",
+        "choice": "bug",
+        "confidence": 0.9,
+        "probabilities": {"bug": 0.9, "feature": 0.05, "docs": 0.05},
+    },
 }
 
 
@@ -172,14 +179,19 @@ def test_replay_shows_changed_outcomes_without_asking(env: Env) -> None:
         "--mode",
         "auto",
     )
-    report = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h")
-    assert report["decisions"] == 1
+    left_out = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto")
+    assert (left_out["decisions"], left_out["skipped_file_answers"], left_out["changes"]) == (0, 1, [])
+    assert "left out 1 decided over --answers files" in env.run("replay").stdout
+    report = env.run_json(
+        "replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h", "--include-file-answers"
+    )
+    assert report["decisions"] == 1 and report["answers_from"] == {"file": 1}
     assert {(c["action"]["op"], tuple(c["before"]), tuple(c["after"])) for c in report["changes"]} == {
         ("label.add", ("apply", "apply"), ("suggest", "suggest")),
         ("comment", ("apply", "apply"), ("suggest", "suggest")),
     }
-    human = env.run("replay", "--mode", "shadow")
-    assert "2 outcome(s) would change" in human.stdout
+    human = env.run("replay", "--mode", "shadow", "--include-file-answers")
+    assert "(1 from file)" in human.stdout and "2 outcome(s) would change" in human.stdout
     assert env.run_json("replay", "--since", "2099-01-01T00:00:00")["decisions"] == 0
 
 
@@ -211,6 +223,54 @@ def test_a_bad_event_is_one_line_and_exit_2(env: Env, setup: Any, message: str) 
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert "Traceback" not in result.output
+
+
+def _bytes(env: Env, name: str, data: bytes) -> str:
+    path = env.root / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_a_non_utf8_event_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+    raw = json.dumps(EVENT).encode().replace(b"It crashes", b"It \xff crashes")
+    path = _bytes(env, "event.json", raw)
+    result = CliRunner().invoke(main, ["triage", "--event", path])
+    assert result.exit_code == 2, result.output
+    offset = raw.index(b"\xff")
+    assert result.stderr.strip() == f"error: event file {path}: not UTF-8 (byte 0xff at offset {offset})"
+
+
+def test_a_non_utf8_answers_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+    raw = b'{"needs_repro": {"type": "noul", "noul": 0.9}, "x": "\xc3("}'
+    answers = _bytes(env, "a.json", raw)
+    offset = raw.index(b"\xc3")
+    result = CliRunner().invoke(
+        main, ["triage", "--event", env.file("event.json", EVENT), "--answers", answers]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"error: answers file {answers}: not UTF-8 (byte 0xc3 at offset {offset})"
+
+
+@pytest.mark.parametrize(
+    ("event", "where"),
+    [
+        ({**EVENT, "state": {"title": "\ud800 crash"}}, "state.title"),
+        ({**EVENT, "target": "acme/app#\udfff"}, "target"),
+    ],
+)
+def test_a_lone_surrogate_is_a_user_error_not_a_hash_crash(env: Env, event: Any, where: str) -> None:
+    path = env.file("event.json", json.dumps(event))  # json.dumps writes it as a \ud800 escape
+    result = CliRunner().invoke(main, ["triage", "--event", path])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{where}: a lone surrogate" in lines[0] and "is not text" in lines[0]
+
+
+def test_a_lone_surrogate_is_refused_by_the_event_model_too() -> None:
+    with pytest.raises(UserError, match=r"event.target: a lone surrogate \\ud800"):
+        Event.from_json({**EVENT, "target": "acme/app#\ud800"})
+    with pytest.raises(UserError, match=r"event.state.title: a lone surrogate"):
+        Event.from_json({**EVENT, "state": {"title": "\ud800"}})
 
 
 def test_a_malformed_answers_file_is_refused(env: Env) -> None:
@@ -249,3 +309,19 @@ def test_a_missing_config_file_is_a_user_error(env: Env, monkeypatch: pytest.Mon
 def test_no_event_and_no_subcommand_is_a_usage_error(env: Env) -> None:
     result = CliRunner().invoke(main, ["triage"])
     assert result.exit_code == 2 and "--event" in result.output
+
+
+def test_lint_says_a_rule_on_a_misspelt_event_never_fires_and_names_the_cel_fix(env: Env) -> None:
+    broken = CONFIG.format(mode="shadow").replace(
+        "events: [issues.opened]\n      if: 'needs_repro >= 0.8",
+        "events: [issue.opened]\n      if: '1 == needs_repro",
+    )
+    env.write_config(text=broken)
+    result = env.run("lint")
+    assert result.exit_code == 1
+    assert (
+        "triage.rules[needs-repro].events[0]: 'issue.opened' is not a GitHub webhook event, "
+        "so the rule never fires; did you mean 'issues.opened'?  [unknown_event]" in result.stdout
+    )
+    assert "1 == needs_repro compares an int with a double answer" in result.stdout
+    assert "write 1.0  [int_double_comparison]" in result.stdout

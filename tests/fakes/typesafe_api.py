@@ -30,7 +30,7 @@ prints ``listening on http://127.0.0.1:PORT`` once ready. The script file is JSO
                 "answer": {"type": "choice", "choice": "docs", "confidence": 0.7}}],
      "failures": [{"status": 429, "headers": {"retry-after-ms": "10"}, "times": 2},
                   {"delay": 2.0}],
-     "unknown_types": ["location"]}
+     "unknown_types": ["location"], "latency": 0.2}
 
 Control endpoints (no auth; loopback only): ``GET /_fake/requests`` (recorded requests),
 ``POST /_fake/script`` (append a script, same JSON), ``POST /_fake/reset``.
@@ -269,6 +269,8 @@ class RecordedRequest:
     content_encoding: str | None
     status: int | None
     """The status answered; None while a (slow) response is still being prepared."""
+    received: float = 0.0
+    """When it arrived (time.time()), for benchmarks."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +281,7 @@ class RecordedRequest:
             "raw_size": self.raw_size,
             "content_encoding": self.content_encoding,
             "status": self.status,
+            "received": self.received,
         }
 
     @classmethod
@@ -291,6 +294,7 @@ class RecordedRequest:
             int(data["raw_size"]),
             data.get("content_encoding"),
             data.get("status"),
+            float(data.get("received", 0.0)),
         )
 
     @property
@@ -352,6 +356,8 @@ class FakeTypeSafeAPI:
         self.api_key = api_key
         self.model = model
         self.responder: Responder | None = None
+        self.latency = 0.0
+        """Seconds every /v1/systemone answer waits before it is sent (benchmarks: a real API's RTT)."""
         self._host, self._port = host, port
         self._rules: list[Rule] = []
         self._failures: deque[Failure] = deque()
@@ -458,6 +464,8 @@ class FakeTypeSafeAPI:
             self.api_key = str(script["api_key"])
         if "model" in script:
             self.model = str(script["model"])
+        if "latency" in script:
+            self.latency = float(script["latency"])
         for key, wire in dict(script.get("answers", {})).items():
             self.answer(key, dict(wire))
         for rule in script.get("rules", []):
@@ -521,7 +529,9 @@ class FakeTypeSafeAPI:
         # Recorded on arrival, so a request still being answered slowly is already counted.
         with self._lock:
             index = len(self._requests)
-            self._requests.append(RecordedRequest(method, path, headers, decoded, len(raw), encoding, None))
+            self._requests.append(
+                RecordedRequest(method, path, headers, decoded, len(raw), encoding, None, time.time())
+            )
         if response is None:
             response = self._respond(method, path, handler.headers.get("Authorization"), decoded)
         status, body, extra = response
@@ -541,6 +551,8 @@ class FakeTypeSafeAPI:
             failure = self._failures.popleft() if self._failures else None
         if failure is not None and failure.delay:
             self._stopping.wait(failure.delay)
+        if self.latency and path == SYSTEM_ONE_PATH:
+            self._stopping.wait(self.latency)
         if authorization != f"Bearer {self.api_key}":
             return 401, error_body(401), {}
         if failure is not None and failure.status != 200:

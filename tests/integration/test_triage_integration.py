@@ -305,3 +305,29 @@ def test_apply_performs_an_accepted_suggestion_once(world: Triage, provider: Fak
     assert all(e["executed"] == "already performed (ledger)" for e in again), again
     assert len(world.recorded()) == 3  # nothing new was written
     assert provider.request_count == 1
+
+
+def test_one_budget_is_shared_by_the_cli_and_a_typed_worker_process(
+    world: Triage, provider: FakeTypeSafeProcess
+) -> None:
+    text = Path(world.env["DISPATCHQ_CONFIG"]).read_text()
+    Path(world.env["DISPATCHQ_CONFIG"]).write_text(
+        text.replace("budget: {requests: 100}", "budget: {requests: 1, window: 600}")
+    )
+    assert world.run()["requests"] == 1  # the CLI spends the one request
+
+    other = world.root / "other.json"
+    other.write_text(json.dumps({**EVENT, "target": "acme/app#13", "item": "issue:13"}))
+    queued = world.cli("--event", str(other), "--enqueue", "--json")
+    worker = run_cli(["worker", "typed", "--burst", "--quiet"], world.env)
+    assert worker.returncode == 0, worker.stderr
+
+    assert provider.request_count == 1  # the worker, another process, found it spent
+    stored = TriageStore(TriageStorage(world.redis)).load(queued["decision_id"])
+    assert stored is not None and stored.result is not None
+    spent = [e for e in stored.result["suppressed"] if e["rule"] == "needs-repro"]
+    assert {e["reason"] for e in spent} == {"budget_exhausted"}
+    assert (
+        "triage.budget budget spent: 1 of 1 requests in the last 10m; it refills at"
+        in spent[0]["explanation"]
+    )

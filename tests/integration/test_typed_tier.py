@@ -32,6 +32,7 @@ from dispatchq.tiers.typed import KEYLESS_WHY
 from tests.conftest import REPO, run_cli, wait_for, write_config
 from tests.fakes.typesafe_api import (
     DEFAULT_RESOLVED_MODEL,
+    Failure,
     FakeTypeSafeAPI,
     FakeTypeSafeProcess,
     WireAnswer,
@@ -538,8 +539,77 @@ def test_an_unknown_answer_type_is_no_answer_and_moves_up(
 
     found = record(rt, jid)
     assert (found.status, found.tier) == ("queued", "session")
-    assert step(found)["why"] == "no answer for yes"
+    why = step(found)["why"]
+    assert why.startswith("no answer for yes") and "a type this SDK does not know" in why  # the cause
     assert "yes" in found.raw["missing"] and found.raw["answers"] == {}
+
+
+# --- answers outside the question, and one bad answer among good ones ----------------------------
+@pytest.mark.parametrize(
+    ("kind", "question", "wire", "cause"),
+    [
+        ("choice-external", "area", {"type": "choice", "choice": "zzz", "confidence": 0.99}, "not one of"),
+        ("score-local", "level", score(3.0, 0.99, probabilities={"2": 1.0}), "outside the levels' range"),
+        ("noul-local", "yes", noul(1.5), "between 0 and 1"),
+        ("choice-local", "area", choice("bug", 0.99, {"bug": 0.99, "docs": 0.5}), "sum to 1.49"),
+    ],
+)
+def test_an_answer_outside_the_question_is_never_acted_on(
+    make_rt: Callable[..., Runtime],
+    api: FakeTypeSafeAPI,
+    kind: str,
+    question: str,
+    wire: WireAnswer,
+    cause: str,
+) -> None:
+    rt = make_rt()
+    api.answer(question, wire)
+    jid = enqueue(rt, kind, {"body": "x"})
+    drain(rt, sessions=False)
+
+    found = record(rt, jid)
+    assert (found.status, found.value) == ("needs-triage", None)
+    last = step(found)
+    assert (last["tier"], last["outcome"]) == ("typed", "moved-up")
+    assert last["why"].startswith(f"no answer for {question}") and cause in last["why"]
+    assert found.raw["answers"] == {}
+
+
+def test_one_answer_without_confidence_does_not_sink_the_others_on_its_state(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt()
+
+    def respond(qid: str, question: dict[str, Any], state: Any) -> WireAnswer:
+        if qid.endswith("__area"):
+            return {"type": "choice", "choice": "bug"}  # no confidence: the SDK refuses the response
+        return noul(0.95)
+
+    api.responder = respond
+    good = enqueue(rt, "noul-local", {"body": "shared"})
+    broken = enqueue(rt, "choice-local", {"body": "shared"})
+    drain(rt, sessions=False)
+
+    assert api.request_count == 1  # one state, one request, not asked again
+    assert (record(rt, good).status, record(rt, good).value) == ("answered", True)
+    moved = record(rt, broken)
+    assert moved.status == "needs-triage"
+    assert "lacks 'confidence'" in step(moved)["why"] and ".area.confidence" in step(moved)["why"]
+
+
+def test_an_html_body_on_a_200_moves_up_only_its_own_states_judgements(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt()
+    api.queue(Failure(status=200, body="<html><body>Sign in to the proxy</body></html>"))
+    first = enqueue(rt, "noul-local", {"body": "one"}, target="acme/app#1")
+    second = enqueue(rt, "noul-local", {"body": "two"}, target="acme/app#2")
+    drain(rt, sessions=False)
+
+    assert api.request_count == 2
+    found = sorted((record(rt, jid) for jid in (first, second)), key=lambda r: r.status)
+    assert [r.status for r in found] == ["answered", "needs-triage"]
+    assert "bad_response" in step(found[1])["why"]
 
 
 # --- batching and the decision cache -----------------------------------------------------------
@@ -855,3 +925,59 @@ def test_a_burst_worker_process_waits_for_a_retry_due_within_the_horizon(
         assert (found["status"], found["value"]) == ("answered", True)
         assert [s["outcome"] for s in found["trail"]] == ["retry-scheduled", "answered"]
         assert [r.status for r in fake.requests] == [429, 429, 429, 200]
+
+
+@pytest.mark.parametrize("args", [["worker", "typed", "--burst"], ["run", "judgements.jsonl"]])
+def test_a_malformed_key_is_refused_when_settings_load_and_no_worker_starts(
+    typed_env: dict[str, str], api: FakeTypeSafeAPI, tmp_path: Path, args: list[str]
+) -> None:
+    line = {"kind": "noul-local", "target": TARGET, "state": {"body": "x"}}
+    (tmp_path / "judgements.jsonl").write_text(json.dumps(line) + "\n")
+    env = {**typed_env, "TYPESAFE_API_KEY": "tsk-bad key with-space"}
+    done = run_cli(args, env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TYPESAFE_API_KEY" in lines[0] and "whitespace" in lines[0]
+    assert "tsk-bad" not in done.stderr and "with-space" not in done.stderr + done.stdout
+    assert api.request_count == 0
+
+
+def test_the_typed_concurrency_setting_reaches_the_provider(make_rt: Callable[..., Runtime]) -> None:
+    from dispatchq.tiers.typed import provider_for
+    from dispatchq.tiers.typesafe import TypeSafeProvider
+
+    default, set_to_2 = provider_for(make_rt()), provider_for(make_rt(DISPATCHQ_TYPED_CONCURRENCY="2"))
+    assert isinstance(default, TypeSafeProvider) and isinstance(set_to_2, TypeSafeProvider)
+    assert (default.options.concurrency, set_to_2.options.concurrency) == (4, 2)
+
+
+@pytest.mark.parametrize(
+    ("kind", "gate"),
+    [
+        ("noul-local", "confidence >= 0.6 (p >= 0.8 or p <= 0.2)"),
+        ("choice-local", "confidence >= 0.6"),
+        ("gated-elsewhere", "confidence >= 0.6"),  # a noul answer gated on a score: no p form
+    ],
+)
+def test_the_gate_text_shows_the_p_form_only_for_a_noul_gate(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI, kind: str, gate: str
+) -> None:
+    rt = make_rt()
+    api.answer("yes", noul(0.95))
+    api.answer("area", choice("bug", 0.95))
+    api.answer("level", score(1.0, 0.95))
+    jid = enqueue(rt, kind, {"body": "x"})
+    drain(rt, sessions=False)
+    assert step(record(rt, jid))["gate"] == gate
+
+
+def test_a_confidence_exactly_at_the_gate_has_margin_plus_zero(
+    make_rt: Callable[..., Runtime], api: FakeTypeSafeAPI
+) -> None:
+    rt = make_rt(DISPATCHQ_GATE_LOCAL="0.6000000000000001")
+    api.answer("area", choice("docs", 0.6))  # 0.6 - 0.6000000000000001 rounds to -0.0
+    jid = enqueue(rt, "choice-local", {"body": "x"})
+    drain(rt, sessions=False)
+    found = record(rt, jid)
+    assert found.status == "answered"
+    assert f"{step(found)['numbers']['margin']:+g}" == "+0"

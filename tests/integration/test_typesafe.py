@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -20,6 +21,7 @@ from pydantic import SecretStr
 
 from dispatchq.core.answers import Answer
 from dispatchq.errors import SettingsError
+from dispatchq.settings import load_settings
 from dispatchq.tiers.typesafe import (
     REDACTED,
     Answered,
@@ -130,13 +132,27 @@ def test_answered_round_trips_through_json(typesafe_api: FakeTypeSafeAPI, provid
 def test_base_url_and_model_come_from_the_sdk_variables(
     typesafe_api: FakeTypeSafeAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The settings are the one reader of the environment: they pass TYPESAFE_DEFAULT_MODEL
+    # on, and every request names the model it is cached under.
     monkeypatch.setenv("TYPESAFE_BASE_URL", typesafe_api.url)
-    monkeypatch.setenv("TYPESAFE_DEFAULT_MODEL", "jev-preview")
-    with make_provider(typesafe_api.api_key, options=ProviderOptions(**FAST)) as p:
+    settings = load_settings({"TYPESAFE_DEFAULT_MODEL": "jev-preview"})
+    with make_provider(
+        typesafe_api.api_key, model=settings.typesafe_default_model, options=ProviderOptions(**FAST)
+    ) as p:
         assert isinstance(answered(p.ask("x", {"q": NOUL_Q})), Answered)
         assert p.requested_model == "jev-preview"
     assert typesafe_api.request_count == 1
     assert typesafe_api.systemone_requests[0].body["model"] == "jev-preview"
+
+
+def test_with_no_model_set_the_sdks_default_is_requested_by_name(
+    typesafe_api: FakeTypeSafeAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TYPESAFE_DEFAULT_MODEL", "jev-elsewhere")  # not read behind the settings' back
+    with make_provider(typesafe_api.api_key, base_url=typesafe_api.url, options=ProviderOptions(**FAST)) as p:
+        answered(p.ask("x", {"q": NOUL_Q}))
+        assert p.requested_model == "jev-latest"
+    assert typesafe_api.systemone_requests[0].body["model"] == "jev-latest"
 
 
 def test_key_is_sent_as_bearer_and_secretstr_is_accepted(typesafe_api: FakeTypeSafeAPI) -> None:
@@ -213,6 +229,14 @@ def test_server_error_then_success(typesafe_api: FakeTypeSafeAPI, provider: Type
     assert typesafe_api.request_count == 3
 
 
+def test_a_request_timeout_status_has_no_class_and_is_transient(typesafe_api: FakeTypeSafeAPI) -> None:
+    typesafe_api.fail(408, headers={"retry-after": "7"}, times=1)
+    with provider_for(typesafe_api, max_retries=0) as p:
+        outcome = p.ask("x", {"q": NOUL_Q})
+    assert isinstance(outcome, Transient)
+    assert (outcome.reason, outcome.status, outcome.retry_after) == ("timeout", 408, 7.0)
+
+
 def test_wrong_key_is_permanent_auth_and_not_retried(typesafe_api: FakeTypeSafeAPI) -> None:
     with TypeSafeProvider("not-the-key", base_url=typesafe_api.url, options=ProviderOptions(**FAST)) as p:
         outcome = p.ask("x", {"q": NOUL_Q})
@@ -222,7 +246,7 @@ def test_wrong_key_is_permanent_auth_and_not_retried(typesafe_api: FakeTypeSafeA
 
 
 @pytest.mark.parametrize(
-    ("status", "reason"), [(401, "auth"), (403, "auth"), (400, "invalid"), (404, "invalid")]
+    ("status", "reason"), [(401, "auth"), (403, "auth"), (400, "invalid"), (404, "invalid"), (422, "invalid")]
 )
 def test_client_errors_are_permanent(
     typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider, status: int, reason: str
@@ -269,12 +293,65 @@ def test_connection_refused_is_transient() -> None:
     assert isinstance(outcome, Transient) and outcome.reason == "connection"
 
 
-def test_malformed_success_is_permanent_bad_response(
+def test_an_html_body_on_a_200_is_permanent_bad_response(
     typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
 ) -> None:
-    typesafe_api.queue(Failure(status=200, body={"answers": {"q": {"type": "noul"}}}))
+    typesafe_api.queue(Failure(status=200, body="<html><body>Gateway login</body></html>"))
     outcome = provider.ask("x", {"q": NOUL_Q})
     assert isinstance(outcome, Permanent) and outcome.reason == "bad_response"
+
+
+def test_a_malformed_answer_the_sdk_refuses_is_read_per_question(
+    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+) -> None:
+    # The SDK refuses the whole response ("Invalid response data at 'answers.b.confidence'");
+    # the raw answers are read one by one, so only `b` is missing.
+    body = {
+        "model": "jev-x",
+        "answers": {"a": noul(0.9), "b": {"type": "choice", "choice": "bug", "probabilities": {"bug": 1.0}}},
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+    }
+    typesafe_api.queue(Failure(status=200, body=body, headers={"x-typesafe-request-id": "req-7"}))
+    result = answered(provider.ask("x", {"a": NOUL_Q, "b": CHOICE_Q}))
+    assert set(result.answers) == {"a"} and result.answers["a"].p == 0.9
+    assert "lacks 'confidence'" in result.missing["b"] and "answers.b.confidence" in result.missing["b"]
+    assert (result.model, result.usage, result.request_ids) == ("jev-x", Usage(3, 2), ("req-7",))
+
+
+@pytest.mark.parametrize(
+    ("question", "wire", "why"),
+    [
+        (CHOICE_Q, {"type": "choice", "choice": "zzz", "confidence": 0.99}, "not one of the criteria"),
+        (CHOICE_Q, choice("bug", 0.9, {"bug": 0.9, "docs": 0.3, "feature": 0.1}), "sum to 1.3"),
+        (CHOICE_Q, choice("bug", 0.9, {"bug": 0.9, "zzz": 0.1}), "'zzz', which was not asked"),
+        (SCORE_Q, score(2.5, 0.9, probabilities={"2": 1.0}), "outside the levels' range [0, 2]"),
+        (SCORE_Q, score(-0.1, 0.9, probabilities={"0": 1.0}), "outside the levels' range"),
+        (SCORE_Q, score(1.0, 0.9, probabilities={"1": 0.5, "7": 0.5}), "'7', which was not asked"),
+        (SCORE_Q, score(1.0, 0.9, probabilities={"1": 0.5}), "sum to 0.5"),
+        (NOUL_Q, noul(1.2), "between 0 and 1"),
+        (NOUL_Q, noul(-0.01), "between 0 and 1"),
+    ],
+)
+def test_an_answer_outside_the_question_is_no_answer(
+    typesafe_api: FakeTypeSafeAPI,
+    provider: TypeSafeProvider,
+    question: dict[str, Any],
+    wire: dict[str, Any],
+    why: str,
+) -> None:
+    typesafe_api.answer("q", wire)
+    result = answered(provider.ask("x", {"q": question, "fine": NOUL_Q}))
+    assert set(result.answers) == {"fine"}
+    assert why in result.missing["q"]
+
+
+def test_an_answer_inside_the_question_within_rounding_is_kept(
+    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+) -> None:
+    typesafe_api.answer("label", choice("docs", 0.7, {"bug": 0.2, "docs": 0.7, "feature": 0.105}))
+    typesafe_api.answer("urgency", score(2.0, 0.8, probabilities={"1": 0.0, "2": 0.995}))
+    result = answered(provider.ask("x", {"label": CHOICE_Q, "urgency": SCORE_Q}))
+    assert result.missing == {} and result.answers["label"].value == "docs"
 
 
 # --- answers that are not there ----------------------------------------------------------------
@@ -399,6 +476,25 @@ def test_concurrent_batches_give_the_same_answers(typesafe_api: FakeTypeSafeAPI)
     assert {jid: answered(r).answers["q"].p for jid, r in results.items()} == {
         f"j{i}": i / 10 for i in range(6)
     }
+
+
+def test_requests_for_different_states_are_in_flight_together(typesafe_api: FakeTypeSafeAPI) -> None:
+    # Each answer waits until four requests are being answered at once: one after another,
+    # the barrier breaks and nothing is answered; four at a time, all are.
+    barrier = threading.Barrier(4, timeout=20)
+
+    def together(qid: str, question: dict[str, Any], state: Any) -> dict[str, Any]:
+        barrier.wait()
+        return noul(state["p"])
+
+    typesafe_api.responder = together
+    asks = [Ask(f"j{i}", {"p": i / 10}, {"q": NOUL_Q}) for i in range(8)]
+    with provider_for(typesafe_api, concurrency=4, max_retries=0) as p:
+        results = p.ask_many(asks)
+    assert {jid: answered(r).answers["q"].p for jid, r in results.items()} == {
+        f"j{i}": i / 10 for i in range(8)
+    }
+    assert typesafe_api.request_count == 8  # still one request per state
 
 
 def test_plan_batches_is_pure_and_ordered() -> None:

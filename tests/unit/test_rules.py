@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -23,9 +24,12 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.cel import Condition
 from dispatchq.triage.engine import (
     AskResult,
+    BudgetLimit,
+    RollingBudget,
     RunBudget,
     TriageStore,
     answers_file_ask,
+    budget_for,
     keyless_ask,
     replay,
     status_section,
@@ -33,7 +37,7 @@ from dispatchq.triage.engine import (
 )
 from dispatchq.triage.executors import GitHubExecutor, Ledger, RecordingExecutor
 from dispatchq.triage.rules import ActionSpec, Event, TriageConfig, decision_key, load_triage
-from dispatchq.triage.table import Entry, Knowledge, Resolution, lint, resolve
+from dispatchq.triage.table import Entry, Knowledge, Resolution, lint, questions_to_ask, resolve
 
 GITHUB_OPS = frozenset({"label.add", "label.remove", "comment", "close", "reopen", "assign"})
 
@@ -45,8 +49,14 @@ def noul(p: float) -> dict[str, Any]:
     return {"type": "noul", "noul": p}
 
 
+AREAS = ("bug", "feature", "docs")
+
+
 def choice(label: str, confidence: float) -> dict[str, Any]:
-    return {"type": "choice", "choice": label, "confidence": confidence, "probabilities": {label: confidence}}
+    """A well-formed choice over the `area` criteria: the rest of the probability spread evenly."""
+    others = [a for a in AREAS if a != label]
+    probabilities = {label: confidence, **{a: (1 - confidence) / len(others) for a in others}}
+    return {"type": "choice", "choice": label, "confidence": confidence, "probabilities": probabilities}
 
 
 def score(level: float, confidence: float) -> dict[str, Any]:
@@ -870,3 +880,329 @@ def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, sto
     assert status["runs"] == 2
     assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
     assert status["needs_triage"] == 0
+
+
+# ----------------------------------------------------------------- answers outside the question
+
+
+@pytest.mark.parametrize(
+    ("wire", "cause"),
+    [
+        ({"type": "choice", "choice": "zzz", "confidence": 0.99}, "not one of the criteria"),
+        (
+            {
+                "type": "choice",
+                "choice": "bug",
+                "confidence": 0.9,
+                "probabilities": {"bug": 0.9, "docs": 0.5},
+            },
+            "sum to 1.4",
+        ),
+    ],
+)
+def test_an_answer_outside_the_question_is_no_answer_even_from_a_file(
+    store: TriageStore, recording: RecordingExecutor, wire: dict[str, Any], cause: str
+) -> None:
+    ask = answers_file_ask({"needs_repro": noul(0.99), "area": wire})
+    result = go(engine_config(), ask, store, recording, answers_from="file")
+    by_rule = {e.rule: e for e in result.entries}
+    assert by_rule["needs-repro"].reason == "no_answers" and cause in by_rule["needs-repro"].explanation
+    assert by_rule["docs"].reason == "no_answers"
+    assert not any(e.rule != "welcome" for e in result.applied)
+    assert "area" not in (store.load(result.decision_id) or pytest.fail("not stored")).answers
+
+
+def test_a_score_outside_its_levels_is_no_answer(store: TriageStore, recording: RecordingExecutor) -> None:
+    rules = [
+        {
+            "id": "sev",
+            "events": ["issues.opened"],
+            "if": "severity >= 2.0",
+            "actions": [{"op": "label.add", "label": "hot"}],
+        }
+    ]
+    config = load_triage(section(rules, executor="recording"))
+    ask = CountingAsk({"severity": score(3.5, 0.99)})  # levels 0..3
+    result = go(config, ask, store, recording)
+    assert [e.reason for e in result.entries] == ["no_answers"]
+    assert "outside the levels' range [0, 3]" in result.entries[0].explanation
+
+
+# ------------------------------------------------- `if`s that need only the event are evaluated first
+
+PR_RULES = [
+    {
+        "id": "issue-repro",
+        "events": ["issues.opened"],
+        "if": "!has(event.state.pull_request) && needs_repro >= 0.8",
+        "actions": [{"op": "label.add", "label": "needs-repro"}],
+    },
+    {
+        "id": "docs-area",
+        "events": ["issues.opened"],
+        "if": 'event.context.repo == "acme/docs" && area == "docs"',
+        "actions": [{"op": "label.add", "label": "docs"}],
+    },
+]
+
+
+def test_an_event_every_rule_excludes_costs_no_request(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
+    pull = Event(
+        "issues.opened", "acme/app#3", "issue:3", {"repo": "acme/app"}, {"pull_request": {"url": "u"}}
+    )
+    ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
+    result = triage(pull, config, ask=ask, store=store, executor=recording, budget=RunBudget(None))
+    assert ask.calls == [] and result.requests == 0 and result.asked == ()
+    assert result.entries == () and result.errors == ()  # row 1: silent, not no_answers
+
+
+def test_only_questions_of_rules_that_can_still_fire_are_asked(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
+    ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
+    result = go(config, ask, store, recording)  # an issue in acme/app: docs-area cannot fire
+    assert ask.calls == [["needs_repro"]]
+    assert [(e.rule, e.outcome) for e in result.entries] == [("issue-repro", "apply")]
+
+
+def test_an_if_false_on_a_known_answer_needs_no_other_answer() -> None:
+    config = load_triage(
+        section(
+            [
+                {
+                    "id": "r",
+                    "events": ["issues.opened"],
+                    "if": 'area == "docs" && needs_repro >= 0.8',
+                    "actions": [{"op": "label.add", "label": "x"}],
+                }
+            ]
+        )
+    )
+    known = answers_of({"area": choice("bug", 0.9)})
+    assert questions_to_ask(config, EVENT, known) == frozenset()
+    resolution = resolve(
+        config, EVENT, Knowledge(known), executor=RecordingExecutor(TriageStorage(fakeredis.FakeRedis()))
+    )
+    assert resolution.entries == () and resolution.errors == ()
+    assert questions_to_ask(config, EVENT, {}) == {"area", "needs_repro"}  # undetermined: both asked
+
+
+# ------------------------------------------------------------------ one budget model, in Redis
+
+
+def _event(n: int) -> Event:
+    return Event("issues.opened", f"acme/app#{n}", f"issue:{n}", {"repo": "acme/app"}, {"title": f"t{n}"})
+
+
+def test_the_config_budget_counts_across_invocations_and_says_what_was_spent(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(budget={"requests": 2, "window": 600})
+    ask = CountingAsk(GOOD)
+    results = [
+        triage(
+            _event(n),
+            config,
+            ask=ask,
+            store=store,
+            executor=recording,
+            budget=budget_for(TriageStorage(client), config, 1000),  # a new one each run, like a new process
+        )
+        for n in range(3)
+    ]
+    assert len(ask.calls) == 2 and [r.requests for r in results] == [1, 1, 0]
+    spent = [e for e in results[2].suppressed if e.rule == "needs-repro"]
+    assert spent[0].reason == "budget_exhausted"
+    assert (
+        "triage.budget budget spent: 2 of 2 requests in the last 10m; it refills at " in spent[0].explanation
+    )
+    assert spent[0].explanation.endswith(" UTC)")
+
+
+def test_the_hourly_cap_applies_with_no_config_budget_and_refills_on_a_rolling_hour(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config()
+    now = [1_000_000.0]
+    limits = [BudgetLimit("hourly", "DISPATCHQ_TRIAGE_HOURLY_BUDGET", 1, 3600.0)]
+
+    def budget() -> RollingBudget:
+        return RollingBudget(TriageStorage(client), limits, clock=lambda: now[0])
+
+    ask = CountingAsk(GOOD)
+    go(config, ask, store, recording, budget=budget())
+    now[0] += 1800  # half an hour later: a clock-hour counter might have reset, a rolling one has not
+    refused = budget().reserve()
+    assert refused == (
+        "DISPATCHQ_TRIAGE_HOURLY_BUDGET budget spent: 1 of 1 requests in the last 1h; "
+        "it refills at " + time.strftime("%H:%M:%S UTC", time.gmtime(1_000_000.0 + 3600))
+    )
+    now[0] += 1801
+    assert budget().reserve() is None
+
+
+def test_a_request_not_made_is_given_back_and_a_zero_limit_never_refills(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(budget={"requests": 1})
+    go(config, keyless_ask, store, recording, budget=budget_for(TriageStorage(client), config, 10))
+    assert TriageStorage(client).budget_used("config", 3600, time.time()) == 0  # keyless: 0 requests
+    zero = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", budget={"requests": 0}))
+    assert budget_for(TriageStorage(client), zero, 10).reserve() == (
+        "triage.budget budget spent: 0 of 0 requests in the last 1h; it never refills (the limit is 0)"
+    )
+
+
+@pytest.mark.parametrize("window", [0, -5, 1.5, "1h", True])
+def test_a_bad_budget_window_is_refused(window: Any) -> None:
+    with pytest.raises(ConfigError, match=r"triage.budget.window: expected a whole number of seconds"):
+        load_triage(section(copy.deepcopy(ENGINE_RULES), budget={"requests": 3, "window": window}))
+
+
+# ---------------------------------------------------- lint: events that never fire, CEL int/double
+
+
+def test_lint_checks_event_names_against_githubs_webhook_events(tmp_path: Path) -> None:
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "repro.md").write_text("steps?")
+    rules = [
+        {
+            "id": "typo",
+            "events": ["issue.opened", "issues.open", "issues.opened"],
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    problems = lint(load_triage(section(rules), base_dir=tmp_path), Caps(), tmp_path)
+    assert [(p.where, p.reason) for p in problems] == [
+        ("triage.rules[typo].events[0]", "unknown_event"),
+        ("triage.rules[typo].events[1]", "unknown_event"),
+    ]
+    assert "did you mean 'issues.opened'?" in problems[0].message and "never fires" in problems[0].message
+    assert (
+        "'issues' has no action 'open'" in problems[1].message
+        and "did you mean 'issues.opened'?" in problems[1].message
+    )
+
+
+def test_the_shipped_event_list_knows_bare_and_actioned_events() -> None:
+    from dispatchq.triage.github_events import WEBHOOK_EVENTS
+    from dispatchq.triage.table import unknown_event
+
+    assert WEBHOOK_EVENTS["push"] == () and "opened" in WEBHOOK_EVENTS["pull_request"]
+    assert unknown_event("push") is None and unknown_event("issue_comment.created") is None
+    assert "has no actions: name it 'push'" in (unknown_event("push.created") or "")
+    assert "carry an action" in (unknown_event("issues") or "")
+
+
+@pytest.mark.parametrize(
+    ("condition", "literal"),
+    [
+        ("2 <= severity", "2"),
+        ("needs_repro == 1", "1"),
+        ("1 <= confidence.area", "1"),
+        ("severity in [1, 2]", "1"),
+    ],
+)
+def test_lint_finds_int_double_comparisons_cel_python_refuses(
+    tmp_path: Path, condition: str, literal: str
+) -> None:
+    rules = [
+        {
+            "id": "cmp",
+            "events": ["issues.opened"],
+            "if": condition,
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    config = load_triage(section(rules), base_dir=tmp_path)
+    [problem] = lint(config, Caps(), tmp_path)
+    assert (problem.where, problem.reason) == ("triage.rules[cmp].if", "int_double_comparison")
+    assert f"write {literal}.0" in problem.message and "cel-python refuses" in problem.message
+    # And it is refused at run time, as lint said.
+    answers = answers_of({"severity": score(2.0, 0.9), "needs_repro": noul(0.9), "area": choice("bug", 0.9)})
+    resolution = resolve(config, EVENT, Knowledge(answers), executor=Caps())
+    assert [e.rule for e in resolution.errors] == ["cmp"]
+
+
+@pytest.mark.parametrize(
+    "condition", ["severity >= 2.0", "severity >= 2", 'area == "bug"', "event.context.n == 1"]
+)
+def test_lint_leaves_comparisons_cel_python_accepts(tmp_path: Path, condition: str) -> None:
+    rules = [
+        {
+            "id": "cmp",
+            "events": ["issues.opened"],
+            "if": condition,
+            "actions": [{"op": "label.add", "label": "x"}],
+        }
+    ]
+    assert lint(load_triage(section(rules), base_dir=tmp_path), Caps(), tmp_path) == []
+
+
+def test_a_passing_boundary_renders_margin_plus_zero() -> None:
+    from dispatchq.core.answers import margin
+
+    assert f"{margin(0.6, 0.6000000000000001):+.4g}" == "+0"
+    entry = Entry(
+        "r", ActionSpec("label.add", {"label": "x"}), "apply", "apply", "ok", 0.6, 0.6, margin(0.6, 0.6)
+    )
+    assert "margin +0" in entry.render("choice") and "p >=" not in entry.render("choice")
+
+
+def test_a_later_delivery_that_decides_removes_our_own_needs_triage_label(
+    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+) -> None:
+    rules = copy.deepcopy(ENGINE_RULES[:2])  # no unconditional rule: keyless decides nothing
+    config = load_triage(section(rules, executor="recording", mode="auto", escalate="needs-triage"))
+    first = go(config, keyless_ask, store, recording)  # nothing decidable: escalated
+    assert first.escalated is not None and "needs-triage" in recording.state(EVENT.target)["labels"]
+    assert TriageStorage(client).needs_triage_count() == 1
+
+    second = go(config, CountingAsk(GOOD), store, recording)  # answered now: rules decide
+    assert second.escalated is None and second.applied
+    assert "needs-triage" not in recording.state(EVENT.target)["labels"]
+    assert (second.escalation_cleared or "").startswith("needs-triage: performed")
+    assert TriageStorage(client).needs_triage_count() == 0
+
+
+def test_a_needs_triage_label_a_person_added_is_never_removed(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    recording.seed(EVENT.target, labels=["needs-triage"])  # not added by dispatchq
+    result = go(engine_config(mode="auto", escalate="needs-triage"), CountingAsk(GOOD), store, recording)
+    assert result.applied and "needs-triage" in recording.state(EVENT.target)["labels"]
+    assert result.escalation_cleared is None
+
+
+def test_replay_uses_provider_answers_only_and_says_which_it_used(
+    store: TriageStore, recording: RecordingExecutor
+) -> None:
+    config = engine_config(mode="auto")
+    go(config, CountingAsk(GOOD), store, recording)
+    what_if = answers_file_ask(GOOD)
+    triage(
+        _event(7),
+        config,
+        ask=what_if,
+        store=store,
+        executor=recording,
+        budget=RunBudget(None),
+        answers_from="file",
+    )
+
+    report = replay(store, config, executor=recording)
+    assert (report.decisions, dict(report.answers_from), report.skipped_file_answers) == (
+        1,
+        {"provider": 1},
+        1,
+    )
+    assert report.earlier_config == 0
+    both = replay(store, config, executor=recording, include_file_answers=True)
+    assert (both.decisions, dict(both.answers_from)) == (2, {"provider": 1, "file": 1})
+    edited = engine_config(mode="auto", gate={"suggest": 0.5, "auto": 0.9})
+    assert replay(store, edited, executor=recording).earlier_config == 1
+    assert "1 decided under an earlier config" in replay(store, edited, executor=recording).summary()
