@@ -4,6 +4,7 @@ plan the execution boundary refuses is no plan, and the degraded render says "un
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,8 @@ from dispatchq.findings.boundary import plan_rejection
 from dispatchq.findings.contract import parse_analysis, parse_restatement, render_proposal
 from dispatchq.findings.pins import check_location
 from dispatchq.findings.plans import Check
+from dispatchq.findings.settle import describe_holders
+from dispatchq.queue.liveness import SessionHolder
 from tests.gate_support import GONE, REMOVE, alt, analysis, standard_alternatives
 
 
@@ -103,3 +106,21 @@ def test_the_degraded_render_does_not_repeat_that_analysis_is_unavailable() -> N
     shown = "\n".join(render_proposal(degraded))
     assert "code analysis unavailable" not in shown  # the note above it says so, once
     assert "restate the Remediation" in shown
+
+
+def test_a_wait_on_a_live_holder_names_it_and_when_it_is_recovered() -> None:
+    expires = float(calendar.timegm((2026, 12, 1, 12, 30, 5)))
+    holder = SessionHolder(
+        "j1", "rq1", "rq1:e1", "dispatchq-session", "w:ab", "w", "build-01", 4242, expires, False
+    )
+
+    class Rec:
+        kind = "findings-fixer"
+        target = "reviews/report.md#DOC-1"
+
+    text = describe_holders([holder], {"j1": Rec()}, mine=1, busy=1, limit=1)  # type: ignore[dict-item]
+    assert text == (
+        "waiting for 1 session(s) to finish; all 1 session slot(s) are busy: the fixer of "
+        "reviews/report.md#DOC-1 (judgement j1) runs in worker w on host build-01, pid 4242; if that "
+        "worker is gone it is recovered at about 12:30:05 UTC, when its heartbeat lapses"
+    )
