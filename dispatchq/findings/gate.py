@@ -219,6 +219,11 @@ class Gate:
             )
             self.summary.undecided = len(todo)
             return False
+        for finding in todo:  # a Decision line deleted by hand: the person decides again
+            if self.record.withdraw_deleted(finding) is not None:
+                self.out(f"{finding.id}: its Decision line was deleted by hand: that decision is retired")
+                self.summary.notes.append(f"{finding.id}: re-decided (its Decision line was deleted by hand)")
+        todo = self.undecided(only)
         replayed = len(self.decided())
         extra = (
             f"; {replayed} decided earlier are replayed, not asked again"

@@ -5,6 +5,7 @@ and a plan the execution boundary refuses."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.gate_support import (
+    DAY,
     GONE,
     REMOVE,
     World,
@@ -155,3 +157,48 @@ def test_a_plan_the_execution_boundary_refuses_is_no_plan_and_said_so(world: Wor
         p.close()
     assert world.line("BD-1", "Decision") is not None
     assert world.line("BD-1", "Verification-plan") is None
+
+
+# --- re-deciding by hand (the README's way) ------------------------------------------------------
+def test_deleting_the_decision_line_by_hand_retires_it_and_the_sweep_asks_again(world: World) -> None:
+    write_report(world, finding_block("RD-1", "decided, then changed my mind"))
+    world.decide("RD-1", "A", REMOVE, plan=[GONE])
+    old = world.line("RD-1", "Decision")
+    assert old is not None and world.line("RD-1", "Decision-pin") is not None
+    world.report.write_text(world.text().replace(f"**Decision:** {old}\n", ""))
+    world.steps(analyst_step("RD-1", analysis(standard_alternatives())))
+    p = world.pty("sweep", "--json")
+    try:
+        p.expect(r"RD-1: its Decision line was deleted by hand: that decision is retired")
+        p.expect(r"Retired decisions \(already tried\):\n  - " + re.escape(old))
+        p.expect(r"RD-1 decision \[A\] \[B\] \[skip\] \[reject\] \[other…\]> ")
+        p.send("B")
+        assert p.finish() == 0
+    finally:
+        p.close()
+    summary = json.loads(p.output[p.output.rindex('{\n  "fixed"') :])
+    assert summary["tampered"] == [] and summary["decided"] == ["RD-1"]
+    assert (world.line("RD-1", "Decision") or "").startswith("B — ")
+    assert world.line("RD-1", "Decision-retired") == old
+    done = world.cli("check")
+    assert done.returncode == 0, done.stdout  # nothing left that reads as tamper evidence
+
+
+def test_a_decision_line_deleted_while_a_dispatch_is_in_flight_stays_tamper_evidence(world: World) -> None:
+    write_report(world, finding_block("RD-2", "dispatched, outcome unknown"))
+    world.decide("RD-2", "A", REMOVE, plan=[GONE])
+    world.record().mark_dispatch("RD-2", 1, DAY)  # its outcome must be verified first
+    old = world.line("RD-2", "Decision")
+    world.report.write_text(world.text().replace(f"**Decision:** {old}\n", ""))
+    world.steps(analyst_step("RD-2", analysis(standard_alternatives())))
+    p = world.pty("sweep", "--json")
+    try:
+        p.expect(r"RD-2 decision .*> ")
+        p.send("B")
+        assert p.finish() == 0
+    finally:
+        p.close()
+    summary = json.loads(p.output[p.output.rindex('{\n  "fixed"') :])
+    assert [fid for fid, _ in summary["tampered"]] == ["RD-2"]
+    assert "deleted by hand" not in p.output
+    assert world.line("RD-2", "Decision") is None and world.line("RD-2", "Decision-retired") is None
