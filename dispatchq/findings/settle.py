@@ -90,10 +90,12 @@ def settle(
         return f"sessions cannot start on this host: {blocked}" if blocked else None
 
     queues = runtime.dispatcher.queues_for("session")
+    # A busy worker beats every interval; two missed beats and a gone pid: it is dead.
+    stale_after = 2.0 * settings.heartbeat_interval + 1.0
 
     def idle() -> None:
         # A dead holder's job first (ours or another's: either keeps a slot or our answer).
-        for holder in session_holders(runtime.redis, queues, host=settings.host):
+        for holder in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after):
             if holder.dead:
                 if on_wait is not None:
                     on_wait(
@@ -107,7 +109,11 @@ def settle(
     def waiting(_generic: str) -> None:
         if on_wait is None:
             return
-        holders = [h for h in session_holders(runtime.redis, queues, host=settings.host) if not h.dead]
+        holders = [
+            h
+            for h in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after)
+            if not h.dead
+        ]
         names = {h.jid: runtime.store.get(h.jid) for h in holders}
         busy = len({h.slot for h in holders if h.slot})
         on_wait(

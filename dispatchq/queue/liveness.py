@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +91,8 @@ class SessionHolder:
 
     `expires`: when RQ's own cleanup will find it abandoned if its worker is gone (the
     started registry's score: the job's last heartbeat plus the grace). `dead`: its worker
-    ran on this host and that process is gone, so nobody will ever renew it.
+    ran on this host, that process is gone, and its own heartbeat stopped (so a same-named
+    host in another PID namespace is never taken for dead): nobody will ever renew it.
     """
 
     jid: str
@@ -121,7 +123,12 @@ def _process_gone(pid: int) -> bool:
 
 
 def session_holders(
-    client: redis.Redis, queues: Iterable[Queue], *, host: str, jids: Collection[str] | None = None
+    client: redis.Redis,
+    queues: Iterable[Queue],
+    *,
+    host: str,
+    stale_after: float,
+    jids: Collection[str] | None = None,
 ) -> list[SessionHolder]:
     """The started session jobs of `queues` (those running one of `jids`, when given): each
     runs one judgement (its first argument) holding one session slot (its second)."""
@@ -144,7 +151,10 @@ def session_holders(
                 else {}
             )
             pid = info.get("pid") if isinstance(info.get("pid"), int) else None
-            dead = info.get("host") == host and pid is not None and pid != os.getpid() and _process_gone(pid)
+            beat = info.get("heartbeat")
+            stale = isinstance(beat, int | float) and time.time() - beat > stale_after
+            mine = info.get("host") == host and stale
+            dead = mine and pid is not None and pid != os.getpid() and _process_gone(pid)
             slot = str(job.args[1]) if len(job.args) > 1 else None
             holder = SessionHolder(
                 str(job.args[0]), job_id, entry, queue.name, slot, job.worker_name, info.get("host"), pid,
