@@ -24,6 +24,7 @@ window leaves them waiting in line (exit 1) and a later run picks them up.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -170,6 +171,26 @@ def pin(report: Path, finding_id: str, repo: Path | None, as_json: bool) -> None
         click.echo("the recorded pin differs", err=True)
 
 
+class _SaidByTheGate(logging.Filter):
+    """RQ's line for a session job it found abandoned (`… Moved to FailedJobRegistry, due to
+    AbandonedJobError …`) is not for the person at this terminal: the gate says in its own
+    words which judgement that was and that it is back in line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "AbandonedJobError" not in record.getMessage()
+
+
+def _quiet_logs(log_format: str) -> None:
+    """This command's log lines go through dispatchq's one handler (warnings and worse, to
+    stderr), without the RQ lines the gate reports itself."""
+    from dispatchq import logs
+
+    logs.configure("findings", log_format, level=logging.WARNING)
+    registry = logging.getLogger("rq.registry")
+    if not any(isinstance(f, _SaidByTheGate) for f in registry.filters):
+        registry.addFilter(_SaidByTheGate())
+
+
 def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) -> Any:
     """A Gate on this report, with the session tier's built-in kinds and this terminal."""
     from dispatchq.cli import settings
@@ -195,6 +216,7 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
             f"DISPATCHQ_CHECKOUT_ROOTS={shown}{os.pathsep}{root}"
         )
     mark_non_dumpable()  # this process runs sessions: keep them out of its memory and environ
+    _quiet_logs(s.log_format)
     rt = build_runtime(s, config=load_config(s.config, builtin=builtin_kinds(), required=False))
     set_runtime(rt)
     stream = sys.stderr if as_json else sys.stdout

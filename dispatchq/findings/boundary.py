@@ -502,6 +502,9 @@ class PlanTest:
     rejected: bool
     why: str
     results: PlanResult | None = None
+    #: In-boundary checks the boundary refused on the unedited tree (a path escaping it,
+    #: git internals, a regex over its time limit): they will not run after the fix either.
+    refused: tuple[CheckResult, ...] = ()
 
 
 def plan_rejection(
@@ -513,17 +516,21 @@ def plan_rejection(
 ) -> PlanTest:
     """Run a plan's in-boundary checks on the unedited tree and judge the plan.
 
-    A check is useless as evidence when it already passes now, or when the analyst
-    marked it (by index in `absent_text_only`) as failing only because the edit's own
-    text is absent. The plan is rejected when every check is useless. An unmarked `run`
-    check cannot be tested here, so a plan holding one is never rejected by this test.
+    A check is useless as evidence when it already passes now, when the boundary refuses
+    it (it cannot run after the fix either), or when the analyst marked it (by index in
+    `absent_text_only`) as failing only because the edit's own text is absent. The plan is
+    rejected when every check is useless; the refused ones are named either way. An
+    unmarked `run` check cannot be tested here, so a plan holding one is never rejected by
+    this test.
     """
     if not checks:
         return PlanTest(True, "empty plan")
     inside = [c for i, c in enumerate(checks) if c.inside_boundary and i not in absent_text_only]
     results = run_plan(inside, root, approved=_never, inside_only=True, **timeouts)
+    refused = tuple(r for r in results.results if not r.ran)
     by_check = iter(results.results)
     useless: list[bool] = []
+    passing = 0
     for index, check in enumerate(checks):
         if index in absent_text_only:
             useless.append(True)
@@ -531,16 +538,24 @@ def plan_rejection(
             useless.append(False)
         else:
             result = next(by_check)
-            useless.append(result.ran and result.passed)
+            passing += result.ran and result.passed
+            useless.append(not result.ran or result.passed)
     if all(useless):
         if all(i in absent_text_only for i in range(len(checks))):
             why = "every check fails only because the edit's text is absent"
-        else:
+        elif len(refused) == len(checks):
+            why = "the execution boundary refuses every check"
+        elif not refused:
             why = "every check already passes on the unedited tree"
-        return PlanTest(True, why, results)
+        else:
+            why = (
+                f"no check tells a fix from no fix ({passing} already pass on the unedited tree, "
+                f"{len(refused)} refused by the execution boundary)"
+            )
+        return PlanTest(True, why, results, refused)
     if not inside and not absent_text_only:
         return PlanTest(False, "no in-boundary check: not testable on the unedited tree", results)
-    return PlanTest(False, "at least one check tells a fix from no fix", results)
+    return PlanTest(False, "at least one check tells a fix from no fix", results, refused)
 
 
 # --- approvals of `run` checks ---------------------------------------------------------

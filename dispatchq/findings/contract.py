@@ -16,6 +16,7 @@ inputs and is tested as one (`dispatchq.findings.gate` does the I/O around them)
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ __all__ = [
     "render_evidence",
     "render_header",
     "render_proposal",
+    "render_refused",
     "render_retired",
     "render_source",
     "resolution_problem",
@@ -84,6 +86,9 @@ class Alternative:
     roles: Mapping[str, str]
     plan: tuple[Check, ...] = ()
     absent_text_only: frozenset[int] = frozenset()
+    #: Checks the session wrote that the check grammar refuses, as (what it wrote, why):
+    #: dropped from the plan one by one (never the whole return), and shown at the sweep.
+    refused: tuple[tuple[str, str], ...] = ()
 
     @property
     def outside(self) -> list[Check]:
@@ -183,7 +188,7 @@ def parse_check(raw: Any) -> tuple[Check, bool]:
     """A check from its structured form or its one-line form; (check, absent_text_only)."""
     try:
         if isinstance(raw, str):
-            return Check.parse(raw.strip()), False
+            return Check.parse(raw.strip(), canonical=False), False
         if isinstance(raw, Mapping):
             absent = raw.get("absent_text_only", False)
             if not isinstance(absent, bool):
@@ -241,15 +246,33 @@ def parse_alternative(raw: Any, *, label: str | None = None) -> Alternative:
         plan_raw = []
     if not isinstance(plan_raw, list):
         raise ContractError(f"alternative {got}: `verification_plan` must be a list")
-    checks, absent = [], set()
-    for index, item in enumerate(plan_raw):
-        check, flag = parse_check(item)
-        checks.append(check)
+    checks: list[Check] = []
+    absent: set[int] = set()
+    refused: list[tuple[str, str]] = []
+    for item in plan_raw:
+        try:
+            check, flag = parse_check(item)
+        except ContractError as error:
+            refused.append((_shown(item), str(error).removeprefix("verification check: ")))
+            continue
         if flag:
-            absent.add(index)
+            absent.add(len(checks))
+        checks.append(check)
     return Alternative(
-        got, resolution, _roles(raw.get("paths"), resolution), tuple(checks), frozenset(absent)
+        got,
+        resolution,
+        _roles(raw.get("paths"), resolution),
+        tuple(checks),
+        frozenset(absent),
+        tuple(refused),
     )
+
+
+def _shown(item: Any) -> str:
+    """A refused check as the session wrote it, on one line and bounded."""
+    text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False, default=str)
+    text = " ".join(str(text).split())
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def parse_citation(raw: Any) -> Citation:
@@ -478,7 +501,7 @@ def render_proposal(proposal: Proposal) -> list[str]:
     Code Preview, and the claims behind the analysis (their command output is held back)."""
     out = []
     if proposal.degraded:
-        out.append("code analysis unavailable: the alternatives below restate the Remediation")
+        out.append("No code analysis: the alternatives below restate the Remediation; confirm one to use it")
     if proposal.target:
         out.append(f"Target: {display(proposal.target)}")
     if proposal.claims:
@@ -491,6 +514,9 @@ def render_proposal(proposal: Proposal) -> list[str]:
     if proposal.a_alone:
         why = f": {display(proposal.a_alone_reason)}" if proposal.a_alone_reason else ""
         out.append(f"  (A alone{why})")
+    who = "restater" if proposal.degraded else "analyst"
+    for alt in proposal.alternatives:
+        out.extend(render_refused(alt, who))
     if proposal.recommendation is not None:
         out.append(f"Recommendation: {proposal.recommendation[0]} — {display(proposal.recommendation[1])}")
     if proposal.risk:
@@ -498,6 +524,21 @@ def render_proposal(proposal: Proposal) -> list[str]:
     if proposal.code_preview:
         out.append("Code preview:")
         out.extend(indent(proposal.code_preview))
+    return out
+
+
+def render_refused(alt: Alternative, who: str) -> list[str]:
+    """The checks of `alt` the check grammar refused: the session's error, each dropped from
+    the plan alone (the rest of its answer stands), and said so, never silently."""
+    if not alt.refused:
+        return []
+    n = len(alt.refused)
+    out = [
+        f"  {alt.label}: {n} check{'s' if n != 1 else ''} the {who} wrote "
+        f"{'are' if n != 1 else 'is'} refused by the check grammar and dropped from the plan "
+        f"(the {who}'s error):"
+    ]
+    out.extend(f"    ! {display(text)} ({display(why)})" for text, why in alt.refused)
     return out
 
 
@@ -602,6 +643,56 @@ class Summary:
         items = getattr(self, name)
         if item not in items:
             items.append(item)
+
+    def account(self, fid: str, attempt: int, outcome: Mapping[str, Any]) -> str | None:
+        """Fold one fixer attempt's outcome in; "again" when it needs a new attempt,
+        "set-aside" when the finding goes to a second sweep."""
+        kind = outcome.get("outcome")
+        s = self
+        if kind == "set-aside":
+            s.set_aside.append((fid, str(outcome.get("why", ""))))
+            if outcome.get("tampered"):
+                s.add_unique("tampered", (fid, str(outcome.get("why", ""))))
+            return "set-aside"
+        if kind == "interrupted":
+            s.interrupted.append((fid, attempt))
+            if outcome.get("retired"):
+                s.retired.append(fid)
+                return None
+            return "again"
+        if kind == "error":
+            s.failed.append((fid, f"attempt {attempt}: the fixer job failed: {outcome.get('why')}"))
+            return None
+        if kind != "graded":
+            s.notes.append(f"{fid}: attempt {attempt}: {kind}")
+            return None
+        g = outcome.get("grade") or {}
+        case = g.get("case")
+        if case == "fixed":
+            s.fixed.append(fid)
+        elif case == "partially-fixed":
+            s.partially_fixed.append(fid)
+        elif case == "failed":
+            s.failed.append((fid, f"attempt {attempt}: failed"))
+        else:
+            s.unavailable.append(
+                (fid, f"attempt {attempt}: dispatched, unverified ({g.get('verification')})")
+            )
+        if g.get("unobservable"):
+            s.unobservable.append(fid)
+        if g.get("advisory") and case == "fixed":
+            s.advisory.append(fid)
+        if g.get("out_of_scope"):
+            s.out_of_scope.append((fid, list(g["out_of_scope"])))
+        if g.get("coverage_warning"):
+            s.coverage.append((fid, [str(g.get("verification"))]))
+        if outcome.get("unpinned"):
+            s.add_unique("unpinned", (fid, "no Decision-pin line: graded by the re-derived expected set"))
+        for path, why in outcome.get("unpinnable") or []:
+            s.add_unique("unpinnable", (fid, path, why))
+        if outcome.get("retired"):
+            s.retired.append(fid)
+        return None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {}

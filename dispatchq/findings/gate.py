@@ -72,6 +72,7 @@ from dispatchq.findings.contract import (
     render_evidence,
     render_header,
     render_proposal,
+    render_refused,
     render_retired,
     render_source,
     supported,
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Analysis",
     "Gate",
+    "Unrestated",
 ]
 
 
@@ -111,6 +113,20 @@ def _user() -> str:
 
 
 # --- the orchestrator -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Unrestated:
+    """Why the restater gave no usable restatement, and whose fault that is.
+
+    `person`: the restater says the person's words cannot be restated self-containedly, so
+    the person is asked once more. Otherwise the session broke its contract (or could not
+    run): that costs the person nothing, and `retry` says whether asking it again can help.
+    """
+
+    why: str
+    person: bool = False
+    retry: bool = True
+
+
 @dataclass
 class Analysis:
     """Stage 1's result for one finding: a proposal, or a visible reason there is none."""
@@ -203,6 +219,11 @@ class Gate:
             )
             self.summary.undecided = len(todo)
             return False
+        for finding in todo:  # a Decision line deleted by hand: the person decides again
+            if self.record.withdraw_deleted(finding) is not None:
+                self.out(f"{finding.id}: its Decision line was deleted by hand: that decision is retired")
+                self.summary.notes.append(f"{finding.id}: re-decided (its Decision line was deleted by hand)")
+        todo = self.undecided(only)
         replayed = len(self.decided())
         extra = (
             f"; {replayed} decided earlier are replayed, not asked again"
@@ -229,8 +250,8 @@ class Gate:
         missing = []
         for finding in findings:
             check = check_location(self.root, finding.value("Location"))
-            if check.usable and check.target:
-                located[finding.id] = check.target
+            if check.usable and check.span:
+                located[finding.id] = check.span  # a range is told whole to the analyst
             else:
                 missing.append((finding, check.why or "no location"))
         groups = batches(missing, LOCATION_BATCH)
@@ -334,10 +355,10 @@ class Gate:
         remediation = str(state.get("remediation") or "")
         if not remediation.strip():
             return Analysis(None, note + "; the block names no Remediation to restate")
-        self.out(f"{finding.id}: {note}; restating its Remediation")
+        self.out(f"{finding.id}: {why}; restating its Remediation")
         result = self.restate(finding, state, mode="remediation")
-        if isinstance(result, str):
-            return Analysis(None, f"{note}; the Remediation could not be restated ({result})")
+        if isinstance(result, Unrestated):
+            return Analysis(None, f"{note}; the Remediation could not be restated ({result.why})")
         proposal = Proposal(
             target=str(state.get("location")),
             alternatives=result,
@@ -381,25 +402,28 @@ class Gate:
         return ids
 
     def restate(
-        self, finding: Finding, state: dict[str, Any], *, mode: str, answer: str = ""
-    ) -> tuple[Alternative, ...] | str:
-        """Ask the restater; the alternatives it returns, or why there are none."""
+        self, finding: Finding, state: dict[str, Any], *, mode: str, answer: str = "", again: bool = False
+    ) -> tuple[Alternative, ...] | Unrestated:
+        """Ask the restater; the alternatives it returns, or why there are none (and whose
+        fault that is). `again` asks a fresh session rather than reusing the last answer."""
         asked = {**state, "mode": mode, "answer": answer}
         if foreign_tokens(answer):
-            return "the answer carries a delimiter of another invocation"
-        (jid,) = self.enqueue([self.question(RESTATER, finding, asked, salt=f"{mode}\0{answer}")])
+            return Unrestated("the answer carries a delimiter of another invocation", person=True)
+        salt = f"{mode}\0{answer}" + ("\0again" if again else "")
+        (jid,) = self.enqueue([self.question(RESTATER, finding, asked, salt=salt)])
         why = settle(self.runtime, [jid], on_wait=self.out)
         judgement = self.runtime.store.get(jid)
         if judgement is None or not judgement.finished:
-            return f"the restater waits: {why}"
+            return Unrestated(f"the restater waits: {why}", retry=False)
         if judgement.status != "answered":
-            return f"the restater failed ({judgement.reason or 'no reason'})"
+            return Unrestated(f"the restater failed ({judgement.reason or 'no reason'})")
+        value = judgement.value
+        if isinstance(value, dict) and value.get("unrestatable"):
+            return Unrestated(f"cannot be restated self-containedly: {value['unrestatable']}", person=True)
         try:
-            return parse_restatement(
-                judgement.value, mode=mode, remediation=str(state.get("remediation", ""))
-            )
+            return parse_restatement(value, mode=mode, remediation=str(state.get("remediation", "")))
         except ContractError as error:
-            return str(error)
+            return Unrestated(f"the restater's return is unusable: {error}")
 
     # --- stage 2: the sweep ------------------------------------------------------------------
     def stage2(self, findings: Sequence[Finding], analyses: dict[str, Analysis]) -> None:
@@ -427,10 +451,13 @@ class Gate:
         else:
             if analysis is not None and analysis.note:
                 t.say(display(analysis.note))
-            if proposal is None:
-                t.say("The finding as written (no proposal):")
-                t.say(*indent(reviewer_text(finding, self.own_retired(finding))))
-            else:
+            if proposal is None or proposal.degraded:
+                # No analysis stands between the person and the block: show it as written,
+                # set off from dispatchq's own lines (and untrusted, like every block).
+                head = "no proposal" if proposal is None else "not analysed"
+                t.say(f"The finding as written ({head}; the block author's text):")
+                t.say(*indent(reviewer_text(finding, self.own_retired(finding)), "    | "))
+            if proposal is not None:
                 t.say(*render_proposal(proposal))
             t.say(*render_retired(finding, self.own_retired(finding)))
             offered, verified, prefill, rows = self.evidence_gate(proposal)
@@ -542,29 +569,53 @@ class Gate:
             "never later."
         )
         location = check_location(self.root, finding.value("Location"))
-        target = proposal.target if proposal and proposal.target else (location.target or "")
+        target = proposal.target if proposal and proposal.target else (location.span or "")
         state = session_state(finding, target, self.own_retired(finding))
-        for attempt in (1, 2):
-            answer = t.ask(f"{finding.id} your resolution> ").strip()
-            if not answer:
-                return False
+        asked = 0
+        again = False  # the restater's own second chance, which costs the person nothing
+        answer: str | None = None
+        while True:
+            if answer is None:
+                if asked == 2:
+                    break
+                asked += 1
+                answer = t.ask(f"{finding.id} your resolution> ").strip()
+                if not answer:
+                    return False
             t.say("restating…")
-            result = self.restate(finding, state, mode="other", answer=answer)
-            if not isinstance(result, str):
+            result = self.restate(finding, state, mode="other", answer=answer, again=again)
+            if isinstance(result, Unrestated) and not result.person:
+                # The session broke its contract (or could not run): not the person's answer,
+                # so their one re-ask is not spent on it.
+                if result.retry and not again:
+                    again = True
+                    t.say(
+                        f"the restater's return could not be used ({display(result.why)}): the "
+                        "session's error, not your answer; asking a fresh restater once more"
+                    )
+                    continue
+                t.say(
+                    f"the restater's return could not be used ({display(result.why)}): the session's "
+                    "error, not your answer; back to the options, nothing was written"
+                )
+                return False
+            if not isinstance(result, Unrestated):
                 alt = result[0]
                 t.say(f"restated: {display(alt.resolution)}")
                 if alt.plan:
                     t.say("derived checks:", *(f"    {display(c.text)}" for c in alt.plan))
+                t.say(*render_refused(alt, "restater"))
                 if t.yes(f"{finding.id} use this restatement? [y/n]> "):
                     return self.decide_alternative(finding, alt, target or None)
                 why = "not confirmed"
             else:
-                why = result
-            if attempt == 1:
+                why = result.why
+            if asked == 1:
                 t.say(
                     f"could not use it ({display(why)}). Name every file and line the resolution "
                     "touches, and refer back neither to the Remediation nor to the other alternative."
                 )
+            answer = None
         t.say("back to the options; nothing was written")
         return False
 
@@ -575,6 +626,13 @@ class Gate:
         plan: list[Check] | None = list(alt.plan) or None
         if plan:
             test = plan_rejection(plan, self.root, absent_text_only=alt.absent_text_only)
+            if test.refused:
+                n = len(test.refused)
+                t.say(
+                    f"{n} check{'s' if n != 1 else ''} of this plan {'are' if n != 1 else 'is'} refused "
+                    "by the execution boundary and cannot run, now or after the fix:",
+                    *(f"    ! {display(f'{r.check.text} ({r.why_not_run})')}" for r in test.refused),
+                )
             if test.rejected:
                 t.say(
                     f"the verification plan is treated as no plan ({test.why}): it cannot tell a fix "
@@ -598,7 +656,9 @@ class Gate:
                 approved = outside
         location = check_location(self.root, finding.value("Location"))
         new_target = check_location(self.root, target) if target else None
-        if new_target is not None and new_target.usable and new_target.target != location.target:
+        # The Location line carries the start-line form: a range (even one equal to the
+        # Target) is rewritten to it, the reviewer's original kept in the `(was: …)` tail.
+        if new_target is not None and new_target.usable and new_target.target != location.token:
             self.record.write_location(finding.id, new_target.target or "")
             location = new_target
         label = alt.label if alt.label in ("A", "B") else "other"
@@ -676,7 +736,7 @@ class Gate:
                         reason = (judgement.reason if judgement else None) or why or "not started"
                         self.summary.waiting.append((finding.id, f"dispatch waits: {reason}"))
                     continue
-                again = self.account(finding.id, attempt, result)
+                again = self.summary.account(finding.id, attempt, result)
                 if again == "set-aside":
                     aside.append(finding.id)
                 elif again == "again":
@@ -726,52 +786,3 @@ class Gate:
             "key": "gate:" + sha256_hex(canonical_json(identity)),
         }
         return judgement, attempt
-
-    def account(self, fid: str, attempt: int, outcome: dict[str, Any]) -> str | None:
-        """Fold one attempt's outcome into the summary; "again" when it needs a new attempt."""
-        kind = outcome.get("outcome")
-        s = self.summary
-        if kind == "set-aside":
-            s.set_aside.append((fid, str(outcome.get("why", ""))))
-            if outcome.get("tampered"):
-                s.add_unique("tampered", (fid, str(outcome.get("why", ""))))
-            return "set-aside"
-        if kind == "interrupted":
-            s.interrupted.append((fid, attempt))
-            if outcome.get("retired"):
-                s.retired.append(fid)
-                return None
-            return "again"
-        if kind == "error":
-            s.failed.append((fid, f"attempt {attempt}: the fixer job failed: {outcome.get('why')}"))
-            return None
-        if kind != "graded":
-            s.notes.append(f"{fid}: attempt {attempt}: {kind}")
-            return None
-        g = outcome.get("grade") or {}
-        case = g.get("case")
-        if case == "fixed":
-            s.fixed.append(fid)
-        elif case == "partially-fixed":
-            s.partially_fixed.append(fid)
-        elif case == "failed":
-            s.failed.append((fid, f"attempt {attempt}: failed"))
-        else:
-            s.unavailable.append(
-                (fid, f"attempt {attempt}: dispatched, unverified ({g.get('verification')})")
-            )
-        if g.get("unobservable"):
-            s.unobservable.append(fid)
-        if g.get("advisory") and case == "fixed":
-            s.advisory.append(fid)
-        if g.get("out_of_scope"):
-            s.out_of_scope.append((fid, list(g["out_of_scope"])))
-        if g.get("coverage_warning"):
-            s.coverage.append((fid, [str(g.get("verification"))]))
-        if outcome.get("unpinned"):
-            s.add_unique("unpinned", (fid, "no Decision-pin line: graded by the re-derived expected set"))
-        for path, why in outcome.get("unpinnable") or []:
-            s.add_unique("unpinnable", (fid, path, why))
-        if outcome.get("retired"):
-            s.retired.append(fid)
-        return None

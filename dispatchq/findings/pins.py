@@ -128,6 +128,16 @@ class LocationCheck:
         """`path:line` as written into the extended form and handed to a fixer."""
         return f"{self.path}:{self.line}" if self.usable else None
 
+    @property
+    def span(self) -> str | None:
+        """`path:line` or `path:line-line`: the whole place, as an analyst is told it (the
+        report's Location line keeps only the start, `target`)."""
+        if not self.usable:
+            return None
+        if self.end in (None, self.line):
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:{self.line}-{self.end}"
+
     def to_json(self) -> dict[str, object]:
         return {"usable": self.usable, "path": self.path, "line": self.line, "why": self.why}
 

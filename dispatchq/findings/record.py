@@ -571,6 +571,33 @@ class DecisionRecord:
     def supersede(self, finding_id: str) -> str | None:
         return self.update(finding_id, supersede, accept_changes=True)
 
+    def withdraw_deleted(self, finding: Finding) -> str | None:
+        """A person deleted the live `**Decision:**` line by hand to decide again: retire that
+        decision (its value from dispatchq's copy, so nothing of the report's text is taken as
+        dispatchq's), drop its plan, pin and verification, and return its value.
+
+        Only when every difference from dispatchq's copy is a deleted line, one of them the
+        Decision, none a Status or Dispatch line, and no dispatch is in flight (a Dispatch
+        marker: its outcome must be verified first). Anything else stays tamper evidence.
+        """
+        tamper = self.tamper(finding)
+        if not tamper or any(t.found is not None for t in tamper) or finding.value(DISPATCH) is not None:
+            return None
+        names = [field_of(t.expected or "") for t in tamper]
+        if any(n is None or n[0] in (STATUS, DISPATCH) for n in names):
+            return None
+        deleted = [n[1] for n in names if n is not None and n[0] == DECISION]
+        if len(deleted) != 1:
+            return None
+
+        def retire(editor: FindingEditor) -> None:
+            editor.set(RETIRED, deleted[0])
+            for name in (PLAN, PIN, VERIFICATION):
+                editor.remove(name)
+
+        self.update(finding.id, retire, accept_changes=True)
+        return deleted[0]
+
     def reject(self, finding_id: str, reason: str, today: dt.date) -> None:
         self.update(finding_id, lambda e: reject(e, reason, today))
 

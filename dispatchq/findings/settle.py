@@ -2,14 +2,21 @@
 
 The `findings` commands enqueue session-tier judgements and run the session tier
 in-process, in burst, until theirs are done, so a gate works with or without workers.
+While they wait on someone else the person is told who: which judgement holds each busy
+session slot, on which worker, and when it is recovered if that worker is gone. A holder
+whose worker ran on this host and is known dead (a killed `findings` command) is recovered
+at once, the RQ way, rather than when its heartbeat lapses.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dispatchq.findings.contract import display
 from dispatchq.findings.fixer import POLL
+from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.worker import Until, clean_started, drain
 from dispatchq.storage.findings import FindingsStore
@@ -20,8 +27,40 @@ if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
 __all__ = [
+    "describe_holders",
     "settle",
 ]
+
+
+def _name(record: Record | None, jid: str) -> str:
+    """`the fixer of reviews/report.md#DOC-1 (judgement 3f2a…)`: what a person can act on."""
+    if record is None:
+        return f"judgement {jid}"
+    return f"the {record.kind.removeprefix('findings-')} of {display(record.target)} (judgement {jid})"
+
+
+def _at(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%H:%M:%S UTC")
+
+
+def describe_holders(
+    holders: Sequence[SessionHolder], names: dict[str, Record | None], *, mine: int, busy: int, limit: int
+) -> str:
+    """What the wait is on, in one message: each started session, who runs it, and when it is
+    recovered should its worker be gone."""
+    head = f"waiting for {mine} session(s) to finish"
+    if busy >= limit:
+        head += f"; all {limit} session slot(s) are busy"
+    if not holders:
+        return head
+    parts = []
+    for h in holders:
+        where = f"worker {h.worker or '?'} on host {h.host or '?'}" + (f", pid {h.pid}" if h.pid else "")
+        parts.append(
+            f"{_name(names.get(h.jid), h.jid)} runs in {where}; if that worker is gone it is recovered "
+            f"at about {_at(h.expires)}, when its heartbeat lapses"
+        )
+    return head + ": " + "; ".join(parts)
 
 
 # --- waiting for judgements -----------------------------------------------------------------
@@ -50,9 +89,38 @@ def settle(
         blocked = findings.session_blocked(settings.host)
         return f"sessions cannot start on this host: {blocked}" if blocked else None
 
+    queues = runtime.dispatcher.queues_for("session")
+    # A busy worker beats every interval; two missed beats and a gone pid: it is dead.
+    stale_after = 2.0 * settings.heartbeat_interval + 1.0
+
     def idle() -> None:
+        # A dead holder's job first (ours or another's: either keeps a slot or our answer).
+        for holder in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after):
+            if holder.dead:
+                if on_wait is not None:
+                    on_wait(
+                        f"{_name(runtime.store.get(holder.jid), holder.jid)} was running in a process "
+                        f"on this host that is gone (pid {holder.pid}): recovered now, back in line"
+                    )
+                abandon_now(runtime.redis, holder)
         if any(r.status == "running" for r in pending()):
-            clean_started(runtime.redis, runtime.dispatcher.queues_for("session"))
+            clean_started(runtime.redis, queues)
+
+    def waiting(_generic: str) -> None:
+        if on_wait is None:
+            return
+        holders = [
+            h
+            for h in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after)
+            if not h.dead
+        ]
+        names = {h.jid: runtime.store.get(h.jid) for h in holders}
+        busy = len({h.slot for h in holders if h.slot})
+        on_wait(
+            describe_holders(
+                holders, names, mine=len(pending()), busy=busy, limit=settings.session_concurrency
+            )
+        )
 
     idle_limit = settings.session_timeout + settings.heartbeat_interval + settings.heartbeat_grace + 120
     report = drain(
@@ -62,7 +130,7 @@ def settle(
             done=lambda: not pending(),
             stuck=stuck,
             idle=idle,
-            on_wait=on_wait,
+            on_wait=waiting,
             idle_limit=idle_limit,
             poll=POLL,
         ),

@@ -10,16 +10,32 @@ This module tells the cases apart from RQ's own data, so reconciliation heals th
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Literal, cast
 
 import redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.queue import Queue
+from rq.registry import StartedJobRegistry
 from rq.worker import Worker
 
-__all__ = ["JobLiveness", "job_liveness", "live_rq_workers"]
+from dispatchq import keys
+from dispatchq.core.text import as_text
+
+__all__ = [
+    "JobLiveness",
+    "SessionHolder",
+    "abandon_now",
+    "job_liveness",
+    "live_rq_workers",
+    "session_holders",
+]
 
 State = Literal["alive", "lost", "orphaned"]
 
@@ -66,3 +82,92 @@ def job_liveness(client: redis.Redis, job_id: str | None, *, workers: set[str] |
         return JobLiveness("alive", "started", job.worker_name, beat)
     # finished, failed, stopped, canceled: the job ended but the record was never told.
     return JobLiveness("lost", f"its job ended ({status}) without answering")
+
+
+# --- the session jobs a waiting caller depends on ------------------------------------------
+@dataclass(frozen=True)
+class SessionHolder:
+    """The started RQ job behind a `running` session judgement, as a waiting caller names it.
+
+    `expires`: when RQ's own cleanup will find it abandoned if its worker is gone (the
+    started registry's score: the job's last heartbeat plus the grace). `dead`: its worker
+    ran on this host, that process is gone, and its own heartbeat stopped (so a same-named
+    host in another PID namespace is never taken for dead): nobody will ever renew it.
+    """
+
+    jid: str
+    job_id: str
+    entry: str
+    queue: str
+    slot: str | None
+    worker: str | None
+    host: str | None
+    pid: int | None
+    expires: float
+    dead: bool
+
+
+def _process_gone(pid: int) -> bool:
+    """No such process, or only its zombie is left (nobody reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
+
+
+def session_holders(
+    client: redis.Redis,
+    queues: Iterable[Queue],
+    *,
+    host: str,
+    stale_after: float,
+    jids: Collection[str] | None = None,
+) -> list[SessionHolder]:
+    """The started session jobs of `queues` (those running one of `jids`, when given): each
+    runs one judgement (its first argument) holding one session slot (its second)."""
+    out = []
+    for queue in queues:
+        registry = StartedJobRegistry(queue.name, connection=client)
+        started = cast("list[tuple[bytes, float]]", client.zrange(registry.key, 0, -1, withscores=True))
+        for raw, score in started:
+            entry = as_text(raw) or ""
+            job_id = registry.parse_job_id(entry)
+            try:
+                job = Job.fetch(job_id, connection=client)
+            except NoSuchJobError:
+                continue
+            if not job.args or (jids is not None and str(job.args[0]) not in jids):
+                continue
+            info = (
+                json.loads(as_text(client.get(keys.worker_info(job.worker_name))) or "{}")
+                if job.worker_name
+                else {}
+            )
+            pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+            beat = info.get("heartbeat")
+            stale = isinstance(beat, int | float) and time.time() - beat > stale_after
+            mine = info.get("host") == host and stale
+            dead = mine and pid is not None and pid != os.getpid() and _process_gone(pid)
+            slot = str(job.args[1]) if len(job.args) > 1 else None
+            holder = SessionHolder(
+                str(job.args[0]), job_id, entry, queue.name, slot, job.worker_name, info.get("host"), pid,
+                float(score), dead,
+            )  # fmt: skip
+            out.append(holder)
+    return out
+
+
+def abandon_now(client: redis.Redis, holder: SessionHolder) -> None:
+    """Hand a job whose worker is known dead to RQ's own abandoned-job handling now, instead of
+    when its heartbeat lapses: the started entry is marked expired and the registry cleaned (the
+    failure callback puts the judgement back in line and frees its session slot)."""
+    registry = StartedJobRegistry(holder.queue, connection=client)
+    client.zadd(registry.key, {holder.entry: 0}, xx=True)
+    registry.cleanup()

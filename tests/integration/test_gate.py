@@ -393,7 +393,7 @@ def test_an_unusable_analysis_degrades_visibly_to_a_confirmed_restatement(world:
         p.expect(r"DG-1 use this restatement\? \[y/n\]> ")
         p.send("y")
         p.expect(r"the Remediation could not be restated")
-        p.expect(r"The finding as written \(no proposal\):")
+        p.expect(r"The finding as written \(no proposal; the block author's text\):")
         p.expect(r"DG-2 decision \[skip\] \[reject\] \[other…\]> ")
         p.send("reject")
         p.send("wrong finding")

@@ -199,7 +199,6 @@ def test_a_full_return_parses() -> None:
             lambda d: d["alternatives"][0]["paths"].append({"path": "src/app.py", "role": "edit"}),
             "does not name",
         ),
-        (lambda d: d["alternatives"][0].update(verification_plan=["grep x → maybe"]), "check"),
         (lambda d: d.update(target="—"), "target"),
         (lambda d: d.update(recommendation={"label": "C", "reason": "x"}), "recommendation"),
         (lambda d: d.update(a_alone=True), "a_alone"),
@@ -393,19 +392,16 @@ def test_checks_in_one_line_or_structured_form_are_the_same() -> None:
     ],
 )
 def test_every_attempt_outcome_lands_under_its_heading(outcome: dict, expected: dict) -> None:
-    from types import SimpleNamespace
-
     from dispatchq.findings.contract import Summary
-    from dispatchq.findings.gate import Gate
 
-    gate = SimpleNamespace(summary=Summary())
-    Gate.account(gate, "X", 2, outcome)  # type: ignore[arg-type]
-    data = gate.summary.to_json()
+    summary = Summary()
+    summary.account("X", 2, outcome)
+    data = summary.to_json()
     for name, value in expected.items():
         assert data[name] == value, name
     others = {k for k, v in data.items() if v and k not in expected and k not in ("unpinned", "notes")}
     assert not others
-    assert gate.summary.lines()[0:2] == ["", "Run summary:"]
+    assert summary.lines()[0:2] == ["", "Run summary:"]
 
 
 def test_every_allowed_git_reader_has_its_writing_forms_denied() -> None:
