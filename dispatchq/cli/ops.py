@@ -88,7 +88,7 @@ def status(as_json: bool, recount: bool) -> None:
         counted = rt.store.recount()
         click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
     data = collect_status(rt)
-    if data.get("waiting_counts_rebuilt") is not None:
+    if data.get("waiting_counts_rebuilt"):
         click.echo(
             f"the live counts were missing (a store from an older dispatchq): rebuilt once from "
             f"{data['waiting_counts_rebuilt']} unfinished judgement(s)",

@@ -7,6 +7,7 @@ It lives in `queue/` because counting workers means asking RQ (`Worker.all`), an
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from dispatchq import keys
@@ -49,6 +50,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
     waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
     data: dict[str, Any] = {
+        "now": time.time(),  # the server's clock: the page counts down from it, not the browser's
         "redis": rt.settings.describe_redis(),
         **store.server_facts(),
         "queues": depths,

@@ -28,6 +28,15 @@ local UNFINISHED = {queued = true, running = true, waiting = true}
 local function bump(h, f, n)
   if n ~= 0 and redis.call('HINCRBY', h, f, n) <= 0 then redis.call('HDEL', h, f) end
 end
+-- A store with no unfinished record yet needs no rebuild: its counts start here, built.
+local function ensure_built()
+  if redis.call('EXISTS', LIVE) == 1 then return end
+  for _, st in ipairs({'queued', 'running', 'waiting'}) do
+    if redis.call('SCARD', '$P:by-status:' .. st) > 0 then return end
+  end
+  redis.call('HSET', LIVE, 'built', 'fresh')
+end
+ensure_built()
 local function facts(rkey)
   return redis.call('HMGET', rkey, 'status', 'tier', 'wclass', 'reason')
 end
