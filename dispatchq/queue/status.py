@@ -19,7 +19,6 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import status_section as triage_section
 
 if TYPE_CHECKING:
-    from dispatchq.core.judgement import Record
     from dispatchq.runtime import Runtime
 
 __all__ = ["LATEST_SHOWN", "WAITING_REASONS_SHOWN", "collect_status"]
@@ -78,28 +77,19 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         data["waiting_counts_rebuilt"] = live.rebuilt
     data.update(window_section(rt))
     triage = TriageStorage(rt.redis)
+    counters = store.counters()
+    data["counters"] = counters  # monotonic: what `/metrics` exports as *_total
     data["triage"] = {
         **triage_section(triage),
-        "outcomes_total": store.counters()["triage_outcomes"],
+        "outcomes_total": counters["triage_outcomes"],
         "suppressed": _suppressed(triage),
     }
     return data
 
 
-def _brief(record: Record) -> dict[str, Any]:
+def _brief(record: dict[str, Any]) -> dict[str, Any]:
     """A judgement as `status` lists it: what, where, why; never its whole input."""
-    return {
-        "id": record.id,
-        "kind": record.kind,
-        "target": record.target,
-        "item": _short(record.item),
-        "status": record.status,
-        "tier": record.tier,
-        "value": _short(record.value),
-        "reason": record.reason,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-    }
+    return {**record, "item": _short(record.get("item")), "value": _short(record.get("value"))}
 
 
 def _short(value: Any, limit: int = 300) -> Any:

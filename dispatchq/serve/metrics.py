@@ -165,8 +165,8 @@ class StoreCollector(Collector):
         return []  # nothing read at registration: Redis is read at scrape time only
 
     def collect(self) -> Iterable[Metric]:
-        runtime = self.get_runtime()
-        return list(metric_families(collect_status(runtime), runtime.store.counters()))
+        data = collect_status(self.get_runtime())
+        return list(metric_families(data, data["counters"]))
 
 
 def routes(get_runtime: Callable[[], Runtime]) -> list[BaseRoute]:

@@ -568,8 +568,8 @@ class Store:
         ranked = sorted(((as_text(k), int(v)) for k, v in raw.items()), key=lambda kv: (-kv[1], kv[0]))
         return {k: v for k, v in ranked[:limit] if v > 0}, distinct
 
-    def waiting_sample(self, limit: int = WAITING_SAMPLE) -> list[Record]:
-        """At most `limit` waiting judgements (the first the set yields, oldest first)."""
+    def waiting_sample(self, limit: int = WAITING_SAMPLE) -> list[dict[str, Any]]:
+        """At most `limit` waiting judgements, briefly (the first the set yields, oldest first)."""
         found: list[str] = []
         cursor = 0
         for _ in range(8):  # bounded: a sparse set may yield few members per step
@@ -577,13 +577,39 @@ class Store:
             found += _texts(members)
             if len(found) >= limit or cursor == 0:
                 break
-        records = [r for r in self.get_many(sorted(set(found))[:limit]) if r is not None]
-        return sorted(records, key=lambda r: r.created_at or 0.0)
+        return sorted(self.briefs(sorted(set(found))[:limit]), key=lambda r: r["created_at"] or 0.0)
 
-    def latest(self, limit: int = 10) -> list[Record]:
-        """The most recently enqueued judgements, newest first."""
-        ids = _texts(self.redis.zrevrange(keys.ALL_IDS, 0, max(0, limit - 1)))
-        return [r for r in self.get_many(ids) if r is not None]
+    def latest(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The most recently enqueued judgements, briefly, newest first."""
+        return self.briefs(_texts(self.redis.zrevrange(keys.ALL_IDS, 0, max(0, limit - 1))))
+
+    def briefs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Judgements as lists show them (what, where, why), read field by field: no trail, no model."""
+        names = ("in", "status", "tier", "value", "reason", "created", "updated")
+        pipe = self.redis.pipeline(transaction=False)
+        for jid in ids:
+            pipe.hmget(keys.record(jid), *names)
+        out = []
+        for jid, values in zip(ids, pipe.execute(), strict=True):
+            f = dict(zip(names, (as_text(v) if v is not None else None for v in values), strict=True))
+            if f["status"] is None:
+                continue  # expired since it was listed
+            data = json.loads(f["in"] or "{}")
+            out.append(
+                {
+                    "id": jid,
+                    "kind": data.get("kind", "?"),
+                    "target": data.get("target", "?"),
+                    "item": data.get("item"),
+                    "status": f["status"],
+                    "tier": f["tier"] or None,
+                    "value": json.loads(f["value"]) if f["value"] else None,
+                    "reason": f["reason"] or None,
+                    "created_at": float(f["created"]) if f["created"] else None,
+                    "updated_at": float(f["updated"]) if f["updated"] else None,
+                }
+            )
+        return out
 
     def counters(self) -> dict[str, Any]:
         """Every monotonic counter the store keeps, in one trip (what `/metrics` exports)."""
