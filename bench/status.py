@@ -136,6 +136,7 @@ def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        bench.redis.flushall()  # else the server's shutdown save of N records outlasts its stop timeout
     return {
         "waiting": n,
         "populate_s": populated_s,
