@@ -290,3 +290,7 @@ def test_status_says_when_it_rebuilt_the_counts(dq_env: dict[str, str], redis_cl
     assert json.loads(done.stdout)["waiting_by_class"]["window"] == 1
     again = run_cli(["status", "--json"], dq_env)
     assert "rebuilt" not in again.stderr
+    text = run_cli(["status", "--recount"], dq_env)
+    assert text.returncode == 0, text.stderr
+    assert "recounted 1 unfinished judgement" in text.stderr
+    assert f"1 waiting: {WINDOW}" in text.stdout and "waiting by class: window 1" in text.stdout
