@@ -294,3 +294,23 @@ def test_status_says_when_it_rebuilt_the_counts(dq_env: dict[str, str], redis_cl
     assert text.returncode == 0, text.stderr
     assert "recounted 1 unfinished judgement" in text.stderr
     assert f"1 waiting: {WINDOW}" in text.stdout and "waiting by class: window 1" in text.stdout
+
+
+def test_a_host_block_counts_its_judgements_as_host_blocked(
+    make_runtime: Any, dq_env: dict[str, str]
+) -> None:
+    from dispatchq.queue.retrigger import window_for
+    from dispatchq.tiers.session import block_host
+
+    rt = make_runtime()
+    store = rt.store
+    store.live_counts()
+    line = keys.session_line(rt.settings.host)
+    store.create_many([entry(f"h{i}", line=line) for i in range(4)])
+    store.claim(["h0"], "session")
+    record = store.get("h0")
+    assert record is not None
+    # Its reason is the failure's own text, which says nothing of hosts: the writer names the class.
+    block_host(window_for(rt), record, "claude: command not found", "fingerprint")
+    assert store.live_counts().waiting["host_blocked"] == 4
+    assert_exact(store)
