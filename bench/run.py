@@ -25,6 +25,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
 - typed-concurrency (`bench/typed.py`): judgements/s over 50 states with the loopback API
   answering after 200 ms, DISPATCHQ_TYPED_CONCURRENCY 1 against 4 (target >= 3x), one request
   per distinct state either way.
+- status (`bench/status.py`): `status` with 100,000 session judgements waiting on a closed
+  window: the function, the CLI, `GET /status` and `GET /metrics` (target <= 100 ms),
+  against the same function plus the old per-reason scan of every waiting record.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
@@ -51,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 from bench.faults import run_faults  # noqa: E402
 from bench.typed import typed_concurrency  # noqa: E402
 from bench.webhooks import run_webhooks  # noqa: E402
+from bench.status import run_status  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -348,7 +352,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume", "webhooks"])
+    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume", "webhooks", "status"])
     parser.add_argument("-n", type=int, default=20_000, help="judgements for the foundation benchmark")
     parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
     parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
@@ -358,6 +362,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="foundation runs per side (medians compared)")
     parser.add_argument("--kills", type=int, default=20, help="worker kills for the faults benchmark")
     parser.add_argument("--redis-kills", type=int, default=4, help="Redis kills per faults scenario")
+    parser.add_argument(
+        "--waiting", type=int, default=100_000, help="waiting judgements for the status benchmark"
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dispatchq-bench-"))
     bench = Bench(workdir)
@@ -366,6 +373,7 @@ def main() -> int:
         "typed": lambda: typed(bench, args.k, args.s),
         "resume": lambda: resume(bench, args.lifts),
         "typed-concurrency": lambda: typed_concurrency(bench, args.states, args.latency),
+        "status": lambda: run_status(bench, args.waiting, 9),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).

@@ -21,8 +21,12 @@ __all__ = [
     "SESSION_LINES_PATTERN",
     "SESSION_RUNNING",
     "SESSION_SLOTS",
+    "STATS_FINISHED",
+    "STATS_LIVE",
     "STATS_SESSIONS_REFUSED",
     "STATS_SESSIONS_SPAWNED",
+    "STATS_TRIAGE_OUTCOMES",
+    "STATS_WAITING_REASONS",
     "TRIAGE_EVENTS",
     "TRIAGE_LEDGER",
     "TRIAGE_NEEDS_TRIAGE",
@@ -241,3 +245,13 @@ def webhook_delivery(delivery_id: str) -> str:
 def triage_budget_log(name: str) -> str:
     """Sorted set: one member per provider request a rolling triage budget counted, scored by time."""
     return f"{PREFIX}:triage:budget-log:{name}"
+
+
+# Appended for issue 14 (status in constant time, metrics).
+STATS_LIVE = f"{PREFIX}:stats:live"
+"""Hash kept by the store's scripts with every record change: `s:<tier>:<status>` -> how many
+unfinished judgements are there, `c:<class>` -> how many wait for that class of reason,
+`built` -> when the counts were last rebuilt from a scan (absent: rebuild before trusting them)."""
+STATS_WAITING_REASONS = f"{PREFIX}:stats:waiting-reasons"  # hash: waiting reason text -> how many
+STATS_FINISHED = f"{PREFIX}:stats:finished"  # hash: `<tier>:<status>` -> judgements ever finished so
+STATS_TRIAGE_OUTCOMES = f"{PREFIX}:stats:triage:outcomes"  # hash: resolution row (reason code) -> count

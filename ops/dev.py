@@ -123,7 +123,7 @@ def claude_code_installed() -> bool:
 
 
 def install_test_tools() -> int:
-    """bubblewrap, node/npm and the pinned Claude Code CLI, for the real-client tests.
+    """bubblewrap, node/npm, chromium and the pinned Claude Code CLI, for the real-client tests.
 
     npm installs the CLI under .cache/claude-code (ignored by git); never with
     --omit=optional: the native binary is an optional, per-platform package. Under CI=true
@@ -132,6 +132,8 @@ def install_test_tools() -> int:
     missing = [] if shutil.which("bwrap") else ["bubblewrap"]
     if not (shutil.which("npm") and shutil.which("node")):
         missing += ["nodejs", "npm"]
+    if not shutil.which("chromium"):  # the status page's browser test (Playwright drives it)
+        missing += ["chromium"]
     apt_install(missing)
     if claude_code_installed():
         return 0

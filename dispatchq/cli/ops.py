@@ -69,12 +69,31 @@ def scheduler(burst: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status.")
-def status(as_json: bool) -> None:
-    """The ops view: Redis in use, queues and workers per tier, answers per tier, the usage window."""
+@click.option(
+    "--recount",
+    is_flag=True,
+    help="Rebuild the live counts from every unfinished record first (they are kept exact on every "
+    "change; this is for after editing Redis by hand). Reads every record: slow with many.",
+)
+def status(as_json: bool, recount: bool) -> None:
+    """The ops view: Redis in use, queues and workers per tier, answers per tier, the usage window.
+
+    Counts come from counters kept with every change, so this answers in constant time
+    however many judgements wait; it lists a sample of the waiting ones, not all.
+    """
     from dispatchq.queue.status import collect_status
 
     rt = runtime(config=False)
+    if recount:
+        counted = rt.store.recount()
+        click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
     data = collect_status(rt)
+    if data.get("waiting_counts_rebuilt"):
+        click.echo(
+            f"the live counts were missing (a store from an older dispatchq): rebuilt once from "
+            f"{data['waiting_counts_rebuilt']} unfinished judgement(s)",
+            err=True,
+        )
     if as_json:
         print_json(data)
         return
@@ -95,7 +114,13 @@ def status(as_json: bool) -> None:
     j = data["judgements"]
     console.print("judgements: " + ", ".join(f"{k} {v}" for k, v in j.items() if v))
     for reason, count in data["waiting"].items():
-        console.print(f"  {count} waiting: {reason}")
+        console.print(f"  {count} waiting: {reason}", markup=False)
+    more = data.get("waiting_reasons_distinct", 0) - len(data["waiting"])
+    if more > 0:
+        console.print(f"  … and {more} other waiting reason(s)")
+    if j.get("waiting"):
+        by_class = ", ".join(f"{k} {v}" for k, v in (data.get("waiting_by_class") or {}).items() if v)
+        console.print(f"  waiting by class: {by_class}", markup=False)
     if data.get("judgements_orphaned"):
         console.print(
             f"  [yellow]{data['judgements_orphaned']} running judgement(s) orphaned[/]: their worker died; "

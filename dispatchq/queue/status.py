@@ -6,6 +6,8 @@ It lives in `queue/` because counting workers means asking RQ (`Worker.all`), an
 
 from __future__ import annotations
 
+import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from dispatchq import keys
@@ -19,7 +21,11 @@ from dispatchq.triage.engine import status_section as triage_section
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["collect_status"]
+__all__ = ["LATEST_SHOWN", "WAITING_REASONS_SHOWN", "collect_status"]
+
+#: How many distinct waiting reasons `status` lists (counted exactly), and latest judgements.
+WAITING_REASONS_SHOWN = 20
+LATEST_SHOWN = 10
 
 
 def collect_status(rt: Runtime) -> dict[str, Any]:
@@ -38,12 +44,12 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         if w.get("tier") in workers:
             workers[w["tier"]] += 1
     counts = {s: store.count(s) for s in STATUSES}
-    waiting: dict[str, int] = {}
-    for record in store.get_many(store.ids("waiting")):
-        if record is not None:
-            waiting[record.reason or "unknown"] = waiting.get(record.reason or "unknown", 0) + 1
+    # Counts, never the waiting records themselves: constant time however many wait.
+    live = store.live_counts()
+    waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
     data: dict[str, Any] = {
+        "now": time.time(),  # the server's clock: the page counts down from it, not the browser's
         "redis": rt.settings.describe_redis(),
         **store.server_facts(),
         "queues": depths,
@@ -55,6 +61,11 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "answered": answered,
         "sessions_avoided": answered["code"] + answered["typed"],
         "waiting": waiting,
+        "waiting_reasons_distinct": distinct,
+        "waiting_by_class": live.waiting,
+        "waiting_sample": [_brief(r) for r in store.waiting_sample()],
+        "judgements_by_tier": live.by_tier,
+        "latest": [_brief(r) for r in store.latest(LATEST_SHOWN)],
         "scheduler": {
             "alive": scheduler_alive(rt),
             "scheduled_jobs": scheduler_for(rt).count(),
@@ -62,9 +73,62 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "typed": _typed_status(rt, details),
         "judgements_orphaned": _orphaned(rt, details),
     }
+    if live.rebuilt is not None:
+        data["waiting_counts_rebuilt"] = live.rebuilt
     data.update(window_section(rt))
-    data["triage"] = triage_section(TriageStorage(rt.redis))
+    triage = TriageStorage(rt.redis)
+    counters = store.counters()
+    data["counters"] = counters  # monotonic: what `/metrics` exports as *_total
+    data["triage"] = {
+        **triage_section(triage),
+        "outcomes_total": counters["triage_outcomes"],
+        "suppressed": _suppressed(triage),
+    }
     return data
+
+
+def _brief(record: dict[str, Any]) -> dict[str, Any]:
+    """A judgement as `status` lists it: what, where, why; never its whole input."""
+    return {**record, "item": _short(record.get("item")), "value": _short(record.get("value"))}
+
+
+def _short(value: Any, limit: int = 300) -> Any:
+    """A value as it is when small, else its JSON cut to `limit` characters."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _suppressed(storage: TriageStorage, runs: int = 20, decisions: int = 5) -> list[dict[str, Any]]:
+    """What the last shadow-mode decisions suppressed: rule, reason and the numbers compared."""
+    out: list[dict[str, Any]] = []
+    shadow = [r for r in storage.recent_runs(runs) if r.get("mode") == "shadow" and r.get("decision_id")]
+    for run in shadow[:decisions]:
+        decision = storage.decision(run["decision_id"]) or {}
+        result = decision.get("result") or {}
+        for entry in result.get("suppressed") or []:
+            out.append(
+                {
+                    "decision_id": run["decision_id"],
+                    "event": run.get("event"),
+                    "target": run.get("target"),
+                    "time": run.get("time"),
+                    **{
+                        k: entry.get(k)
+                        for k in (
+                            "rule",
+                            "action",
+                            "reason",
+                            "explanation",
+                            "confidence",
+                            "threshold",
+                            "margin",
+                        )
+                    },
+                }
+            )
+    return out
 
 
 def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:

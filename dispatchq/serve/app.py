@@ -20,16 +20,19 @@ import ipaddress
 import json
 import logging
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.runtime import Runtime
-from dispatchq.serve import judgements, webhooks
+from dispatchq.serve import judgements, metrics, page, status, webhooks
 from dispatchq.storage.outage import (
     OutageLog,
     is_outage,
@@ -39,12 +42,25 @@ from dispatchq.storage.outage import (
 )
 from dispatchq.storage.serve import ServeStorage
 
-__all__ = ["OPEN_PATHS", "ServeContext", "create_app", "is_loopback"]
+__all__ = ["OPEN_PATHS", "READ_METHODS", "TOKEN_COOKIE", "ServeContext", "create_app", "is_loopback"]
 
 log = logging.getLogger("dispatchq.serve")
 
 #: The routes that answer without the bearer token.
-OPEN_PATHS = frozenset({"/healthz", "/webhooks/github"})
+OPEN_PATHS = frozenset({"/healthz", "/webhooks/github", "/login"})
+
+#: The cookie `/login` sets so a browser can show the page when a token is configured.
+#: It is accepted for reading only (GET/HEAD): every write still needs the Bearer header,
+#: so a page elsewhere cannot make a logged-in browser enqueue anything.
+TOKEN_COOKIE = "dispatchq_token"  # noqa: S105 (a cookie name, not a password)
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+LOGIN_FORM = """<!doctype html><meta charset="utf-8"><title>dispatchq</title>
+<form method="post" action="/login" style="font: 16px system-ui; margin: 4em auto; max-width: 24em">
+<p>This dispatchq needs its API token (<code>DISPATCHQ_API_TOKEN</code>) to show the page.</p>
+<p><input type="password" name="token" autofocus required style="width: 100%"></p>
+<p><button type="submit">Show the page</button></p></form>
+"""
 
 
 def is_loopback(host: str) -> bool:
@@ -127,8 +143,14 @@ class BearerAuth:
         if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token):
             await self.app(scope, receive, send)
             return
+        if scope.get("method") in READ_METHODS and self._cookie_matches(scope):
+            await self.app(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["path"] == "/" and scope.get("method") in READ_METHODS:
+            await HTMLResponse(LOGIN_FORM, status_code=401)(scope, receive, send)
             return
         await _send_json(
             send,
@@ -136,6 +158,39 @@ class BearerAuth:
             {"error": "this route needs Authorization: Bearer <DISPATCHQ_API_TOKEN>"},
             [(b"www-authenticate", b'Bearer realm="dispatchq"')],
         )
+
+    def _cookie_matches(self, scope: Scope) -> bool:
+        assert self._token is not None
+        for name, value in scope.get("headers", ()):
+            if name != b"cookie":
+                continue
+            for part in value.split(b";"):
+                key, _, given = part.strip().partition(b"=")
+                if key == TOKEN_COOKIE.encode() and hmac.compare_digest(given, self._token):
+                    return True
+        return False
+
+
+def _login(context: ServeContext) -> Any:
+    """`POST /login` (a form with `token`): the read-only cookie for the page, then `/`."""
+
+    async def login(request: Request) -> Response:
+        if context.api_token is None:
+            return RedirectResponse("/", status_code=303)
+        body = b""
+        async for chunk in request.stream():  # a form with one field: 4 KB is plenty
+            body += chunk
+            if len(body) > 4096:
+                return HTMLResponse(LOGIN_FORM, status_code=413)
+        fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+        given = (fields.get("token") or [""])[0].strip().encode()
+        if not hmac.compare_digest(given, context.api_token.encode()):
+            return HTMLResponse(LOGIN_FORM, status_code=401)
+        answer = RedirectResponse("/", status_code=303)
+        answer.set_cookie(TOKEN_COOKIE, context.api_token, httponly=True, samesite="strict", path="/")
+        return answer
+
+    return login
 
 
 class RedisOutage:
@@ -184,10 +239,10 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
     routes: list[BaseRoute] = [
         *webhooks.routes(context),
         *judgements.routes(context),
-        # The lead adds the status page's routes here at merge (another helper's modules):
-        #   *status.routes(...), *metrics.routes(...), *page.routes(...)
-        # from dispatchq.serve.status / .metrics / .page; until then they come in through
-        # `extra_routes`, which the same middleware (auth, outages) covers.
+        *status.routes(lambda: runtime),
+        *metrics.routes(lambda: runtime),
+        *page.routes(lambda: runtime),
+        Route("/login", _login(context), methods=["POST"], name="login"),
         *extra_routes,
     ]
     app = Starlette(routes=routes)

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import redis
 from redis.client import Pipeline
@@ -23,24 +23,37 @@ from redis.client import Pipeline
 from dispatchq import keys
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record, TrailEntry
 from dispatchq.core.text import as_text
+from dispatchq.core.waiting import WAIT_CLASSES, reason_class
+from dispatchq.storage.counts import COUNTS_LUA, RECOUNT_LUA
 
 __all__ = [
+    "WAITING_SAMPLE",
+    "WAIT_CLASS",
     "Claimed",
+    "LiveCounts",
     "NewRecord",
     "P",
     "Store",
 ]
 
 P = keys.PREFIX
+#: The record field holding a waiting record's reason class (`dispatchq.core.waiting`).
+#: A writer that knows the class (a host block) passes it with the reason; else it is
+#: read from the reason's wording.
+WAIT_CLASS = "wclass"
+#: At most this many waiting judgements are read for `status` (a sample, never all).
+WAITING_SAMPLE = 10
 
 # ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
 # (one argument rather than 10 per entry: packing arguments costs more than cjson).
 # Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
 # (everything new) then costs no reply at all. Index writes are batched per call.
-_ENQUEUE = """
+_ENQUEUE = (
+    COUNTS_LUA
+    + """
 local now = ARGV[1]
 local entries = cjson.decode(ARGV[2])
-local out, new_ids, scored, keys = {}, {}, {}, {}
+local out, new_ids, scored, keys, tiers = {}, {}, {}, {}, {}
 local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
 for i = 1, #entries do
   local e = entries[i]
@@ -69,6 +82,7 @@ for i = 1, #entries do
     if e[10] ~= '' then redis.call('SADD', e[10], id) end
     redis.call('SET', kkey, id)
     keys[kkey] = id
+    tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
     table.insert(scored, now)
     table.insert(scored, id)
@@ -79,12 +93,16 @@ for i = 1, #new_ids, 500 do
   redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
   redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
 end
+for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
 return out
 """.replace("$P", P)
+)
 
 # Claim judgements for a tier: queued/waiting -> running. ARGV: now, tier, ids...
 # Returns, per id, the input JSON and fields a worker needs, or false when not claimable.
-_CLAIM = """
+_CLAIM = (
+    COUNTS_LUA
+    + """
 local now = ARGV[1]
 local tier = ARGV[2]
 local strict = ARGV[3] == '1'
@@ -95,12 +113,14 @@ for i = 4, #ARGV do
   local f = redis.call('HMGET', rkey, 'status', 'tier', 'in', 'ckey', 'attempts', 'effect', 'priority')
   local st = f[1]
   if st and (st == 'queued' or st == 'waiting' or (st == 'running' and not strict)) and f[2] == tier then
+    local before = facts(rkey)
     if st ~= 'running' then
       redis.call('SREM', '$P:by-status:' .. st, id)
       redis.call('SADD', '$P:by-status:running', id)
     end
     redis.call('HSET', rkey, 'status', 'running', 'updated', now, 'claimed', now)
     redis.call('HDEL', rkey, 'reason')
+    settle(rkey, before)
     table.insert(out, cjson.encode({id = id, input = f[3], ckey = f[4], attempts = f[5] or '0',
                                     effect = f[6] or 'local', was = st, priority = f[7] or ''}))
   else
@@ -109,11 +129,14 @@ for i = 4, #ARGV do
 end
 return out
 """.replace("$P", P)
+)
 
 # Append a trail entry and move a record to a new status. KEYS: record.
 # ARGV: now, expect ('' = any unfinished), status, trail_json, ttl ('' = none), answered_tier ('' = none),
 #       then field/value pairs to set. Fields whose value is the single char "\\0" are deleted.
-_TRANSITION = """
+_TRANSITION = (
+    COUNTS_LUA
+    + """
 local rkey = KEYS[1]
 local now, expect, status, trail_json, ttl, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('HGET', rkey, 'status')
@@ -124,6 +147,7 @@ if expect ~= '' then
   if not ok then return 0 end
 end
 local id = string.sub(rkey, string.len('$P:j:') + 1)
+local before = facts(rkey)
 local sets = {'status', status, 'updated', now}
 for i = 7, #ARGV, 2 do
   if ARGV[i+1] == '\\0' then redis.call('HDEL', rkey, ARGV[i])
@@ -141,6 +165,7 @@ if trail_json ~= '' then
   table.insert(sets, 'trail'); table.insert(sets, trail)
 end
 redis.call('HSET', rkey, unpack(sets))
+settle(rkey, before)
 if cur ~= status then
   redis.call('SREM', '$P:by-status:' .. cur, id)
   redis.call('SADD', '$P:by-status:' .. status, id)
@@ -166,20 +191,26 @@ if line and member and (status ~= 'queued' and status ~= 'waiting') then
 end
 return 1
 """.replace("$P", P)
+)
 
 # Take a judgement out of a session line and mark it running, only if it is still there
 # and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
-_LINE_CLAIM = """
+_LINE_CLAIM = (
+    COUNTS_LUA
+    + """
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local st = redis.call('HGET', KEYS[2], 'status')
 if not st or (st ~= 'queued' and st ~= 'waiting') then return 0 end
 local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
+local before = facts(KEYS[2])
 redis.call('SREM', '$P:by-status:' .. st, id)
 redis.call('SADD', '$P:by-status:running', id)
 redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
 redis.call('HDEL', KEYS[2], 'reason')
+settle(KEYS[2], before)
 return 1
 """.replace("$P", P)
+)
 
 # Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
 # KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
@@ -198,6 +229,23 @@ redis.call('ZADD', line, tonumber(ARGV[1]), member)
 redis.call('HSET', rkey, 'line', line, 'lmember', member)
 return member
 """.replace("$P", P)
+
+
+# Set fields the live counts depend on (tier, reason, its class). KEYS: record. ARGV: pairs.
+_SET_FIELDS = (
+    COUNTS_LUA
+    + """
+local rkey = KEYS[1]
+if redis.call('EXISTS', rkey) == 0 then return 0 end
+local before = facts(rkey)
+redis.call('HSET', rkey, unpack(ARGV))
+settle(rkey, before)
+return 1
+""".replace("$P", P)
+)
+
+#: Fields whose change moves the live counts: `set_fields` writes these through `_SET_FIELDS`.
+_COUNTED_FIELDS = frozenset({"tier", "reason", WAIT_CLASS})
 
 
 class NewRecord(NamedTuple):
@@ -228,6 +276,16 @@ class Claimed:
     priority: float | None
 
 
+@dataclass(frozen=True)
+class LiveCounts:
+    """The live counts, read in one trip: unfinished judgements per (tier, status), waiting
+    judgements per reason class, and how many records a rebuild counted (None: no rebuild)."""
+
+    by_tier: dict[str, dict[str, int]]
+    waiting: dict[str, int]
+    rebuilt: int | None = None
+
+
 class Store:
     """Typed access to judgement records. Takes a client; knows nothing of settings."""
 
@@ -239,6 +297,8 @@ class Store:
         self._transition = client.register_script(_TRANSITION)
         self._line_add = client.register_script(_LINE_ADD)
         self._line_claim = client.register_script(_LINE_CLAIM)
+        self._set_fields = client.register_script(_SET_FIELDS)
+        self._recount = client.register_script(RECOUNT_LUA)
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
@@ -309,7 +369,7 @@ class Store:
         finished = status in FINISHED
         answered_tier = ""
         flat: list[str] = []
-        for name, value in (fields or {}).items():
+        for name, value in _with_class(fields or {}).items():
             flat += [name, _encode_field(name, value)]
             if name == "tier" and status == "answered":
                 answered_tier = str(value)
@@ -350,7 +410,13 @@ class Store:
         return bool(self._line_claim(keys=[line, keys.record(jid)], args=[member, repr(time.time())]))
 
     def set_fields(self, jid: str, **fields: Any) -> None:
-        self.redis.hset(keys.record(jid), mapping={k: _encode_field(k, v) for k, v in fields.items()})
+        """Set fields on a record; those the live counts depend on move them in the same script."""
+        fields = _with_class(fields)
+        if _COUNTED_FIELDS.isdisjoint(fields):
+            self.redis.hset(keys.record(jid), mapping={k: _encode_field(k, v) for k, v in fields.items()})
+            return
+        flat = [x for k, v in fields.items() for x in (k, _encode_field(k, v))]
+        self._set_fields(keys=[keys.record(jid)], args=flat)
 
     def incr_attempts(self, jid: str) -> int:
         return int(self.redis.hincrby(keys.record(jid), "attempts", 1))
@@ -433,6 +499,138 @@ class Store:
         """How many judgements wait in these session lines."""
         return sum(int(self.redis.zcard(line)) for line in lines)
 
+    # --- live counts (constant time: `status` never reads the waiting records) ---------------
+    def live_counts(self) -> LiveCounts:
+        """Unfinished judgements per tier and status, and waiting ones per reason class.
+
+        Kept by every script that changes a record. A store written before they existed has
+        none: they are rebuilt once from a scan (atomic), and `rebuilt` says how many records
+        that counted.
+        """
+        raw = {as_text(k): as_text(v) for k, v in self.redis.hgetall(keys.STATS_LIVE).items()}
+        rebuilt = None
+        if "built" not in raw:
+            rebuilt = self.recount()
+            raw = {as_text(k): as_text(v) for k, v in self.redis.hgetall(keys.STATS_LIVE).items()}
+        by_tier: dict[str, dict[str, int]] = {}
+        waiting = dict.fromkeys(WAIT_CLASSES, 0)
+        for name, value in raw.items():
+            if name.startswith("s:"):
+                tier, _, status = name[2:].rpartition(":")
+                by_tier.setdefault(tier, {})[status] = max(0, int(value))
+            elif name.startswith("c:"):
+                waiting[name[2:]] = max(0, int(value))
+        return LiveCounts(by_tier=by_tier, waiting=waiting, rebuilt=rebuilt)
+
+    def recount(self) -> int:
+        """Rebuild the live counts from every unfinished record; returns how many it counted.
+
+        The waiting records' reasons are classified here (Python decides classes, not Lua),
+        then one script counts and writes everything atomically; a record that changed in
+        between is classified on the next try.
+        """
+        ids = self.ids("waiting")
+        classes: dict[str, str] = {}
+        for start in range(0, len(ids), 1000):
+            pipe = self.redis.pipeline(transaction=False)
+            for jid in ids[start : start + 1000]:
+                pipe.hmget(keys.record(jid), WAIT_CLASS, "reason")
+            for wclass, reason in pipe.execute():
+                if wclass is None:
+                    text = as_text(reason) if reason is not None else ""
+                    classes[text] = reason_class(text)
+        for attempt in range(4):
+            done, detail = self._recount(
+                args=[
+                    json.dumps(classes, ensure_ascii=False),
+                    repr(time.time()),
+                    "1" if attempt == 3 else "0",
+                ]
+            )
+            if int(done):
+                return int(detail)
+            for text in json.loads(as_text(detail)):
+                classes[text] = reason_class(text)
+        return 0  # unreachable: the last try counts an unclassified reason as `other`
+
+    def waiting_reasons(self, limit: int = 20) -> tuple[dict[str, int], int]:
+        """The most common waiting reasons (exact counts) and how many distinct reasons there are.
+
+        Reads a hash of distinct reasons, not the records; past 500 distinct reasons only a
+        first page of them is ranked (they are free text: a bound, not a promise of the top).
+        """
+        distinct = int(self.redis.hlen(keys.STATS_WAITING_REASONS))
+        raw: Mapping[Any, Any]
+        if distinct <= 500:
+            raw = self.redis.hgetall(keys.STATS_WAITING_REASONS)
+        else:
+            raw = cast("Mapping[Any, Any]", self.redis.hscan(keys.STATS_WAITING_REASONS, 0, count=500)[1])
+        ranked = sorted(((as_text(k), int(v)) for k, v in raw.items()), key=lambda kv: (-kv[1], kv[0]))
+        return {k: v for k, v in ranked[:limit] if v > 0}, distinct
+
+    def waiting_sample(self, limit: int = WAITING_SAMPLE) -> list[dict[str, Any]]:
+        """At most `limit` waiting judgements, briefly (the first the set yields, oldest first)."""
+        found: list[str] = []
+        cursor = 0
+        for _ in range(8):  # bounded: a sparse set may yield few members per step
+            cursor, members = self.redis.sscan(keys.status_index("waiting"), cursor, count=limit * 2)
+            found += _texts(members)
+            if len(found) >= limit or cursor == 0:
+                break
+        return sorted(self.briefs(sorted(set(found))[:limit]), key=lambda r: r["created_at"] or 0.0)
+
+    def latest(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The most recently enqueued judgements, briefly, newest first."""
+        return self.briefs(_texts(self.redis.zrevrange(keys.ALL_IDS, 0, max(0, limit - 1))))
+
+    def briefs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Judgements as lists show them (what, where, why), read field by field: no trail, no model."""
+        names = ("in", "status", "tier", "value", "reason", "created", "updated")
+        pipe = self.redis.pipeline(transaction=False)
+        for jid in ids:
+            pipe.hmget(keys.record(jid), *names)
+        out = []
+        for jid, values in zip(ids, pipe.execute(), strict=True):
+            f = dict(zip(names, (as_text(v) if v is not None else None for v in values), strict=True))
+            if f["status"] is None:
+                continue  # expired since it was listed
+            data = json.loads(f["in"] or "{}")
+            out.append(
+                {
+                    "id": jid,
+                    "kind": data.get("kind", "?"),
+                    "target": data.get("target", "?"),
+                    "item": data.get("item"),
+                    "status": f["status"],
+                    "tier": f["tier"] or None,
+                    "value": json.loads(f["value"]) if f["value"] else None,
+                    "reason": f["reason"] or None,
+                    "created_at": float(f["created"]) if f["created"] else None,
+                    "updated_at": float(f["updated"]) if f["updated"] else None,
+                }
+            )
+        return out
+
+    def counters(self) -> dict[str, Any]:
+        """Every monotonic counter the store keeps, in one trip (what `/metrics` exports)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.mget(
+            [keys.STATS_SESSIONS_SPAWNED, keys.STATS_SESSIONS_REFUSED, keys.TYPED_REQUESTS]
+            + [keys.answered_counter(t) for t in TIERS]
+        )
+        pipe.hgetall(keys.STATS_FINISHED)
+        pipe.hgetall(keys.STATS_TRIAGE_OUTCOMES)
+        values, finished, triage = pipe.execute()
+        spawned, refused, typed, *answered = (int(v or 0) for v in values)
+        return {
+            "sessions_spawned": spawned,
+            "sessions_refused": refused,
+            "typed_requests": typed,
+            "answered": dict(zip(TIERS, answered, strict=True)),
+            "finished": {as_text(k): int(v) for k, v in finished.items()},
+            "triage_outcomes": {as_text(k): int(v) for k, v in triage.items()},
+        }
+
     def server_facts(self) -> dict[str, Any]:
         """What `status` shows of the server in effect: version, fsync mode, memory.
 
@@ -505,6 +703,14 @@ class Store:
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}
 #: Optional fields some tiers keep on a record (shown in `result --json` when set).
 _EXTRA_FIELDS = ("session_id", "resume_session")
+
+
+def _with_class(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A reason goes with its class (kept only while the record waits), unless the writer named it."""
+    out = dict(fields)
+    if "reason" in out and WAIT_CLASS not in out:
+        out[WAIT_CLASS] = reason_class(out["reason"])
+    return out
 
 
 def _encode_field(name: str, value: Any) -> str:

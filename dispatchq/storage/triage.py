@@ -135,6 +135,8 @@ class TriageStorage:
         pipe = self._redis.pipeline()
         pipe.lpush(keys.TRIAGE_RUNS, _dump(dict(line)))
         pipe.ltrim(keys.TRIAGE_RUNS, 0, keep - 1)
+        for reason, count in dict(line.get("counts") or {}).items():  # by resolution row, ever
+            pipe.hincrby(keys.STATS_TRIAGE_OUTCOMES, reason, int(count))
         pipe.execute()
 
     def recent_runs(self, limit: int) -> list[Any]:

@@ -333,7 +333,9 @@ def _run(
     closed = window.closed_for(kind.session.model)
     if closed:
         # The window closed between admission and now: not one spawn while it is closed.
-        requeue_front(window, record, closed[0].message or "usage window closed", status="waiting")
+        requeue_front(
+            window, record, closed[0].message or "usage window closed", status="waiting", wclass="window"
+        )
         return "paused"
     hooks = kind.session.hooks or NO_HOOKS
     verdict = hooks.before_spawn(runtime, record)
@@ -470,10 +472,19 @@ def block_host(window: Window, record: Record, reason: str, fingerprint: str) ->
     window.store.block(
         settings.host, reason, fingerprint=fingerprint, probe_after=settings.host_probe_interval
     )
-    requeue_front(window, record, why, status="waiting", trail_why=f"host-wide failure (no cost): {reason}")
+    requeue_front(
+        window,
+        record,
+        why,
+        status="waiting",
+        trail_why=f"host-wide failure (no cost): {reason}",
+        wclass="host_blocked",
+    )
     for other in held(window, settings.host):
         if other.status == "queued":
-            window.records.transition(other.id, "waiting", expect=["queued"], fields={"reason": why})
+            window.records.transition(
+                other.id, "waiting", expect=["queued"], fields={"reason": why, "wclass": "host_blocked"}
+            )
     log.warning("sessions blocked on host %s: %s", settings.host, reason)
 
 

@@ -132,6 +132,35 @@ def test_without_the_token_every_route_but_health_and_webhooks_is_401(server: Se
     assert request(server.port, "POST", "/judgements", body, AUTH).status == 200
 
 
+def test_status_metrics_and_the_page_are_served_behind_the_same_token(server: Server) -> None:
+    assert request(server.port, "GET", "/status").status == 401
+    assert request(server.port, "GET", "/metrics").status == 401
+    status = request(server.port, "GET", "/status", headers=AUTH)
+    assert status.status == 200 and "sessions" in status.json
+    metrics = request(server.port, "GET", "/metrics", headers=AUTH)
+    assert metrics.status == 200 and b"dispatchq_judgements" in metrics.body
+
+
+def test_a_browser_logs_in_once_and_the_cookie_only_reads(server: Server) -> None:
+    """A browser cannot send a Bearer header: `/` offers a form, `/login` sets a cookie that
+    opens GET routes only, so another site cannot make a logged-in browser write."""
+    page = request(server.port, "GET", "/")
+    assert page.status == 401 and b'action="/login"' in page.body and TOKEN.encode() not in page.body
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert request(server.port, "POST", "/login", b"token=wrong", form).status == 401
+    login = request(server.port, "POST", "/login", f"token={TOKEN}".encode(), form)
+    assert login.status == 303 and login.headers["location"] == "/"
+    cookie = login.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    jar = {"Cookie": cookie.split(";", 1)[0]}
+    shown = request(server.port, "GET", "/", headers=jar)
+    assert shown.status == 200 and b"<html" in shown.body.lower()
+    assert request(server.port, "GET", "/status", headers=jar).status == 200
+    body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
+    assert request(server.port, "POST", "/judgements", body, jar).status == 401
+    assert request(server.port, "GET", "/", headers={"Cookie": "dispatchq_token=wrong"}).status == 401
+
+
 def test_a_host_beyond_loopback_without_a_token_is_refused(env: dict[str, str]) -> None:
     without = {k: v for k, v in env.items() if not k.startswith("DISPATCHQ_API_TOKEN")}
     done = run_cli(["serve", "--host", "0.0.0.0", "--port", str(free_port())], without, timeout=60)

@@ -1,0 +1,59 @@
+"""`/metrics`' families from `status`'s data and the store's counters (a pure function)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatchq.serve.metrics import metric_families
+
+
+def samples(
+    data: dict[str, Any], counters: dict[str, Any]
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metric_families(data, counters)
+        for s in family.samples
+    }
+
+
+def test_an_open_window_and_an_empty_store_export_zeroes_not_nothing() -> None:
+    got = samples({"judgements": {}, "waiting_by_class": {}}, {})
+    assert got[("dispatchq_window_closed", (("scope", "general"),))] == 0
+    assert got[("dispatchq_waiting", (("reason_class", "host_blocked"),))] == 0
+    assert got[("dispatchq_judgements", (("status", "queued"), ("tier", "session")))] == 0
+    assert got[("dispatchq_sessions_spawned_total", ())] == 0
+
+
+def test_scopes_tiers_classes_and_rows_become_labels() -> None:
+    data = {
+        "markers": [
+            {"scope": "general", "up": True, "lifts_at_epoch": 1800000000.0, "utilization": 0.97},
+            {"scope": "model:opus", "up": False, "lifts_at_epoch": 1700000000.0, "utilization": None},
+        ],
+        "judgements_by_tier": {"session": {"waiting": 7, "queued": 1}, "needs-triage": {}},
+        "judgements": {"answered": 40, "failed": 2},
+        "waiting_by_class": {"window": 6, "host_blocked": 1},
+        "workers": {"code": 2},
+        "sessions": {"blocked": {"build-01": "claude: not found"}},
+        "scheduler": {"alive": True},
+    }
+    counters = {
+        "answered": {"code": 30, "typed": 9, "session": 1},
+        "triage_outcomes": {"shadow_mode": 3, "apply": 1},
+        "finished": {"code:answered": 30},
+        "sessions_spawned": 5,
+    }
+    got = samples(data, counters)
+    assert got[("dispatchq_window_closed", (("scope", "general"),))] == 1
+    assert got[("dispatchq_window_closed", (("scope", "model:opus"),))] == 0
+    assert got[("dispatchq_window_utilization", (("scope", "general"),))] == 0.97
+    assert ("dispatchq_window_utilization", (("scope", "model:opus"),)) not in got
+    assert got[("dispatchq_judgements", (("status", "waiting"), ("tier", "session")))] == 7
+    assert got[("dispatchq_judgements", (("status", "answered"), ("tier", "all")))] == 40
+    assert got[("dispatchq_waiting", (("reason_class", "window"),))] == 6
+    assert got[("dispatchq_host_blocked", (("host", "build-01"),))] == 1
+    assert got[("dispatchq_sessions_avoided_total", ())] == 39
+    assert got[("dispatchq_triage_outcomes_total", (("row", "shadow_mode"),))] == 3
+    assert got[("dispatchq_judgements_finished_total", (("status", "answered"), ("tier", "code")))] == 30
+    assert got[("dispatchq_scheduler_alive", ())] == 1
