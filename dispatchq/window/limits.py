@@ -568,7 +568,8 @@ def reprobe_backoff(
     read as "just reset" gets one probe only: refused again with the same time, it meant the
     next day's occurrence. And a refusal within `SKEW_WINDOW` of the stated instant is clock
     skew (resets are whole seconds, clocks differ): retried after `skew_backoff` seconds,
-    doubling, `skew_retries` times, before `reprobe_min` applies. `asked_at` is when the
+    doubling, `skew_retries` times, before `reprobe_min` applies (each round of that chain
+    may start up to `SKEW_WINDOW` later than the back-off alone says). `asked_at` is when the
     refused probe started (default `now`): a session takes seconds to reach the API, and that
     start-up time is no sign of a wrong statement.
     """
@@ -579,7 +580,11 @@ def reprobe_backoff(
     if signal.kind == "unknown" and signal.just_reset and signal.next_lifts_at is not None:
         return replace(signal, lifts_at=signal.next_lifts_at, just_reset=False), refusals
     asked = asked_at if asked_at is not None else now
-    near = signal.stated_at is not None and abs(signal.stated_at - asked) <= SKEW_WINDOW
+    # Each probe round may take SKEW_WINDOW to reach the API (a loaded host starts a session in
+    # seconds), on top of the skew back-off already granted: the chain stays "a moment after".
+    rounds = refusals - 1
+    allowance = SKEW_WINDOW * rounds + timedelta(seconds=skew_backoff * (2 ** (rounds - 1) - 1))
+    near = signal.stated_at is not None and abs(signal.stated_at - asked) <= allowance
     if near and refusals - 1 <= skew_retries:
         delay = skew_backoff * 2 ** (refusals - 2)
         return replace(

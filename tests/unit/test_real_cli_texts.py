@@ -462,3 +462,16 @@ def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str) -> None:
     got = outcome(_stream(_synthetic(text, "unknown"), _result(text, is_error=True, status=400)))
     assert got.kind == "limit" and got.limit is not None
     assert (got.limit.kind, got.limit.lifts_at) == ("api_usage", datetime(2027, 1, 1, tzinfo=UTC))
+
+
+def test_each_skew_retry_may_start_a_window_late_but_a_wrong_time_still_waits_reprobe_min() -> None:
+    stated = NOW
+    signal = LimitSignal(stated, "five_hour", "general", "m", stated="resetsAt=1", stated_at=stated)
+    kwargs: dict[str, Any] = {"previous_stated": signal.stated, "reprobe_min": 300}
+    # The second skew retry started 25 s after the stated instant (two slow start-ups): still skew.
+    asked = NOW + timedelta(seconds=25)
+    moved, _ = reprobe_backoff(signal, now=asked, asked_at=asked, previous_refusals=2, **kwargs)
+    assert (moved.lifts_at - asked).total_seconds() == 4.0
+    # A first re-refusal 25 s after the stated instant is no moment: the stated time is wrong.
+    moved, _ = reprobe_backoff(signal, now=asked, asked_at=asked, previous_refusals=1, **kwargs)
+    assert (moved.lifts_at - asked).total_seconds() == 300.0
