@@ -22,6 +22,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
+- sessions (`bench/sessions.py`, not in the default set): spawns per judgement with the real
+  Claude Code CLI for each case of the real-client layer, the layer's run time, and a plain
+  retry loop's wasted spawns over the same limit and the same refused credential.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.faults import run_faults  # noqa: E402
+from bench.sessions import run_sessions  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -357,6 +361,7 @@ def main() -> int:
         "resume": lambda: resume(bench, args.lifts),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
+        "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time
     }
     try:
         for name in args.which:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Spawns per judgement with the real Claude Code CLI, and the real-client layer's run time.
 
-    .venv/bin/python bench/sessions.py   # runs tests/integration/test_claude_cli.py (pytest -n 2)
+    python3 ops/dev.py bench sessions    # or: .venv/bin/python bench/sessions.py
+                                         # (runs tests/integration/test_claude_cli.py, pytest -n 2)
 
 The cases are the real-client tests themselves (the pinned CLI against the loopback stand-in
 for the Messages API, real session workers on an embedded Redis): each asserts its spawn counts
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -91,17 +93,24 @@ def plain_host(judgements: int = 2, retries: int = 1) -> int:
         return spawns
 
 
-def main() -> int:
+def run_sessions() -> dict[str, Any]:
+    """The table, the layer's time and the plain comparison (also `python3 ops/dev.py bench sessions`)."""
     if not CLAUDE.exists():
-        print(f"the pinned CLI is not at {CLAUDE}: run `python3 ops/dev.py test` once (it installs it)")
-        return 1
+        raise SystemExit(
+            f"the pinned CLI is not at {CLAUDE}: run `python3 ops/dev.py test` once (it installs it)"
+        )
     figures = Path(tempfile.mkdtemp(prefix="dq-bench-sessions-")) / "figures.jsonl"
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "--durations=8"]
     argv.append("tests/integration/test_claude_cli.py")
     load_before = os.getloadavg()
+    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     done = subprocess.run(argv, cwd=ROOT, env={**os.environ, "BENCH_SPAWN_FIGURES": str(figures)})
     elapsed = time.monotonic() - start
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU the layer itself used (every process it started, the CLIs included): on a host shared
+    # with other work the wall time says more about the neighbours than about the layer.
+    cpu = used.ru_utime - used_before.ru_utime + used.ru_stime - used_before.ru_stime
     load_after = os.getloadavg()
     rows: list[dict[str, Any]] = (
         [json.loads(line) for line in figures.read_text().splitlines()] if figures.exists() else []
@@ -113,7 +122,8 @@ def main() -> int:
         print("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     print(
         f"\nreal-client layer: {elapsed:.0f} s with pytest -n 2 (exit {done.returncode}); "
-        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, on {os.cpu_count()} cores"
+        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, on {os.cpu_count()} cores; "
+        f"{cpu:.0f} CPU-seconds used by the layer ({cpu / 2:.0f} s of 2 cores)"
     )
 
     by_case = {row["case"]: row for row in rows}
@@ -132,14 +142,20 @@ def main() -> int:
         comparison.append({"case": case, "plain_wasted": plain_spawns, "dispatchq_wasted": ours})
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
+        "pytest_exit": done.returncode,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
         "load_before": load_before,
         "load_after": load_after,
         "cases": rows,
         "plain": comparison,
     }
     (RESULTS / "sessions.json").write_text(json.dumps(out, indent=2))
-    return done.returncode
+    return out
+
+
+def main() -> int:
+    return int(run_sessions()["pytest_exit"])
 
 
 if __name__ == "__main__":
