@@ -31,6 +31,9 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
+- sessions (`bench/sessions.py`, not in the default set): spawns per judgement with the real
+  Claude Code CLI for each case of the real-client layer, the layer's run time, and a plain
+  retry loop's wasted spawns over the same limit and the same refused credential.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.faults import run_faults  # noqa: E402
+from bench.sessions import run_sessions  # noqa: E402
+from bench.status import run_status  # noqa: E402
 from bench.typed import typed_concurrency  # noqa: E402
 from bench.webhooks import run_webhooks  # noqa: E402
-from bench.status import run_status  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -378,6 +382,7 @@ def main() -> int:
         "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
         "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.repeat),
+        "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time
     }
     try:
         for name in args.which:

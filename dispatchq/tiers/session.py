@@ -401,6 +401,7 @@ def _run(
     window.store.set_running(
         record.id, {"host": settings.host, "session_id": resume, "started": time.time(), "probe": probes}
     )
+    started = time.time()
     try:
         result = launch(argv, prompt, cwd=cwd, env=env, timeout=settings.session_timeout, on_event=on_event)
     finally:
@@ -440,7 +441,7 @@ def _run(
         requeue_front(window, record, why, resume_session="")
         hooks.not_spawned(runtime, record, why)
         return "fresh session"
-    accounted = _account(window, record, kind, outcome, result.timed_out, open_window)
+    accounted = _account(window, record, kind, outcome, result.timed_out, open_window, started)
     for signal, used in reserve_signals(
         outcome.events, reserve=settings.window_reserve, now=datetime.now(UTC)
     ):
@@ -495,6 +496,7 @@ def _account(
     outcome: SessionOutcome,
     timed_out: bool,
     open_window: Callable[[str], None],
+    started: float | None = None,
 ) -> str:
     store = window.records
     sid = outcome.session_id
@@ -505,7 +507,7 @@ def _account(
         signals = [
             replace(s, scope=scope_pausing(s.scope, model)) for s in outcome.limits or (outcome.limit,)
         ]
-        reason = window.report_limit(signals, session=sid)
+        reason = window.report_limit(signals, session=sid, asked_at=started)
         if outcome.refused_at_spawn:
             window.store.count_refused()
             requeue_front(window, record, reason, status="waiting", trail_why="refused at spawn (no cost)")

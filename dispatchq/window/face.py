@@ -203,9 +203,15 @@ class Window:
                     self.hold(record.id, closed)
 
     # --- this is what the session reported ----------------------------------------------
-    def report_limit(self, signals: Iterable[LimitSignal], *, session: str | None) -> str:
-        """The session hit a limit: raise every marker it names; the reason the judgement shows."""
-        raised = [self.raise_marker(signal, session=session) for signal in signals]
+    def report_limit(
+        self, signals: Iterable[LimitSignal], *, session: str | None, asked_at: float | None = None
+    ) -> str:
+        """The session hit a limit: raise every marker it names; the reason the judgement shows.
+
+        `asked_at`: when that session started (a probe refused a moment after the stated reset
+        is clock skew, however long the session took to report it).
+        """
+        raised = [self.raise_marker(signal, session=session, asked_at=asked_at) for signal in signals]
         return waiting_reason(max(raised, key=lambda m: m.lifts_at))
 
     def opened(self, scopes: Iterable[str], why: str) -> None:
@@ -221,6 +227,7 @@ class Window:
         source: str = "session",
         reason: str = "",
         utilization: float | None = None,
+        asked_at: float | None = None,
     ) -> Marker:
         """Record that the window is closed until `signal.lifts_at`; keep the later time.
 
@@ -238,6 +245,7 @@ class Window:
                 previous_refusals=current.refusals,
                 now=datetime.now(UTC),
                 reprobe_min=self.settings.reprobe_min,
+                asked_at=datetime.fromtimestamp(asked_at, UTC) if asked_at is not None else None,
             )
         fields = {
             "kind": signal.kind,

@@ -177,9 +177,14 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 # --- structured events ---------------------------------------------------------------------
 _RATE_TYPE = re.compile(r"^[a-z0-9_]{1,48}$")
 _EVENT_MODELS = frozenset({"opus", "sonnet", "haiku", "fable"})
-# Window types whose scope the event states itself; any other (`seven_day_overage_included`,
-# a model's own limit) takes the scope the message names (`You've hit your Fable 5 limit`).
+# Window types whose scope the event states itself; any other (a model's own limit) takes the
+# scope the message names (`You've hit your Fable 5 limit`).
 _STATED_SCOPE = frozenset({"five_hour", "seven_day", "overage"})
+# Types that name their model another way. Claude Code 2.1.197 words `seven_day_overage_included`
+# as "Fable 5 limit" and reports it only for Fable sessions, also under a message that names no
+# model (`You've hit your monthly spend limit. /model to switch models.`): Fable's scope, never
+# the general one (other models still answer).
+_TYPE_SCOPES = {"seven_day_overage_included": "model:fable"}
 
 
 def _event_kind(rate_type: object) -> tuple[str, str]:
@@ -187,6 +192,8 @@ def _event_kind(rate_type: object) -> tuple[str, str]:
         return "unknown", GENERAL_SCOPE
     if rate_type == "overage":
         return "credits", GENERAL_SCOPE
+    if rate_type in _TYPE_SCOPES:
+        return rate_type, _TYPE_SCOPES[rate_type]
     model = rate_type.removeprefix("seven_day_")
     if rate_type.startswith("seven_day_") and model in _EVENT_MODELS:
         return rate_type, f"model:{model}"
@@ -547,6 +554,7 @@ def reprobe_backoff(
     max_delay: float | None = None,
     skew_backoff: float = 2.0,
     skew_retries: int = 4,
+    asked_at: datetime | None = None,
 ) -> tuple[LimitSignal, int]:
     """Push a repeated stale lift time out, so a stale message never causes a spawn loop.
 
@@ -560,7 +568,10 @@ def reprobe_backoff(
     read as "just reset" gets one probe only: refused again with the same time, it meant the
     next day's occurrence. And a refusal within `SKEW_WINDOW` of the stated instant is clock
     skew (resets are whole seconds, clocks differ): retried after `skew_backoff` seconds,
-    doubling, `skew_retries` times, before `reprobe_min` applies.
+    doubling, `skew_retries` times, before `reprobe_min` applies (each round of that chain
+    may start up to `SKEW_WINDOW` later than the back-off alone says). `asked_at` is when the
+    refused probe started (default `now`): a session takes seconds to reach the API, and that
+    start-up time is no sign of a wrong statement.
     """
     require_aware(now)
     if previous_stated is None or signal.stated != previous_stated:
@@ -568,7 +579,12 @@ def reprobe_backoff(
     refusals = max(previous_refusals, 1) + 1
     if signal.kind == "unknown" and signal.just_reset and signal.next_lifts_at is not None:
         return replace(signal, lifts_at=signal.next_lifts_at, just_reset=False), refusals
-    near = signal.stated_at is not None and abs(signal.stated_at - now) <= SKEW_WINDOW
+    asked = asked_at if asked_at is not None else now
+    # Each probe round may take SKEW_WINDOW to reach the API (a loaded host starts a session in
+    # seconds), on top of the skew back-off already granted: the chain stays "a moment after".
+    rounds = refusals - 1
+    allowance = SKEW_WINDOW * rounds + timedelta(seconds=skew_backoff * (2 ** (rounds - 1) - 1))
+    near = signal.stated_at is not None and abs(signal.stated_at - asked) <= allowance
     if near and refusals - 1 <= skew_retries:
         delay = skew_backoff * 2 ** (refusals - 2)
         return replace(

@@ -17,6 +17,7 @@ test; `unknown_paths` lists them.
         api.answer("4")                                   # every /v1/messages: a streamed "4"
         api.push(Reply.limit(resets_at=..., claim="five_hour"))   # next request only (FIFO)
         api.default = Reply.limit(...)                    # every request from now on
+        api.rule = lambda seen: ...                       # a Reply (or None) per request, first
         env["ANTHROPIC_BASE_URL"] = api.url
         api.message_requests                              # the /v1/messages requests seen
 """
@@ -29,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,6 +95,11 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0  # time.time() when it arrived
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model") or "") if isinstance(self.body, dict) else ""
 
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
@@ -124,6 +130,9 @@ class FakeAnthropicAPI:
     def __init__(self) -> None:
         self.default = Reply.answer("ok")
         self.queue: deque[Reply] = deque()
+        # Asked first for every /v1/messages request (under the lock): a Reply, or None for
+        # the queue and the default. Tests script time- or model-dependent answers with it.
+        self.rule: Callable[[Seen], Reply | None] | None = None
         self.seen: list[Seen] = []
         self.unknown_paths: list[str] = []
         self._lock = threading.Lock()
@@ -138,8 +147,12 @@ class FakeAnthropicAPI:
         with self._lock:
             self.queue.extend(replies)
 
-    def next_reply(self) -> Reply:
+    def next_reply(self, seen: Seen | None = None) -> Reply:
         with self._lock:
+            if self.rule is not None and seen is not None:
+                chosen = self.rule(seen)
+                if chosen is not None:
+                    return chosen
             return self.queue.popleft() if self.queue else self.default
 
     @property
@@ -198,9 +211,11 @@ def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
         def _handle(self, method: str) -> None:
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
             path = self.path.split("?", 1)[0]
-            api.record(Seen(method, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            seen = Seen(method, self.path, headers, body, time.time())
+            api.record(seen)
             if method == "POST" and path == "/v1/messages":
-                self._messages(body if isinstance(body, dict) else {})
+                self._messages(body if isinstance(body, dict) else {}, seen)
                 return
             if method == "POST" and path == "/v1/messages/count_tokens":
                 self._send(200, {"input_tokens": 12})
@@ -209,8 +224,8 @@ def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
                 api.unknown_paths.append(f"{method} {self.path}")
             self._send(200, {})
 
-        def _messages(self, body: Mapping[str, Any]) -> None:
-            reply = api.next_reply()
+        def _messages(self, body: Mapping[str, Any], seen: Seen) -> None:
+            reply = api.next_reply(seen)
             if reply.status != 200:
                 self._send(reply.status, reply.body or error_body("api_error", "error"), reply.headers)
                 return

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ import pytest
 
 from dispatchq import keys
 from dispatchq.processes import set_runtime
+from dispatchq.queue.retrigger import window_for
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.conftest import REPO
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply
+from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply, Seen
 from tests.integration.test_session_tier import Harness, iso_epoch
 
 CLAUDE = REPO / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
@@ -81,7 +83,33 @@ class RealHarness(Harness):
             CLAUDE_CODE_MAX_RETRIES="1",
             HOME=str(home),
             TZ="UTC",
+            # The fake session shows the window in a second; the real CLI takes seconds to reach
+            # the API, and a probe must not be taken as open before its refusal arrives.
+            DISPATCHQ_PROBE_GRACE="60",
         )
+
+    def use_api_key(self) -> None:
+        """Authenticate as an API-key user (the CLI then has no usage window, only API limits)."""
+        self.env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
+        self.env.update(
+            DISPATCHQ_SESSION_CREDENTIAL_VAR="ANTHROPIC_API_KEY", ANTHROPIC_API_KEY="sk-ant-stand-in"
+        )
+
+    def window_markers(self) -> list[Any]:
+        return window_for(self.rt).markers()
+
+    def add_kinds(self, text: str) -> None:
+        config = self.tmp / "dispatchq.yaml"
+        config.write_text(config.read_text() + text)
+
+    def bursts(self, count: int = 1, **env: str) -> None:
+        """`count` burst workers at once; each must exit by itself, 0."""
+        procs = [self.start("worker", "session", "--burst", **env) for _ in range(count)]
+        for proc in procs:
+            try:
+                assert proc.wait(timeout=120) == 0, self.logs()
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"a burst worker did not exit\n{self.logs()}")
 
     def spawns(self) -> int:
         """Sessions dispatchq spawned (its own counter: the CLI is not ours to instrument)."""
@@ -178,7 +206,7 @@ def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealH
     resets = int(time.time()) + 8
     real.api.push(Reply.limit(resets_at=resets, claim="five_hour"))  # the first request only
     real.api.answer("after the lift")
-    ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
     real.workers(1)
     real.wait(lambda: real.marker() is not None, "the marker to go up", timeout=60)
     marker = real.marker()
@@ -198,9 +226,9 @@ def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealH
     if time.time() < resets - 2:
         assert real.spawns_stay(1, period=1.5) == 1
     real.wait(lambda: real.all_status(ids, "answered"), "the lift, one probe, then the drain", timeout=60)
-    assert real.spawns() == 4
-    assert len(real.api.message_requests) == 4
-    real.figure("usage limit (five_hour)", 3, until_lift=closed, while_closed=0, total=real.spawns())
+    assert real.spawns() == 3
+    assert len(real.api.message_requests) == 3
+    real.figure("usage limit (five_hour)", 2, until_lift=closed, while_closed=0, total=real.spawns())
     assert real.marker(GENERAL_SCOPE) is None
     for jid in ids:
         assert real.record(jid).attempts == 0
@@ -287,7 +315,7 @@ def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
     if reply is not None:
         real.api.default = reply
     real.env.update(setup)
-    ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
     real.workers(1)
     real.wait(lambda: real.all_status(ids, "waiting"), "the host block to hold every judgement", timeout=60)
     assert real.spawns_stay(1, period=2.0) == 1
@@ -310,8 +338,8 @@ def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
     if reply is None:
         real.workers(1)
     real.wait(lambda: real.all_status(ids, "answered"), "the drain after the host is cleared", timeout=60)
-    assert real.spawns() == 4
-    real.figure(f"host-wide: {why}", 3, until_cleared=blocked_after, total=real.spawns())
+    assert real.spawns() == 3
+    real.figure(f"host-wide: {why}", 2, until_cleared=blocked_after, total=real.spawns())
 
 
 def test_a_blocked_host_probes_once_per_interval_and_clears_itself(real: RealHarness) -> None:
@@ -358,18 +386,17 @@ def test_a_models_own_limit_costs_one_spawn_and_the_burst_worker_exits(real: Rea
     resets = int(time.time()) + 3 * 86400
     real.api.push(Reply.limit(resets_at=resets, claim="seven_day_overage_included"))
     real.api.answer("sonnet still answers")
-    fables = [real.enqueue("fable", f"f{i}") for i in range(3)]
+    fables = [real.enqueue("fable", f"f{i}") for i in range(2)]
     other = real.enqueue("sonnet", "s")
-    for _ in range(2):  # a second burst: still nothing spawned for the paused model
-        done = real.cli("worker", "session", "--burst")
-        assert done.returncode == 0, done.stderr
+    done = real.cli("worker", "session", "--burst")  # exits by itself: no spawn loop
+    assert done.returncode == 0, done.stderr
     assert real.spawns() == 2
     marker = real.marker("model:fable")
     assert marker is not None and marker.closed() and marker.lifts_at == resets
     assert real.marker() is None  # the general window stays open
     assert real.all_status(fables, "waiting")
     assert real.record(other).status == "answered"
-    real.figure("model's own weekly limit (Fable)", 3, until_lift=real.spawns() - 1, while_closed=0)
+    real.figure("model's own weekly limit (Fable)", 2, until_lift=real.spawns() - 1, while_closed=0)
 
 
 # --- the reserve: the end of the window kept for people -------------------------------------------
@@ -399,3 +426,261 @@ def test_the_reserve_keeps_the_last_slice_of_the_window_for_people(real: RealHar
     assert real.cli("window", "open").returncode == 0
     done = real.cli("worker", "session", "--burst")
     assert real.record(second).status == "answered", real.record(second).reason
+
+
+# --- issue 12 case 6: a weekly limit printed with the time only -----------------------------------
+def test_a_weekly_limit_printed_with_the_time_only_is_tomorrow_never_just_reset(real: RealHarness) -> None:
+    # 23.5 h ahead the CLI prints the time only, and that time of day passed half an hour ago
+    # (`resets 6:46am (UTC)` at 07:16). With `--output-format json` the CLI prints no events:
+    # that text is all dispatchq has. Read as "just reset" it would probe at once, every time.
+    resets = int(time.time()) + 84_600
+    real.api.default = Reply.limit(resets_at=resets, claim="seven_day")
+    real.env["DISPATCHQ_SESSION_COMMAND"] = f"{CLAUDE} -p --output-format json"
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
+    real.bursts()  # exits by itself: read as "just reset" it would probe again at once
+    assert real.spawns() == 1
+    marker = real.marker()
+    assert marker is not None and marker.closed(), marker
+    assert marker.kind == "seven_day" and "weekly limit · resets" in marker.message, marker
+    assert resets - 60 < marker.lifts_at <= resets  # tomorrow, at the printed minute
+    assert real.all_status(ids, "waiting")
+    real.figure("weekly limit, time only (json output)", 2, until_lift=1, while_closed=0)
+
+
+# --- case 7: throttles that are not the usage window ----------------------------------------------
+PER_MINUTE = (
+    "This request would exceed the rate limit for your organization (0000) of 50,000 input tokens "
+    "per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."
+)
+
+
+def test_an_api_keys_per_minute_429_is_a_throttle_with_back_off_not_the_window(real: RealHarness) -> None:
+    # The real CLI prints `API Error: Request rejected (429) · This request would exceed the rate
+    # limit for your organization … per minute` (after one retry of its own).
+    real.use_api_key()
+    per_minute = Reply.error(429, "rate_limit_error", PER_MINUTE, **{"retry-after": "1"})
+    real.api.push(per_minute, per_minute)
+    real.api.answer("a minute later")
+    jid = real.enqueue("ask", "q")
+    real.workers(1)
+    real.wait(lambda: real.all_status([jid], "answered"), "the answer after the back-off", timeout=90)
+    assert real.marker() is None
+    assert not [a for a in real.audit() if a["action"] == "closed"]
+    assert real.spawns() == 2
+    record = real.record(jid)
+    backed_off = [step.why for step in record.trail if "transient throttle, retrying after" in step.why]
+    assert len(backed_off) == 1 and "per minute" in backed_off[0], [s.why for s in record.trail]
+    assert real.api.message_requests[0].headers.get("x-api-key") == "sk-ant-stand-in"
+    real.figure("API key per-minute 429 (transient)", 1, total=2)
+
+
+OPUS_HIGH_LOAD = "Opus is experiencing high load, please use /model to switch to Sonnet"
+
+
+def test_opus_high_load_backs_off_that_judgement_and_pauses_no_other_model(real: RealHarness) -> None:
+    overloaded: list[Seen] = []
+
+    def opus_overloaded_once(seen: Seen) -> Reply | None:
+        if "opus" in seen.model and not overloaded:
+            overloaded.append(seen)
+            return Reply.error(429, "rate_limit_error", OPUS_HIGH_LOAD)
+        return None
+
+    real.api.rule = opus_overloaded_once
+    real.api.answer("answered")
+    opus = real.enqueue("opus", "o")  # first in line: it meets the overload
+    sonnets = [real.enqueue("sonnet", "s")]
+    real.workers(1)
+    real.wait(lambda: real.all_status([opus, *sonnets], "answered"), "every answer", timeout=120)
+    assert real.window_markers() == []
+    assert not [a for a in real.audit() if a["action"] == "closed"]
+    assert real.spawns() == 3
+    requests = real.api.message_requests
+    opus_asks = [r for r in requests if "opus" in r.model]
+    sonnet_asks = [r for r in requests if "sonnet" in r.model]
+    assert len(opus_asks) == 2 and len(sonnet_asks) == 1, [r.model for r in requests]
+    # While the Opus judgement backed off, a Sonnet one ran: nothing paused it.
+    assert min(r.at for r in sonnet_asks) < opus_asks[1].at
+    assert any(OPUS_HIGH_LOAD in step.why for step in real.record(opus).trail)
+    real.figure("Opus high load 429 (transient, Sonnet not paused)", 2, total=3)
+
+
+# --- case 10: the wordings missed before ----------------------------------------------------------
+def _clock_hour(at: datetime) -> str:
+    return f"{at.hour % 12 or 12}{'am' if at.hour < 12 else 'pm'}"
+
+
+@pytest.mark.parametrize(
+    "wording",
+    [
+        pytest.param("Usage limit reached · resets {at} (UTC)", id="usage-limit-reached"),
+        pytest.param("Limit reached · resets {at} (UTC) · /upgrade to Max 20x", id="limit-reached-upgrade"),
+    ],
+)
+def test_older_limit_wordings_the_real_cli_passes_through_close_the_window(
+    real: RealHarness, wording: str
+) -> None:
+    # Claude Code 2.1.197 never composes these itself; on a subscriber 429 whose only window
+    # header is `-overage-disabled-reason` it prints the API's message verbatim (and a rejected
+    # event with no reset), which is how they reach dispatchq here.
+    at = (datetime.now(UTC) + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    text = wording.format(at=_clock_hour(at))
+    real.api.default = Reply.error(
+        429,
+        "rate_limit_error",
+        text,
+        **{"anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled"},
+    )
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
+    real.bursts()
+    assert real.spawns() == 1
+    marker = real.marker()
+    assert marker is not None and marker.closed(), marker
+    assert marker.lifts_at == at.timestamp(), (marker, text)
+    assert real.all_status(ids, "waiting")
+    real.figure(f"wording: {wording.split(' · ')[0]}", 2, until_lift=1, while_closed=0)
+
+
+FABLE_AND_SONNET = """
+  fable:
+    session:
+      prompt: "Answer {{ target }}"
+      model: claude-fable-5
+"""
+
+
+def test_fables_monthly_spend_limit_pauses_fable_only(real: RealHarness) -> None:
+    # A Fable session, 429, claim seven_day_overage_included, spend cap reached: the real CLI
+    # prints `You've hit your monthly spend limit. /model to switch models.`
+    real.add_kinds(FABLE_AND_SONNET)
+    resets = int(time.time()) + 20 * 86400
+    spent = Reply.limit(
+        resets_at=resets, claim="seven_day_overage_included", overage_disabled_reason="org_spend_cap_reached"
+    )
+    real.api.rule = lambda seen: spent if "fable" in seen.model else None
+    real.api.answer("sonnet answers")
+    fables = [real.enqueue("fable", f"f{i}") for i in range(2)]
+    other = real.enqueue("sonnet", "s")
+    real.bursts()
+    assert real.spawns() == 2
+    marker = real.marker("model:fable")
+    assert marker is not None and marker.closed() and marker.lifts_at == resets
+    assert "monthly spend limit" in marker.message, marker
+    assert real.marker() is None  # the other models still answer
+    assert real.all_status(fables, "waiting")
+    assert real.record(other).status == "answered"
+    real.figure("wording: Fable monthly spend limit", 2, until_lift=1, while_closed=0)
+
+
+def test_an_api_keys_usage_limits_400_closes_the_window_until_the_stated_day(real: RealHarness) -> None:
+    # The API's own words on a 400; the real CLI prints `API Error: 400 You have reached …`.
+    real.use_api_key()
+    day = (datetime.now(UTC) + timedelta(days=31)).replace(hour=0, minute=0, second=0, microsecond=0)
+    text = (
+        "You have reached your specified API usage limits. "
+        f"You will regain access on {day.date().isoformat()} at 00:00 UTC."
+    )
+    real.api.default = Reply.error(400, "invalid_request_error", text)
+    ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
+    real.bursts()
+    assert real.spawns() == 1
+    marker = real.marker()
+    assert marker is not None and marker.closed(), marker
+    assert (marker.kind, marker.lifts_at) == ("api_usage", day.timestamp()), marker
+    assert real.all_status(ids, "waiting")
+    assert real.status()["sessions"]["blocked"] == {}  # a limit, not a broken host
+    real.figure("wording: API usage limits (400)", 2, until_lift=1, while_closed=0)
+
+
+# --- case 11: a probe a moment early --------------------------------------------------------------
+def test_a_probe_refused_a_moment_after_the_stated_reset_is_retried_in_seconds(real: RealHarness) -> None:
+    # The API's clock is behind the host's: at the stated instant it still refuses, stating the
+    # same reset. DISPATCHQ_REPROBE_MIN stays at its 300 s: read as a wrong time, this would stall.
+    stated: list[int] = []
+    refused: list[Seen] = []
+
+    def skewed(seen: Seen) -> Reply | None:
+        if not stated:
+            stated.append(int(seen.at) + 4)
+        if len(refused) < 3:  # the hit, then two probes
+            refused.append(seen)
+            return Reply.limit(resets_at=stated[0], claim="five_hour")
+        return None
+
+    real.api.rule = skewed
+    real.api.answer("after the skew")
+    ids = [real.enqueue("ask", "q")]
+    real.workers(1)
+    real.wait(lambda: real.all_status(ids, "answered"), "the answer after two skew retries", timeout=120)
+    assert len(real.api.message_requests) == 4 and real.spawns() == 4
+    closes = [a for a in reversed(real.audit()) if a["action"] == "closed"]
+    assert len(closes) == 3, closes
+    delays = [
+        datetime.fromisoformat(a["lifts_at"]).timestamp() - datetime.fromisoformat(a["at"]).timestamp()
+        for a in closes[1:]
+    ]
+    assert all(0 < d < 60 for d in delays) and delays[0] < delays[1], delays  # 2 s, then 4 s
+    real.figure("probe refused a moment early (clock skew)", 1, until_lift=1, total=4)
+
+
+def test_a_probe_refused_with_a_long_past_reset_waits_reprobe_min(real: RealHarness) -> None:
+    stale = int(time.time()) - 600  # the API keeps stating a reset ten minutes gone
+    real.api.default = Reply.limit(resets_at=stale, claim="five_hour")
+    ids = [real.enqueue("ask", "q")]
+    real.workers(1, DISPATCHQ_REPROBE_MIN="120")
+    real.wait(lambda: (m := real.marker()) is not None and m.refusals >= 2, "the probe's refusal", timeout=60)
+    marker = real.marker()
+    assert marker is not None and marker.closed(), marker
+    assert 100 < marker.lifts_at - marker.set_at <= 120
+    assert real.spawns_stay(2, period=2.0) == 2
+    assert real.all_status(ids, "waiting")
+    real.figure("stale stated reset (reprobe min)", 1, until_lift=2, while_closed=0)
+
+
+# --- two session slots, two workers: the limit still stops every spawn ----------------------------
+def test_with_two_session_slots_a_limit_stops_both_workers_until_the_lift(real: RealHarness) -> None:
+    real.env["DISPATCHQ_SESSION_CONCURRENCY"] = "2"
+    resets: list[int] = []
+
+    def closed_for_a_while(seen: Seen) -> Reply | None:
+        if not resets:
+            resets.append(int(seen.at) + 8)
+        return Reply.limit(resets_at=resets[0], claim="five_hour") if seen.at < resets[0] else None
+
+    real.api.rule = closed_for_a_while
+    real.api.answer("drained")
+    ids = [real.enqueue("ask", f"q{i}") for i in range(3)]
+    real.workers(2)
+    real.wait(lambda: real.all_status(ids, "answered"), "the lift and the drain", timeout=150)
+    requests = real.api.message_requests
+    refused = [r for r in requests if r.at < resets[0]]
+    # At most the sessions already running when the limit came (one per slot); then, after the
+    # lift, each judgement once (the probe is one of them).
+    assert 1 <= len(refused) <= 2, [r.at - resets[0] for r in requests]
+    assert len(requests) == len(refused) + 3
+    assert real.spawns() == len(requests)
+    for jid in ids:
+        assert real.record(jid).attempts == 0
+    real.figure(
+        "usage limit, 2 slots and 2 workers", 3, until_lift=len(refused), while_closed=0, total=len(requests)
+    )
+
+
+def test_with_two_session_slots_a_models_own_limit_is_no_spawn_loop(real: RealHarness) -> None:
+    real.env["DISPATCHQ_SESSION_CONCURRENCY"] = "2"
+    real.add_kinds(FABLE_AND_SONNET)
+    resets = int(time.time()) + 3 * 86400
+    weekly = Reply.limit(resets_at=resets, claim="seven_day_overage_included")
+    real.api.rule = lambda seen: weekly if "fable" in seen.model else None
+    real.api.answer("sonnet still answers")
+    fables = [real.enqueue("fable", f"f{i}") for i in range(3)]
+    other = real.enqueue("sonnet", "s")
+    real.bursts(2)
+    fable_asks = [r for r in real.api.message_requests if "fable" in r.model]
+    assert 1 <= len(fable_asks) <= 2
+    assert real.spawns() == len(fable_asks) + 1
+    marker = real.marker("model:fable")
+    assert marker is not None and marker.closed() and marker.lifts_at == resets
+    assert real.all_status(fables, "waiting")
+    assert real.record(other).status == "answered"
+    real.figure("model's own limit, 2 slots and 2 workers", 3, until_lift=len(fable_asks), while_closed=0)

@@ -403,3 +403,75 @@ def test_the_reserve_closes_a_scope_whose_use_entered_the_kept_slice() -> None:
     assert reserve_signals([_warning(0.85, resets)], reserve=0.1, now=NOW) == []
     assert reserve_signals([_warning(0.95, resets)], reserve=0.0, now=NOW) == []  # off by default
     assert reserve_signals([_event(status="allowed", resetsAt=resets)], reserve=0.5, now=NOW) == []
+
+
+def test_a_probe_that_took_seconds_to_report_its_refusal_is_still_clock_skew() -> None:
+    # The probe asked the API a moment after the stated reset; the session took 20 s to say so.
+    stated = NOW
+    signal = LimitSignal(
+        stated, "five_hour", "general", "m", stated=f"resetsAt={int(stated.timestamp())}", stated_at=stated
+    )
+    reported = NOW + timedelta(seconds=20)
+    kwargs: dict[str, Any] = {"previous_stated": signal.stated, "previous_refusals": 1, "reprobe_min": 300}
+    moved, _ = reprobe_backoff(signal, now=reported, asked_at=NOW + timedelta(seconds=1), **kwargs)
+    assert (moved.lifts_at - reported).total_seconds() == 2.0
+    # Without the probe's start the 20 s read as a wrong statement: DISPATCHQ_REPROBE_MIN.
+    moved, _ = reprobe_backoff(signal, now=reported, **kwargs)
+    assert (moved.lifts_at - reported).total_seconds() == 300.0
+
+
+def test_fables_monthly_spend_limit_as_the_real_cli_prints_it_pauses_fable_only() -> None:
+    # Claude Code 2.1.197 on a Fable session: 429, claim seven_day_overage_included,
+    # overage-disabled-reason org_spend_cap_reached (its event says org_level_disabled_until).
+    resets = int((NOW + timedelta(days=20)).timestamp())
+    event = _event(
+        status="rejected",
+        resetsAt=resets,
+        rateLimitType="seven_day_overage_included",
+        overageStatus="rejected",
+        overageDisabledReason="org_level_disabled_until",
+        isUsingOverage=False,
+    )
+    text = "You've hit your monthly spend limit. /model to switch models."
+    got = outcome(_stream(event, _result(text, is_error=True, status=429)))
+    assert got.kind == "limit" and got.limit is not None
+    assert (got.limit.scope, got.limit.lifts_at.timestamp()) == ("model:fable", resets)
+    assert scope_pausing(got.limit.scope, "claude-fable-5") == "model:fable"
+    assert not applies(got.limit.scope, "claude-sonnet-4-5")
+
+
+def test_the_orgs_monthly_spend_limit_on_the_general_window_pauses_everything() -> None:
+    resets = int((NOW + timedelta(days=20)).timestamp())
+    event = _event(status="rejected", resetsAt=resets, rateLimitType="five_hour", isUsingOverage=False)
+    text = (
+        "You've hit your org's monthly spend limit · ask your admin to raise it at claude.ai/settings/usage"
+    )
+    got = outcome(_stream(event, _result(text, is_error=True, status=429)))
+    assert got.kind == "limit" and got.limit is not None and got.limit.scope == "general"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # An API key's 400, as the real CLI prefixes it.
+        "API Error: 400 You have reached your specified API usage limits. "
+        "You will regain access on 2027-01-01 at 00:00 UTC.",
+    ],
+)
+def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str) -> None:
+    got = outcome(_stream(_synthetic(text, "unknown"), _result(text, is_error=True, status=400)))
+    assert got.kind == "limit" and got.limit is not None
+    assert (got.limit.kind, got.limit.lifts_at) == ("api_usage", datetime(2027, 1, 1, tzinfo=UTC))
+
+
+def test_each_skew_retry_may_start_a_window_late_but_a_wrong_time_still_waits_reprobe_min() -> None:
+    stated = NOW
+    signal = LimitSignal(stated, "five_hour", "general", "m", stated="resetsAt=1", stated_at=stated)
+    kwargs: dict[str, Any] = {"previous_stated": signal.stated, "reprobe_min": 300}
+    # The second skew retry started 25 s after the stated instant (two slow start-ups): still skew.
+    asked = NOW + timedelta(seconds=25)
+    moved, _ = reprobe_backoff(signal, now=asked, asked_at=asked, previous_refusals=2, **kwargs)
+    assert (moved.lifts_at - asked).total_seconds() == 4.0
+    # A first re-refusal 25 s after the stated instant is no moment: the stated time is wrong.
+    moved, _ = reprobe_backoff(signal, now=asked, asked_at=asked, previous_refusals=1, **kwargs)
+    assert (moved.lifts_at - asked).total_seconds() == 300.0
