@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.faults import run_faults  # noqa: E402
+from bench.faults import QUICK, run_faults  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 PY = sys.executable
@@ -348,6 +348,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="foundation runs per side (medians compared)")
     parser.add_argument("--kills", type=int, default=20, help="worker kills for the faults benchmark")
     parser.add_argument("--redis-kills", type=int, default=4, help="Redis kills per faults scenario")
+    parser.add_argument("--quick", action="store_true", help="faults at a small scale (1,000; 3 and 2 kills)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dispatchq-bench-"))
     bench = Bench(workdir)
@@ -356,7 +357,11 @@ def main() -> int:
         "typed": lambda: typed(bench, args.k, args.s),
         "resume": lambda: resume(bench, args.lifts),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
-        "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
+        "faults": lambda: (
+            run_faults(**QUICK)
+            if args.quick
+            else run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills)
+        ),
     }
     try:
         for name in args.which:

@@ -169,6 +169,40 @@ return 1
 
 # Take a judgement out of a session line and mark it running, only if it is still there
 # and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
+# KEYS: a status index. ARGV: SSCAN cursor, the status, comma-separated tiers, an instant, and "*" (one
+# record per distinct job) or ",job1,job2," (every record of those jobs; ",," for none).
+# Returns the next cursor, then flat (id, job) pairs of the records in that status and
+# tier not updated after the instant.
+_STALE = """
+local scan = redis.call('SSCAN', KEYS[1], ARGV[1], 'COUNT', 1000)
+local status = ARGV[2]
+local tiers = ',' .. ARGV[3] .. ','
+local before = tonumber(ARGV[4])
+local wanted = ARGV[5]
+local out, seen = {scan[1]}, {}
+for _, id in ipairs(scan[2]) do
+  local v = redis.call('HMGET', '$P:j:' .. id, 'status', 'tier', 'updated', 'job')
+  if v[1] == status and v[2] and string.find(tiers, ',' .. v[2] .. ',', 1, true) then
+    local updated = v[3] and tonumber(v[3])
+    local job = v[4] or ''
+    if not updated or updated <= before then
+      local keep
+      if wanted == '*' then
+        keep = job == '' or not seen[job]
+        seen[job] = true
+      else
+        keep = string.find(wanted, ',' .. job .. ',', 1, true) ~= nil
+      end
+      if keep then
+        out[#out + 1] = id
+        out[#out + 1] = job
+      end
+    end
+  end
+end
+return out
+""".replace("$P", P)
+
 _LINE_CLAIM = """
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local st = redis.call('HGET', KEYS[2], 'status')
@@ -239,6 +273,7 @@ class Store:
         self._transition = client.register_script(_TRANSITION)
         self._line_add = client.register_script(_LINE_ADD)
         self._line_claim = client.register_script(_LINE_CLAIM)
+        self._stale = client.register_script(_STALE)
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
@@ -363,6 +398,10 @@ class Store:
         """
         return int(self.redis.hincrby(keys.record(jid), "deaths", 1))
 
+    def add_shutdown(self, jid: str) -> int:
+        """Count one more session ended by a shutdown signal its worker never got (atomic)."""
+        return int(self.redis.hincrby(keys.record(jid), "shutdowns", 1))
+
     @staticmethod
     def watch_record(pipe: Pipeline, jid: str) -> tuple[str | None, str | None]:
         """WATCH a record on `pipe` (before its MULTI) and read its (status, job) now.
@@ -376,7 +415,7 @@ class Store:
 
     def forget_deaths(self, jid: str) -> None:
         """A retry asked for by a person starts the count of worker deaths again."""
-        self.redis.hdel(keys.record(jid), "deaths")
+        self.redis.hdel(keys.record(jid), "deaths", "shutdowns")
 
     def take_reconcile_turn(self, holder: str, ttl: float) -> bool:
         """True for the one process (of all workers and the scheduler) that reconciles now.
@@ -410,6 +449,41 @@ class Store:
         for jid in ids:
             pipe.hgetall(keys.record(jid))
         return [(_record(jid, raw) if raw else None) for jid, raw in zip(ids, pipe.execute(), strict=True)]
+
+    def stale(
+        self, status: str, tiers: Sequence[str], before: float, *, jobs: Iterable[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Reconciliation's candidates: (id, RQ job id or "") of the records in `status` at
+        one of `tiers` not updated after `before`.
+
+        With `jobs=None`, one record per distinct job (every record without one): what to
+        ask RQ about. With `jobs`, every such record of those jobs ("" for none): what to put
+        back. Filtered in Redis, a chunk of the status index per call, so a pass over a
+        backlog of 10,000 queued records costs about one reply per job, not 10,000 replies
+        (or whole records with their trails) every interval.
+        """
+        if jobs is not None:
+            jobs = list(jobs)
+            if not jobs:
+                return []
+        wanted = "*" if jobs is None else "," + ",".join(jobs) + ","
+        seen: set[str] = set()
+        out: list[tuple[str, str]] = []
+        cursor = "0"
+        while True:
+            reply = self._stale(
+                keys=[keys.status_index(status)], args=[cursor, status, ",".join(tiers), repr(before), wanted]
+            )
+            cursor = as_text(reply[0])
+            texts = _texts(reply[1:])
+            for jid, job in zip(texts[0::2], texts[1::2], strict=True):
+                if jobs is None and job:
+                    if job in seen:
+                        continue
+                    seen.add(job)
+                out.append((jid, job))
+            if cursor == "0":
+                return out
 
     def statuses(self, ids: Sequence[str]) -> list[str | None]:
         pipe = self.redis.pipeline(transaction=False)
@@ -553,6 +627,7 @@ def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
             "attempts": int(f.get("attempts") or 0),
             "job": f.get("job") or None,
             **({"deaths": int(f["deaths"])} if f.get("deaths") else {}),
+            **({"shutdowns": int(f["shutdowns"])} if f.get("shutdowns") else {}),
             **extra,
         }
     )
