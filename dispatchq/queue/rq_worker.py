@@ -28,6 +28,7 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.scheduler import reconcile
+from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import (
     Backoff,
@@ -105,8 +106,9 @@ class DispatchqWorker(SimpleWorker):
         settings = self.runtime.settings
         environ = parent_environment()
         argv = shlex.split(settings.session_command)
-        # bwrap's check is cached per PATH, so a heartbeat does not start a process each time.
-        scrub = decide_scrub(settings.session_subprocess_scrub, environ)
+        # bwrap's check is cached per PATH, so a heartbeat does not start a process each time;
+        # only a session worker runs it (the other tiers spawn no session: null for them).
+        scrub = decide_scrub(settings.session_subprocess_scrub, environ) if self.tier == "session" else None
         return {
             "tier": self.tier,
             "host": settings.host,
@@ -114,8 +116,8 @@ class DispatchqWorker(SimpleWorker):
             "keyless": settings.typesafe_api_key is None,
             "session_command_found": bool(argv)
             and shutil.which(argv[0], path=environ.get("PATH")) is not None,
-            "subprocess_scrub": "on" if scrub.enabled else "off",
-            "subprocess_scrub_warning": scrub.warning,
+            "subprocess_scrub": None if scrub is None else ("on" if scrub.enabled else "off"),
+            "subprocess_scrub_warning": None if scrub is None else scrub.warning,
         }
 
     def register_death(self) -> None:
@@ -142,6 +144,9 @@ class DispatchqWorker(SimpleWorker):
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stopping = True
+        # Process-wide, for the session tier: a session ended by a shutdown signal is free
+        # only when the worker was asked to stop too (`queue.stopping`).
+        note_stop_requested()
         super().request_stop(signum, frame)
 
     @property
