@@ -19,7 +19,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import out_of_memory_message, outage_reason
+from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
 
 __all__ = [
     "TABLE_LIMIT",
@@ -212,7 +212,9 @@ def cancel(jid: str) -> None:
 @click.argument("jid", metavar="ID")
 def retry(jid: str) -> None:
     """Judge again on purpose, from the kind's first tier (the trail is kept)."""
-    runtime().dispatcher.retry(jid)
+    rt = runtime()
+    require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
+    rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")
 
 
