@@ -340,11 +340,14 @@ def _load() -> str:
     return f"{one:.1f}/{five:.1f} on {os.cpu_count()} cores"
 
 
-def run_faults(n: int = 10_000, worker_kills: int = 20, redis_kills: int = 4) -> dict[str, Any]:
-    """Every scenario in turn; one row each (see the module docstring for the columns)."""
+def run_faults(
+    n: int = 10_000, worker_kills: int = 20, redis_kills: int = 4, only: list[str] | None = None
+) -> dict[str, Any]:
+    """Every scenario in turn (or those in `only`); one row each (see the module docstring)."""
     rows: dict[str, Any] = {}
     loads = {}
-    for name, scenario in SCENARIOS.items():
+    chosen = {name: run for name, run in SCENARIOS.items() if not only or name in only}
+    for name, scenario in chosen.items():
         started = time.monotonic()
         loads[name] = _load()
         rows[name] = scenario(n, worker_kills, redis_kills)
@@ -360,7 +363,7 @@ def run_faults(n: int = 10_000, worker_kills: int = 20, redis_kills: int = 4) ->
     columns += ["recovery", "wall", "load (1m/5m)"]
     print("| scenario | " + " | ".join(columns) + " |")
     print("| --- " * (len(columns) + 1) + "|")
-    for name in SCENARIOS:
+    for name in chosen:
         r = rows[name]
         exited = len(r["exited"])
         print(
