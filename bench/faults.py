@@ -389,11 +389,14 @@ def main(argv: list[str] | None = None) -> int:
         "--redis-kills", type=int, default=4, help="Redis kills per Redis scenario (default 4)"
     )
     parser.add_argument("--quick", action="store_true", help="1,000 judgements, 3 worker and 2 Redis kills")
+    parser.add_argument(
+        "--only", action="append", choices=list(SCENARIOS), help="run only this scenario (repeatable)"
+    )
     args = parser.parse_args(argv)
     scale = (
         QUICK if args.quick else {"n": args.n, "worker_kills": args.kills, "redis_kills": args.redis_kills}
     )
-    run_faults(**scale)
+    run_faults(**scale, only=args.only)
     return 0
 
 

@@ -126,6 +126,18 @@ class DispatchqWorker(SimpleWorker):
                 self.runtime.store.forget_worker(self.name)
         super().register_death()
 
+    def clean_registries(self) -> None:
+        # RQ takes each queue's cleaning lock for 899 s and releases it when done: a worker
+        # SIGKILLed while cleaning leaves it, and for 15 minutes no worker finds the jobs that
+        # died with theirs. Cut any such lock down to two rounds first; a live holder needs
+        # milliseconds of it.
+        longest = max(2 * int(self.maintenance_interval), 2)
+        for queue in self.queues:
+            key = queue.registry_cleaning_key
+            if self.connection.ttl(key) > longest:
+                self.connection.expire(key, longest)
+        super().clean_registries()
+
     def run_maintenance_tasks(self) -> None:
         super().run_maintenance_tasks()
         if self.runtime is None or not self.heal:
