@@ -54,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.faults import run_faults  # noqa: E402
+from bench.faults import QUICK, run_faults  # noqa: E402
 from bench.sessions import run_sessions  # noqa: E402
 from bench.status import run_status  # noqa: E402
 from bench.typed import typed_concurrency  # noqa: E402
@@ -369,6 +369,7 @@ def main() -> int:
     parser.add_argument(
         "--waiting", type=int, default=100_000, help="waiting judgements for the status benchmark"
     )
+    parser.add_argument("--quick", action="store_true", help="faults at a small scale (1,000; 3 and 2 kills)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dispatchq-bench-"))
     bench = Bench(workdir)
@@ -379,7 +380,11 @@ def main() -> int:
         "typed-concurrency": lambda: typed_concurrency(bench, args.states, args.latency),
         "status": lambda: run_status(bench, args.waiting, 9),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
-        "faults": lambda: run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills),
+        "faults": lambda: (
+            run_faults(**QUICK)
+            if args.quick
+            else run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills)
+        ),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
         "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.repeat),
         "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time

@@ -19,7 +19,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import out_of_memory_message, outage_reason
+from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
 
 __all__ = [
     "MIN_ID_PREFIX",
@@ -217,6 +217,7 @@ def cancel(jid: str) -> None:
 def retry(jid: str) -> None:
     """Judge again on purpose, from the kind's first tier (the trail is kept)."""
     rt = runtime()
+    require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
     jid = full_id(rt, jid)
     rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")

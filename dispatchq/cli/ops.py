@@ -16,6 +16,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.judgement import TIERS
 from dispatchq.errors import UserError
+from dispatchq.storage.outage import require_room
 
 __all__ = [
     "parse_until",
@@ -296,6 +297,9 @@ def window_close(until: str, reason: str) -> None:
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
+    # Several writes (old marker replaced, audit, retrigger, waiting judgements marked):
+    # under `maxmemory` refuse before the first, or the old marker would go and no new one come.
+    require_room(rt.redis)
     m = window_for(rt).close(when, reason=reason or "closed by an operator")
     click.echo(f"usage window closed until {datetime.fromtimestamp(m.lifts_at, UTC).isoformat()}")
 
@@ -314,6 +318,7 @@ def window_open(host: str | None) -> None:
     from dispatchq.queue.retrigger import window_for
 
     rt = runtime(config=False)
+    require_room(rt.redis)  # the marker's DEL is allowed under `maxmemory`, its audit is not
     if host is not None:
         from dispatchq.tiers.session import unblock_host
 

@@ -28,6 +28,7 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.scheduler import reconcile
+from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import (
     Backoff,
@@ -126,6 +127,18 @@ class DispatchqWorker(SimpleWorker):
                 self.runtime.store.forget_worker(self.name)
         super().register_death()
 
+    def clean_registries(self) -> None:
+        # RQ takes each queue's cleaning lock for 899 s and releases it when done: a worker
+        # SIGKILLed while cleaning leaves it, and for 15 minutes no worker finds the jobs that
+        # died with theirs. Cut any such lock down to two rounds first; a live holder needs
+        # milliseconds of it.
+        longest = max(2 * int(self.maintenance_interval), 2)
+        for queue in self.queues:
+            key = queue.registry_cleaning_key
+            if self.connection.ttl(key) > longest:
+                self.connection.expire(key, longest)
+        super().clean_registries()
+
     def run_maintenance_tasks(self) -> None:
         super().run_maintenance_tasks()
         if self.runtime is None or not self.heal:
@@ -144,6 +157,9 @@ class DispatchqWorker(SimpleWorker):
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stopping = True
+        # Process-wide, for the session tier: a session ended by a shutdown signal is free
+        # only when the worker was asked to stop too (`queue.stopping`).
+        note_stop_requested()
         super().request_stop(signum, frame)
 
     @property

@@ -17,28 +17,33 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rq import Callback, Queue
+from rq.exceptions import StopRequested
 from rq.job import Job
 
 from dispatchq import keys
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.rq_worker import DispatchqWorker, build_worker
+from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
+    STOPPED_BY_SHUTDOWN,
     Admission,
     admit,
     hold_paused,
     lines_for,
     model_of,
     recheck_blocked,
+    requeue_front,
     worker_died,
 )
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
+    from dispatchq.window.face import Window
 
-__all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_scrub", "session_job_lost"]
+__all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_scrub", "session_job_lost", "stopped_cold"]
 
 SESSION_JOB = "jobs.tiers.session"  # the name RQ jobs already in users' Redis carry
 FAILURE_CALLBACK = "jobs.tiers.on_job_failure"
@@ -152,9 +157,33 @@ def burst(runtime: Runtime) -> bool:
 
 
 def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
-    """RQ gave up on a session job (its worker died): the judgement goes back to the front."""
+    """RQ gave up on a session job: the judgement goes back to the front.
+
+    Its worker died (found abandoned): the death is counted (`worker_died`). Or the worker
+    was stopped cold: a second SIGTERM/SIGINT while a session runs makes RQ raise
+    `SystemExit` inside the job, the launcher takes the session down, and the job fails.
+    That is a shutdown, not the session's doing: "stopped by a shutdown", uncharged.
+    """
     if not job.args:
         return
     slot = str(job.args[1]) if len(job.args) > 1 else None
     probes = list((job.kwargs or {}).get("probes", []))
-    worker_died(window_for(runtime), str(job.args[0]), slot, probes)
+    window = window_for(runtime)
+    jid = str(job.args[0])
+    if isinstance(exc, (SystemExit, KeyboardInterrupt, StopRequested)) and stop_requested():
+        stopped_cold(window, jid, slot, probes)
+        return
+    worker_died(window, jid, slot, probes)
+
+
+def stopped_cold(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
+    """A session cut off by its worker's cold shutdown: back to the front, nothing charged."""
+    record = window.records.get(jid)
+    if record is None or record.status != "running":
+        return
+    window.store.clear_running(record.id)
+    if slot is not None:
+        window.release(slot, probes)
+    resume = getattr(record, "session_id", None)
+    fields = {"resume_session": resume} if resume else {}
+    requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)

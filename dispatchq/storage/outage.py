@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from dispatchq.errors import RedisUnreachable
+from dispatchq.errors import RedisUnreachable, UserError
+from dispatchq.keys import WRITE_PROBE
 from dispatchq.settings import Settings
 from dispatchq.storage.connection import connect
 
@@ -32,8 +33,10 @@ __all__ = [
     "OutageLog",
     "is_out_of_memory",
     "is_outage",
+    "memory_refusal",
     "out_of_memory_message",
     "outage_reason",
+    "require_room",
     "wait_for_redis",
 ]
 
@@ -82,11 +85,20 @@ def out_of_memory_message(error: BaseException, client: redis.Redis | None = Non
     The limit and policy are read back from the server when it still answers reads, so the
     operator sees which knob to turn.
     """
+    # Plain commands answer "OOM command not allowed…"; a Lua script refused at its first
+    # write wraps it ("Error running script … -OOM command not allowed …"), and so does a
+    # MULTI refused while queueing (EXECABORT).
     oom = isinstance(error, redis.OutOfMemoryError) or (
-        isinstance(error, redis.ResponseError) and str(error).startswith("OOM")
+        isinstance(error, redis.ResponseError)
+        and (str(error).startswith("OOM") or "OOM command not allowed" in str(error))
     )
     if not oom:
         return None
+    return memory_refusal(client)
+
+
+def memory_refusal(client: redis.Redis | None = None) -> str:
+    """The one line a command prints when Redis refuses writes under `maxmemory`."""
     limit, policy = "?", "noeviction"
     if client is not None:
         try:
@@ -96,6 +108,21 @@ def out_of_memory_message(error: BaseException, client: redis.Redis | None = Non
         except redis.RedisError:
             pass
     return f"Redis is out of memory (maxmemory {limit}, policy {policy}): nothing was written"
+
+
+def require_room(client: redis.Redis) -> None:
+    """Before a command's first write: refuse in one line (a UserError: exit 2) if Redis is
+    refusing writes now, so a command of several writes is refused whole, not half-done.
+
+    A marker removed (DEL is allowed under `maxmemory`) and its audit entry refused would be
+    a half-written `window open`; asking first, with a small probe write, avoids that.
+    """
+    try:
+        client.set(WRITE_PROBE, "1", ex=10)
+    except redis.ResponseError as error:
+        if out_of_memory_message(error) is None:
+            raise
+        raise UserError(memory_refusal(client)) from None
 
 
 @dataclass

@@ -24,7 +24,8 @@ from dispatchq import keys
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record, TrailEntry
 from dispatchq.core.text import as_text
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
-from dispatchq.storage.counts import COUNTS_LUA, RECOUNT_LUA
+from dispatchq.storage import scripts
+from dispatchq.storage.counts import RECOUNT_LUA
 
 __all__ = [
     "WAITING_SAMPLE",
@@ -44,207 +45,7 @@ WAIT_CLASS = "wclass"
 #: At most this many waiting judgements are read for `status` (a sample, never all).
 WAITING_SAMPLE = 10
 
-# ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
-# (one argument rather than 10 per entry: packing arguments costs more than cjson).
-# Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
-# (everything new) then costs no reply at all. Index writes are batched per call.
-_ENQUEUE = (
-    COUNTS_LUA
-    + """
-local now = ARGV[1]
-local entries = cjson.decode(ARGV[2])
-local out, new_ids, scored, keys, tiers = {}, {}, {}, {}, {}
-local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
-for i = 1, #entries do
-  local e = entries[i]
-  local id, ckey, force, line = e[1], e[2], e[3], e[4]
-  local kkey = '$P:key:' .. ckey
-  local existing = keys[kkey] or redis.call('GET', kkey)
-  local dup = false
-  if existing and force == '0' then
-    local st = redis.call('HGET', '$P:j:' .. existing, 'status')
-    if st and st ~= 'failed' and st ~= 'cancelled' then dup = true end
-  end
-  if dup then
-    table.insert(out, i)
-    table.insert(out, existing)
-  else
-    seq = seq + 1
-    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]',
-                  'in', e[5], 'tier', e[6], 'effect', e[7], 'host', e[8], 'job', e[9]}
-    if line ~= '' then
-      local member = string.format('%015d:%s', seq, id)
-      table.insert(args, 'line'); table.insert(args, line)
-      table.insert(args, 'lmember'); table.insert(args, member)
-      redis.call('ZADD', line, 0, member)
-    end
-    redis.call('HSET', '$P:j:' .. id, unpack(args))
-    if e[10] ~= '' then redis.call('SADD', e[10], id) end
-    redis.call('SET', kkey, id)
-    keys[kkey] = id
-    tiers[e[6]] = (tiers[e[6]] or 0) + 1
-    table.insert(new_ids, id)
-    table.insert(scored, now)
-    table.insert(scored, id)
-  end
-end
-for i = 1, #new_ids, 500 do
-  local last = math.min(i + 499, #new_ids)
-  redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
-  redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
-end
-for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
-return out
-""".replace("$P", P)
-)
-
-# Claim judgements for a tier: queued/waiting -> running. ARGV: now, tier, ids...
-# Returns, per id, the input JSON and fields a worker needs, or false when not claimable.
-_CLAIM = (
-    COUNTS_LUA
-    + """
-local now = ARGV[1]
-local tier = ARGV[2]
-local strict = ARGV[3] == '1'
-local out = {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  local rkey = '$P:j:' .. id
-  local f = redis.call('HMGET', rkey, 'status', 'tier', 'in', 'ckey', 'attempts', 'effect', 'priority')
-  local st = f[1]
-  if st and (st == 'queued' or st == 'waiting' or (st == 'running' and not strict)) and f[2] == tier then
-    local before = facts(rkey)
-    if st ~= 'running' then
-      redis.call('SREM', '$P:by-status:' .. st, id)
-      redis.call('SADD', '$P:by-status:running', id)
-    end
-    redis.call('HSET', rkey, 'status', 'running', 'updated', now, 'claimed', now)
-    redis.call('HDEL', rkey, 'reason')
-    settle(rkey, before)
-    table.insert(out, cjson.encode({id = id, input = f[3], ckey = f[4], attempts = f[5] or '0',
-                                    effect = f[6] or 'local', was = st, priority = f[7] or ''}))
-  else
-    table.insert(out, '')
-  end
-end
-return out
-""".replace("$P", P)
-)
-
-# Append a trail entry and move a record to a new status. KEYS: record.
-# ARGV: now, expect ('' = any unfinished), status, trail_json, ttl ('' = none), answered_tier ('' = none),
-#       then field/value pairs to set. Fields whose value is the single char "\\0" are deleted.
-_TRANSITION = (
-    COUNTS_LUA
-    + """
-local rkey = KEYS[1]
-local now, expect, status, trail_json, ttl, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local cur = redis.call('HGET', rkey, 'status')
-if not cur then return 0 end
-if expect ~= '' then
-  local ok = false
-  for s in string.gmatch(expect, '[^,]+') do if s == cur then ok = true end end
-  if not ok then return 0 end
-end
-local id = string.sub(rkey, string.len('$P:j:') + 1)
-local before = facts(rkey)
-local sets = {'status', status, 'updated', now}
-for i = 7, #ARGV, 2 do
-  if ARGV[i+1] == '\\0' then redis.call('HDEL', rkey, ARGV[i])
-  else table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i+1]) end
-end
-if trail_json ~= '' then
-  -- Append as text: a cjson round trip would turn [] into {} and big or precise numbers
-  -- into 14-digit floats in every earlier entry.
-  local trail = redis.call('HGET', rkey, 'trail')
-  if not trail or trail == '' or trail == '[]' or trail == '{}' then
-    trail = '[' .. trail_json .. ']'
-  else
-    trail = string.sub(trail, 1, -2) .. ',' .. trail_json .. ']'
-  end
-  table.insert(sets, 'trail'); table.insert(sets, trail)
-end
-redis.call('HSET', rkey, unpack(sets))
-settle(rkey, before)
-if cur ~= status then
-  redis.call('SREM', '$P:by-status:' .. cur, id)
-  redis.call('SADD', '$P:by-status:' .. status, id)
-end
-local ckey = redis.call('HGET', rkey, 'ckey')
-if ttl ~= '' then
-  redis.call('EXPIRE', rkey, tonumber(ttl))
-  if ckey then
-    local kkey = '$P:key:' .. ckey
-    if redis.call('GET', kkey) == id then redis.call('EXPIRE', kkey, tonumber(ttl)) end
-  end
-else
-  redis.call('PERSIST', rkey)
-  if ckey then
-    local kkey = '$P:key:' .. ckey
-    if redis.call('GET', kkey) == id then redis.call('PERSIST', kkey) end
-  end
-end
-if answered ~= '' then redis.call('INCR', '$P:stats:answered:' .. answered) end
-local line, member = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
-if line and member and (status ~= 'queued' and status ~= 'waiting') then
-  redis.call('ZREM', line, member)
-end
-return 1
-""".replace("$P", P)
-)
-
-# Take a judgement out of a session line and mark it running, only if it is still there
-# and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
-_LINE_CLAIM = (
-    COUNTS_LUA
-    + """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-local st = redis.call('HGET', KEYS[2], 'status')
-if not st or (st ~= 'queued' and st ~= 'waiting') then return 0 end
-local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
-local before = facts(KEYS[2])
-redis.call('SREM', '$P:by-status:' .. st, id)
-redis.call('SADD', '$P:by-status:running', id)
-redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
-redis.call('HDEL', KEYS[2], 'reason')
-settle(KEYS[2], before)
-return 1
-""".replace("$P", P)
-)
-
-# Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
-# KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
-# Members at one score sort bytewise: '-' sorts before every digit, so front members go first
-# and keep FIFO among themselves (several sessions refused at once keep their order).
-_LINE_ADD = """
-local rkey, line = KEYS[1], KEYS[2]
-local id = string.sub(rkey, string.len('$P:j:') + 1)
-local seq = redis.call('HGET', rkey, 'seq') or '0'
-local member
-if ARGV[2] == '1' then member = string.format('-%014d:%s', tonumber(seq), id)
-else member = string.format('%015d:%s', tonumber(seq), id) end
-local old_line, old = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
-if old_line and old then redis.call('ZREM', old_line, old) end
-redis.call('ZADD', line, tonumber(ARGV[1]), member)
-redis.call('HSET', rkey, 'line', line, 'lmember', member)
-return member
-""".replace("$P", P)
-
-
-# Set fields the live counts depend on (tier, reason, its class). KEYS: record. ARGV: pairs.
-_SET_FIELDS = (
-    COUNTS_LUA
-    + """
-local rkey = KEYS[1]
-if redis.call('EXISTS', rkey) == 0 then return 0 end
-local before = facts(rkey)
-redis.call('HSET', rkey, unpack(ARGV))
-settle(rkey, before)
-return 1
-""".replace("$P", P)
-)
-
-#: Fields whose change moves the live counts: `set_fields` writes these through `_SET_FIELDS`.
+#: Fields whose change moves the live counts: `set_fields` writes these through `scripts.SET_FIELDS`.
 _COUNTED_FIELDS = frozenset({"tier", "reason", WAIT_CLASS})
 
 
@@ -292,13 +93,14 @@ class Store:
     def __init__(self, client: redis.Redis, *, result_ttl: int = 7 * 86_400) -> None:
         self.redis = client
         self.result_ttl = result_ttl
-        self._enqueue = client.register_script(_ENQUEUE)
-        self._claim = client.register_script(_CLAIM)
-        self._transition = client.register_script(_TRANSITION)
-        self._line_add = client.register_script(_LINE_ADD)
-        self._line_claim = client.register_script(_LINE_CLAIM)
-        self._set_fields = client.register_script(_SET_FIELDS)
+        self._enqueue = client.register_script(scripts.ENQUEUE)
+        self._claim = client.register_script(scripts.CLAIM)
+        self._transition = client.register_script(scripts.TRANSITION)
+        self._line_add = client.register_script(scripts.LINE_ADD)
+        self._line_claim = client.register_script(scripts.LINE_CLAIM)
+        self._set_fields = client.register_script(scripts.SET_FIELDS)
         self._recount = client.register_script(RECOUNT_LUA)
+        self._stale = client.register_script(scripts.STALE)
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
@@ -429,6 +231,10 @@ class Store:
         """
         return int(self.redis.hincrby(keys.record(jid), "deaths", 1))
 
+    def add_shutdown(self, jid: str) -> int:
+        """Count one more session ended by a shutdown signal its worker never got (atomic)."""
+        return int(self.redis.hincrby(keys.record(jid), "shutdowns", 1))
+
     @staticmethod
     def watch_record(pipe: Pipeline, jid: str) -> tuple[str | None, str | None]:
         """WATCH a record on `pipe` (before its MULTI) and read its (status, job) now.
@@ -442,7 +248,7 @@ class Store:
 
     def forget_deaths(self, jid: str) -> None:
         """A retry asked for by a person starts the count of worker deaths again."""
-        self.redis.hdel(keys.record(jid), "deaths")
+        self.redis.hdel(keys.record(jid), "deaths", "shutdowns")
 
     def take_reconcile_turn(self, holder: str, ttl: float) -> bool:
         """True for the one process (of all workers and the scheduler) that reconciles now.
@@ -476,6 +282,41 @@ class Store:
         for jid in ids:
             pipe.hgetall(keys.record(jid))
         return [(_record(jid, raw) if raw else None) for jid, raw in zip(ids, pipe.execute(), strict=True)]
+
+    def stale(
+        self, status: str, tiers: Sequence[str], before: float, *, jobs: Iterable[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Reconciliation's candidates: (id, RQ job id or "") of the records in `status` at
+        one of `tiers` not updated after `before`.
+
+        With `jobs=None`, one record per distinct job (every record without one): what to
+        ask RQ about. With `jobs`, every such record of those jobs ("" for none): what to put
+        back. Filtered in Redis, a chunk of the status index per call, so a pass over a
+        backlog of 10,000 queued records costs about one reply per job, not 10,000 replies
+        (or whole records with their trails) every interval.
+        """
+        if jobs is not None:
+            jobs = list(jobs)
+            if not jobs:
+                return []
+        wanted = "*" if jobs is None else "," + ",".join(jobs) + ","
+        seen: set[str] = set()
+        out: list[tuple[str, str]] = []
+        cursor = "0"
+        while True:
+            reply = self._stale(
+                keys=[keys.status_index(status)], args=[cursor, status, ",".join(tiers), repr(before), wanted]
+            )
+            cursor = as_text(reply[0])
+            texts = _texts(reply[1:])
+            for jid, job in zip(texts[0::2], texts[1::2], strict=True):
+                if jobs is None and job:
+                    if job in seen:
+                        continue
+                    seen.add(job)
+                out.append((jid, job))
+            if cursor == "0":
+                return out
 
     def statuses(self, ids: Sequence[str]) -> list[str | None]:
         pipe = self.redis.pipeline(transaction=False)
@@ -759,6 +600,7 @@ def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
             "attempts": int(f.get("attempts") or 0),
             "job": f.get("job") or None,
             **({"deaths": int(f["deaths"])} if f.get("deaths") else {}),
+            **({"shutdowns": int(f["shutdowns"])} if f.get("shutdowns") else {}),
             **extra,
         }
     )

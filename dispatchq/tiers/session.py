@@ -48,6 +48,7 @@ from dispatchq.launcher.environment import read_secret, session_environment
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
@@ -67,6 +68,7 @@ __all__ = [
     "LOOKAHEAD",
     "MAX_ERRORS",
     "MAX_TRANSIENT",
+    "SHUTDOWN_GRACE",
     "STOPPED_BY_SHUTDOWN",
     "Admission",
     "Wait",
@@ -98,6 +100,9 @@ ModelOf = Callable[[str], str | None]
 
 #: The reason of a session judgement requeued because a shutdown ended its session.
 STOPPED_BY_SHUTDOWN = "stopped by a shutdown"
+#: How long a session ended by a shutdown signal waits for its worker's own stop request
+#: (a unit stop may signal the session's group an instant before the worker).
+SHUTDOWN_GRACE = 2.0
 _SHUTDOWN_SIGNALS = (SIGTERM, SIGINT, SIGHUP)
 _SHUTDOWN_CODES = frozenset(int(s) for s in _SHUTDOWN_SIGNALS)  # -N: killed by signal N
 _SHUTDOWN_EXITS = frozenset(128 + int(s) for s in _SHUTDOWN_SIGNALS)  # the supervisor's 128+N
@@ -414,9 +419,16 @@ def _run(
     window.store.count_spawned()
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
-        # Not the session's doing: back to the front uncharged (no attempt, no death), to
-        # resume the same session when a worker takes it again.
+        # Not the session's doing when this worker was asked to stop too: back to the front
+        # uncharged (no attempt, no death), to resume the same session when a worker takes it
+        # again. A shutdown signal the worker never got (a command that kills its own group)
+        # is counted, so it cannot requeue forever.
         fields = {"resume_session": result.session_id} if result.session_id else {}
+        if not stop_requested(within=SHUTDOWN_GRACE):
+            shutdowns = window.records.add_shutdown(record.id)
+            if shutdowns > settings.job_retries:
+                hooks.not_spawned(runtime, record, STOPPED_BY_SHUTDOWN)
+                return _fail(window, record, f"{STOPPED_BY_SHUTDOWN} {shutdowns} times", {})
         requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
         hooks.not_spawned(runtime, record, STOPPED_BY_SHUTDOWN)  # not an attempt
         return "stopped by a shutdown"

@@ -643,3 +643,100 @@ def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharge
     assert _spawns(tmp_path) == 3  # the halted one twice, the other once
     _nothing_stuck(store)
     assert formation.exited() == {}, formation.output()
+
+
+#: A session command that kills its own process group when asked about "suicidal", and
+#: otherwise hands the prompt to the fake `claude`: a session whose SIGTERM is its own doing.
+SELF_TERM = """
+import os, signal, subprocess, sys
+prompt = sys.stdin.read()
+if "suicidal" in prompt:
+    with open(os.environ["SELF_TERM_LOG"], "a") as handle:
+        handle.write(f"{os.getpid()}\\n")
+    os.killpg(0, signal.SIGTERM)
+    signal.pause()
+done = subprocess.run([sys.executable, FAKE, *sys.argv[1:]], input=prompt, text=True)
+sys.exit(done.returncode)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawns(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """Exit status alone cannot tell a shutdown from the session's own SIGTERM: the worker,
+    never asked to stop, counts it, so the judgement fails instead of requeueing forever."""
+    retries = 2
+    script = tmp_path / "self_term.py"
+    script.write_text(SELF_TERM.replace("FAKE", repr(str(FAKE_CLAUDE))))
+    env = _session_env(
+        {
+            **dq_env,
+            "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+            "DISPATCHQ_JOB_RETRIES": str(retries),
+        },
+        tmp_path,
+    )
+    env["DISPATCHQ_SESSION_COMMAND"] = f"{sys.executable} {script} {FAKE_ARGS}"
+    env["SELF_TERM_LOG"] = str(tmp_path / "self_term.log")
+    own_redis.ensure_running()
+    suicidal, after = _enqueue_sessions(env, ["suicidal", "after"])
+    store = Store(own_redis.client())
+    formation.start("session", ["worker", "session"], env)
+
+    formation.wait_for(
+        lambda: store.statuses([suicidal, after]) == ["failed", "answered"], 120, "both settled"
+    )
+    record = store.get(suicidal)
+    assert record is not None
+    assert record.reason == f"stopped by a shutdown {retries + 1} times"
+    assert int(getattr(record, "shutdowns", 0)) == retries + 1
+    assert getattr(record, "deaths", 0) == 0
+    assert record.trail[-1].outcome == "failed"
+    spawned = (tmp_path / "self_term.log").read_text().splitlines()
+    assert len(spawned) == retries + 1  # bounded: no spawn after the failure
+    _answered_once(store, [after])
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+def test_a_second_sigterm_while_a_session_runs_requeues_it_uncharged(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """RQ's cold shutdown (a second signal) raises inside the session's job: a shutdown, not a death."""
+    seen = tmp_path / "halted.json"
+    env = _session_env(
+        {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"},
+        tmp_path,
+        {"match": "halted", "scenario": "hang", "record": str(seen)},
+    )
+    own_redis.ensure_running()
+    halted, after = _enqueue_sessions(env, ["halted", "after"])
+    store = Store(own_redis.client())
+    worker = formation.start("session-1", ["worker", "session"], env)
+    formation.wait_for(seen.exists, 90, "the session to start")
+    session_pid = json.loads(seen.read_text())["pid"]
+
+    worker.send_signal(signal.SIGTERM)  # warm: the session goes on
+    time.sleep(1.5)  # RQ ignores a second signal within 1 s of the first
+    assert pid_alive(session_pid)
+    worker.send_signal(signal.SIGTERM)  # cold
+    worker.wait(timeout=60)
+    del formation.procs["session-1"]
+    wait_for(lambda: not pid_alive(session_pid), timeout=30, what="the session to be taken down")
+    record = store.get(halted)
+    assert record is not None
+    assert record.status == "queued", (record.status, record.reason, record.trail)
+    assert record.reason == "stopped by a shutdown"
+    assert record.attempts == 0 and getattr(record, "deaths", 0) == 0  # uncharged
+    assert record.trail[-1].why == "stopped by a shutdown"
+    assert store.line_ids(keys.session_line())[0] == halted  # at the front
+
+    formation.start("session-2", ["worker", "session"], env)
+    formation.wait_for(
+        lambda: store.statuses([halted, after]) == ["answered"] * 2, 90, "a new worker to answer both"
+    )
+    _answered_once(store, [halted, after])
+    _nothing_stuck(store)
+    assert formation.exited() == {}, formation.output()

@@ -175,3 +175,22 @@ def test_memory_refusals_are_said_once_and_so_is_the_room_coming_back(
     assert len(lines) == 2, lines
     assert lines[0].startswith("Redis is out of memory (maxmemory ?, policy noeviction): nothing was written")
     assert lines[1].startswith("Redis has room again after ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A Lua script refused at its first write (the marker's, a record's transition).
+        "Error running script (call to f_35508e9ade4a50e1960d55a0d8b41b8f0d4fcda6): @user_script:11: "
+        "@user_script: 11: -OOM command not allowed when used memory > 'maxmemory'.",
+        # A MULTI whose queued command was refused (redis-py names the command).
+        "Command # 2 (HSET dispatchq:marker:general) of pipeline caused error: "
+        "OOM command not allowed when used memory > 'maxmemory'.",
+    ],
+)
+def test_a_refusal_wrapped_by_a_script_or_a_transaction_is_out_of_memory_too(text: str) -> None:
+    assert out_of_memory_message(redis.ResponseError(text)) == (
+        "Redis is out of memory (maxmemory ?, policy noeviction): nothing was written"
+    )
+    assert is_out_of_memory(redis.ResponseError(text))
+    assert not is_out_of_memory(redis.ResponseError("Error running script: @user_script:3: WRONGTYPE"))

@@ -1,0 +1,257 @@
+"""The Lua scripts behind `Store`: every change of a judgement's record is one of these.
+
+Kept apart from `store.py` so that the gateway reads as its named operations, and the
+scripts — where atomicity actually lives — can be read together. Each keeps the live
+counts (`dispatchq.storage.counts`) in the same call as the change it makes.
+"""
+
+from __future__ import annotations
+
+from dispatchq import keys
+from dispatchq.storage.counts import COUNTS_LUA
+
+__all__ = [
+    "CLAIM",
+    "ENQUEUE",
+    "LINE_ADD",
+    "LINE_CLAIM",
+    "SET_FIELDS",
+    "STALE",
+    "TRANSITION",
+]
+
+P = keys.PREFIX
+
+# ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
+# (one argument rather than 10 per entry: packing arguments costs more than cjson).
+# Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
+# (everything new) then costs no reply at all. Index writes are batched per call.
+ENQUEUE = (
+    COUNTS_LUA
+    + """
+local now = ARGV[1]
+local entries = cjson.decode(ARGV[2])
+local out, new_ids, scored, keys, tiers = {}, {}, {}, {}, {}
+local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
+for i = 1, #entries do
+  local e = entries[i]
+  local id, ckey, force, line = e[1], e[2], e[3], e[4]
+  local kkey = '$P:key:' .. ckey
+  local existing = keys[kkey] or redis.call('GET', kkey)
+  local dup = false
+  if existing and force == '0' then
+    local st = redis.call('HGET', '$P:j:' .. existing, 'status')
+    if st and st ~= 'failed' and st ~= 'cancelled' then dup = true end
+  end
+  if dup then
+    table.insert(out, i)
+    table.insert(out, existing)
+  else
+    seq = seq + 1
+    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]',
+                  'in', e[5], 'tier', e[6], 'effect', e[7], 'host', e[8], 'job', e[9]}
+    if line ~= '' then
+      local member = string.format('%015d:%s', seq, id)
+      table.insert(args, 'line'); table.insert(args, line)
+      table.insert(args, 'lmember'); table.insert(args, member)
+      redis.call('ZADD', line, 0, member)
+    end
+    redis.call('HSET', '$P:j:' .. id, unpack(args))
+    if e[10] ~= '' then redis.call('SADD', e[10], id) end
+    redis.call('SET', kkey, id)
+    keys[kkey] = id
+    tiers[e[6]] = (tiers[e[6]] or 0) + 1
+    table.insert(new_ids, id)
+    table.insert(scored, now)
+    table.insert(scored, id)
+  end
+end
+for i = 1, #new_ids, 500 do
+  local last = math.min(i + 499, #new_ids)
+  redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
+  redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
+end
+for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
+return out
+""".replace("$P", P)
+)
+
+# Claim judgements for a tier: queued/waiting -> running. ARGV: now, tier, ids...
+# Returns, per id, the input JSON and fields a worker needs, or false when not claimable.
+CLAIM = (
+    COUNTS_LUA
+    + """
+local now = ARGV[1]
+local tier = ARGV[2]
+local strict = ARGV[3] == '1'
+local out = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local rkey = '$P:j:' .. id
+  local f = redis.call('HMGET', rkey, 'status', 'tier', 'in', 'ckey', 'attempts', 'effect', 'priority')
+  local st = f[1]
+  if st and (st == 'queued' or st == 'waiting' or (st == 'running' and not strict)) and f[2] == tier then
+    local before = facts(rkey)
+    if st ~= 'running' then
+      redis.call('SREM', '$P:by-status:' .. st, id)
+      redis.call('SADD', '$P:by-status:running', id)
+    end
+    redis.call('HSET', rkey, 'status', 'running', 'updated', now, 'claimed', now)
+    redis.call('HDEL', rkey, 'reason')
+    settle(rkey, before)
+    table.insert(out, cjson.encode({id = id, input = f[3], ckey = f[4], attempts = f[5] or '0',
+                                    effect = f[6] or 'local', was = st, priority = f[7] or ''}))
+  else
+    table.insert(out, '')
+  end
+end
+return out
+""".replace("$P", P)
+)
+
+# Append a trail entry and move a record to a new status. KEYS: record.
+# ARGV: now, expect ('' = any unfinished), status, trail_json, ttl ('' = none), answered_tier ('' = none),
+#       then field/value pairs to set. Fields whose value is the single char "\\0" are deleted.
+TRANSITION = (
+    COUNTS_LUA
+    + """
+local rkey = KEYS[1]
+local now, expect, status, trail_json, ttl, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local cur = redis.call('HGET', rkey, 'status')
+if not cur then return 0 end
+if expect ~= '' then
+  local ok = false
+  for s in string.gmatch(expect, '[^,]+') do if s == cur then ok = true end end
+  if not ok then return 0 end
+end
+local id = string.sub(rkey, string.len('$P:j:') + 1)
+local before = facts(rkey)
+local sets = {'status', status, 'updated', now}
+for i = 7, #ARGV, 2 do
+  if ARGV[i+1] == '\\0' then redis.call('HDEL', rkey, ARGV[i])
+  else table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i+1]) end
+end
+if trail_json ~= '' then
+  -- Append as text: a cjson round trip would turn [] into {} and big or precise numbers
+  -- into 14-digit floats in every earlier entry.
+  local trail = redis.call('HGET', rkey, 'trail')
+  if not trail or trail == '' or trail == '[]' or trail == '{}' then
+    trail = '[' .. trail_json .. ']'
+  else
+    trail = string.sub(trail, 1, -2) .. ',' .. trail_json .. ']'
+  end
+  table.insert(sets, 'trail'); table.insert(sets, trail)
+end
+redis.call('HSET', rkey, unpack(sets))
+settle(rkey, before)
+if cur ~= status then
+  redis.call('SREM', '$P:by-status:' .. cur, id)
+  redis.call('SADD', '$P:by-status:' .. status, id)
+end
+local ckey = redis.call('HGET', rkey, 'ckey')
+if ttl ~= '' then
+  redis.call('EXPIRE', rkey, tonumber(ttl))
+  if ckey then
+    local kkey = '$P:key:' .. ckey
+    if redis.call('GET', kkey) == id then redis.call('EXPIRE', kkey, tonumber(ttl)) end
+  end
+else
+  redis.call('PERSIST', rkey)
+  if ckey then
+    local kkey = '$P:key:' .. ckey
+    if redis.call('GET', kkey) == id then redis.call('PERSIST', kkey) end
+  end
+end
+if answered ~= '' then redis.call('INCR', '$P:stats:answered:' .. answered) end
+local line, member = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
+if line and member and (status ~= 'queued' and status ~= 'waiting') then
+  redis.call('ZREM', line, member)
+end
+return 1
+""".replace("$P", P)
+)
+
+# Take a judgement out of a session line and mark it running, only if it is still there
+# and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
+# KEYS: a status index. ARGV: SSCAN cursor, the status, comma-separated tiers, an instant, and "*" (one
+# record per distinct job) or ",job1,job2," (every record of those jobs; ",," for none).
+# Returns the next cursor, then flat (id, job) pairs of the records in that status and
+# tier not updated after the instant.
+STALE = """
+local scan = redis.call('SSCAN', KEYS[1], ARGV[1], 'COUNT', 1000)
+local status = ARGV[2]
+local tiers = ',' .. ARGV[3] .. ','
+local before = tonumber(ARGV[4])
+local wanted = ARGV[5]
+local out, seen = {scan[1]}, {}
+for _, id in ipairs(scan[2]) do
+  local v = redis.call('HMGET', '$P:j:' .. id, 'status', 'tier', 'updated', 'job')
+  if v[1] == status and v[2] and string.find(tiers, ',' .. v[2] .. ',', 1, true) then
+    local updated = v[3] and tonumber(v[3])
+    local job = v[4] or ''
+    if not updated or updated <= before then
+      local keep
+      if wanted == '*' then
+        keep = job == '' or not seen[job]
+        seen[job] = true
+      else
+        keep = string.find(wanted, ',' .. job .. ',', 1, true) ~= nil
+      end
+      if keep then
+        out[#out + 1] = id
+        out[#out + 1] = job
+      end
+    end
+  end
+end
+return out
+""".replace("$P", P)
+
+LINE_CLAIM = (
+    COUNTS_LUA
+    + """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+local st = redis.call('HGET', KEYS[2], 'status')
+if not st or (st ~= 'queued' and st ~= 'waiting') then return 0 end
+local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
+local before = facts(KEYS[2])
+redis.call('SREM', '$P:by-status:' .. st, id)
+redis.call('SADD', '$P:by-status:running', id)
+redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
+redis.call('HDEL', KEYS[2], 'reason')
+settle(KEYS[2], before)
+return 1
+""".replace("$P", P)
+)
+
+# Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
+# KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
+# Members at one score sort bytewise: '-' sorts before every digit, so front members go first
+# and keep FIFO among themselves (several sessions refused at once keep their order).
+LINE_ADD = """
+local rkey, line = KEYS[1], KEYS[2]
+local id = string.sub(rkey, string.len('$P:j:') + 1)
+local seq = redis.call('HGET', rkey, 'seq') or '0'
+local member
+if ARGV[2] == '1' then member = string.format('-%014d:%s', tonumber(seq), id)
+else member = string.format('%015d:%s', tonumber(seq), id) end
+local old_line, old = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
+if old_line and old then redis.call('ZREM', old_line, old) end
+redis.call('ZADD', line, tonumber(ARGV[1]), member)
+redis.call('HSET', rkey, 'line', line, 'lmember', member)
+return member
+""".replace("$P", P)
+
+
+# Set fields the live counts depend on (tier, reason, its class). KEYS: record. ARGV: pairs.
+SET_FIELDS = (
+    COUNTS_LUA
+    + """
+local rkey = KEYS[1]
+if redis.call('EXISTS', rkey) == 0 then return 0 end
+local before = facts(rkey)
+redis.call('HSET', rkey, unpack(ARGV))
+settle(rkey, before)
+return 1
+""".replace("$P", P)
+)
