@@ -464,14 +464,20 @@ def test_concurrent_reports_keep_the_latest_lift_and_one_retrigger(harness: Harn
         )
         for o in offsets
     ]
-    harness.wait(  # every reporter imported and connected, so they really race
-        lambda: all(Path(f"{go}.s{o}").exists() for o in offsets),
-        "the reporters to be ready",
-        timeout=120,  # ten interpreters importing dispatchq at once on two loaded cores
-    )
-    go.write_text("")
-    for proc in procs:
-        assert proc.wait(timeout=60) == 0
+    try:
+        harness.wait(  # every reporter imported and connected, so they really race
+            lambda: all(Path(f"{go}.s{o}").exists() for o in offsets),
+            "the reporters to be ready",
+            timeout=120,  # ten interpreters importing dispatchq at once on two loaded cores
+        )
+        go.write_text("")
+        for proc in procs:
+            assert proc.wait(timeout=60) == 0
+    finally:  # a reporter left waiting for `go` would poll forever after a failed test
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     latest = base + 60 * max(offsets)
     m = harness.marker()
