@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, cast
 
 import redis
@@ -27,6 +26,7 @@ from rq.worker import Worker
 
 from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage.connection import process_alive
 
 __all__ = [
     "JobLiveness",
@@ -107,21 +107,6 @@ class SessionHolder:
     dead: bool
 
 
-def _process_gone(pid: int) -> bool:
-    """No such process, or only its zombie is left (nobody reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
-
-
 def session_holders(
     client: redis.Redis,
     queues: Iterable[Queue],
@@ -154,7 +139,7 @@ def session_holders(
             beat = info.get("heartbeat")
             stale = isinstance(beat, int | float) and time.time() - beat > stale_after
             mine = info.get("host") == host and stale
-            dead = mine and pid is not None and pid != os.getpid() and _process_gone(pid)
+            dead = mine and pid is not None and pid != os.getpid() and not process_alive(pid)
             slot = str(job.args[1]) if len(job.args) > 1 else None
             holder = SessionHolder(
                 str(job.args[0]), job_id, entry, queue.name, slot, job.worker_name, info.get("host"), pid,

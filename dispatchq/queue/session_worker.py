@@ -36,6 +36,7 @@ from dispatchq.tiers.session import (
     model_of,
     recheck_blocked,
     requeue_front,
+    take_back,
     worker_died,
 )
 
@@ -178,12 +179,9 @@ def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
 
 def stopped_cold(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
     """A session cut off by its worker's cold shutdown: back to the front, nothing charged."""
-    record = window.records.get(jid)
-    if record is None or record.status != "running":
+    record = take_back(window, jid, slot, probes)
+    if record is None:
         return
-    window.store.clear_running(record.id)
-    if slot is not None:
-        window.release(slot, probes)
     resume = getattr(record, "session_id", None)
     fields = {"resume_session": resume} if resume else {}
     requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)

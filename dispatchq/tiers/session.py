@@ -84,6 +84,7 @@ __all__ = [
     "requeue_front",
     "run_claimed",
     "session_log_path",
+    "take_back",
     "unblock_host",
     "worker_died",
     "write_session_log",
@@ -222,6 +223,21 @@ def requeue_front(
     )
 
 
+def take_back(window: Window, jid: str, slot: str | None, probes: list[str]) -> Record | None:
+    """A session job that ended without answering: its record, out of running, its slot freed.
+
+    None when the judgement is no longer running (settled, cancelled, or taken back by
+    another path already): then there is nothing to requeue or charge.
+    """
+    record = window.records.get(jid)
+    if record is None or record.status != "running":
+        return None
+    window.store.clear_running(record.id)
+    if slot is not None:
+        window.release(slot, probes)
+    return record
+
+
 def worker_died(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
     """RQ gave up on a session job (its worker died): ask the question again, from the front.
 
@@ -229,12 +245,9 @@ def worker_died(window: Window, jid: str, slot: str | None, probes: list[str]) -
     after DISPATCHQ_JOB_RETRIES deaths the judgement fails with the reason "its worker died
     N times", so a session that reliably kills its worker cannot block the line.
     """
-    record = window.records.get(jid)
-    if record is None or record.status != "running":
+    record = take_back(window, jid, slot, probes)
+    if record is None:
         return
-    window.store.clear_running(record.id)
-    if slot is not None:
-        window.release(slot, probes)
     deaths = window.records.add_death(record.id)
     if deaths > window.settings.job_retries:
         _fail(window, record, f"its worker died {deaths} time{'s' if deaths != 1 else ''}", {})
