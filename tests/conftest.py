@@ -173,6 +173,35 @@ def counting_check(directory: Path, *, answer: str = "state.get('answer')") -> t
     return f"{module}:check", calls
 
 
+def blocking_check(directory: Path, *, answer: str, then_sleep: float = 0.0) -> tuple[str, Path, Path]:
+    """A check whose first call blocks (its worker is killed there) and every later call answers.
+
+    Each call appends the target to a calls file; the first also writes a marker file, so a
+    test can wait for it before killing the worker. `answer` is a Python expression over
+    `judgement`; `then_sleep` delays every later call (a re-run that must outlive the dead
+    execution's hash). Returns ("module:check", first-call marker, calls file).
+    """
+    first = directory / "first-call-started"
+    calls = directory / "calls.txt"
+    module = write_check_module(
+        directory,
+        f"""
+        import pathlib, time
+
+        def check(judgement):
+            with open({str(calls)!r}, "a") as handle:
+                handle.write(judgement.target + "\\n")
+            marker = pathlib.Path({str(first)!r})
+            if not marker.exists():
+                marker.write_text("running")
+                time.sleep(300)  # the worker is killed while it sits here
+            time.sleep({then_sleep!r})
+            return {answer}
+        """,
+    )
+    return f"{module}:check", first, calls
+
+
 def calls_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 

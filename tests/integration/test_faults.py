@@ -28,7 +28,7 @@ from rq import Queue
 from dispatchq import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
-from tests.conftest import pid_alive, run_cli, wait_for, write_check_module, write_config
+from tests.conftest import blocking_check, pid_alive, run_cli, wait_for, write_check_module, write_config
 from tests.fakes.typesafe_api import FakeTypeSafeAPI
 
 pytestmark = pytest.mark.slow
@@ -243,26 +243,12 @@ def _failed_in_rq(client: Any) -> list[str]:
 
 
 def _blocking_kind(tmp_path: Path) -> tuple[Path, Path]:
-    """A kind whose first call blocks (its worker is killed there); every later call answers."""
-    first = tmp_path / "first-call-started"
-    calls = tmp_path / "calls.txt"
-    module = write_check_module(
-        tmp_path,
-        f"""
-        import pathlib, time
+    """A kind whose first call blocks (its worker is killed there); every later call answers.
 
-        def check(judgement):
-            with open({str(calls)!r}, "a") as handle:
-                handle.write(judgement.target + "\\n")
-            marker = pathlib.Path({str(first)!r})
-            if not marker.exists():
-                marker.write_text("running")
-                time.sleep(300)  # the worker is killed while it sits here
-            time.sleep(0.5)  # the re-run outlives the dead execution's hash (RQ's phantom failure)
-            return judgement.state["n"] * 2
-        """,
-    )
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {module}:check\n")
+    Later calls take 0.5 s: the re-run outlives the dead execution's hash (RQ's phantom failure).
+    """
+    check, first, calls = blocking_check(tmp_path, answer='judgement.state["n"] * 2', then_sleep=0.5)
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {check}\n")
     return first, calls
 
 
@@ -602,11 +588,13 @@ def test_a_session_worker_killed_again_and_again_on_one_judgement_fails_it_after
     assert formation.exited() == {}, formation.output()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
-def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharged(
+def _halted_session(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
-) -> None:
-    """A unit stop with systemd's `KillMode=control-group` signals both: not the session's fault."""
+) -> tuple[str, str, Store, Any, dict[str, Any], dict[str, str]]:
+    """Two session judgements on `own_redis`; the first ("halted") hangs in a session worker.
+
+    Returns (halted, after, store, the worker, what the hanging session recorded of itself
+    (pid, pgid), the env)."""
     seen = tmp_path / "halted.json"
     env = _session_env(
         {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"},
@@ -618,15 +606,21 @@ def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharge
     store = Store(own_redis.client())
     worker = formation.start("session-1", ["worker", "session"], env)
     formation.wait_for(seen.exists, 90, "the session to start")
-    pgid = json.loads(seen.read_text())["pgid"]
+    return halted, after, store, worker, json.loads(seen.read_text()), env
 
-    worker.send_signal(signal.SIGTERM)
-    os.killpg(pgid, signal.SIGTERM)
-    assert worker.wait(timeout=60) == 0, formation.output()  # a requested stop: the one clean exit
-    del formation.procs["session-1"]
+
+def _requeued_uncharged_then_answered(
+    store: Store,
+    formation: Formation,
+    env: dict[str, str],
+    halted: str,
+    after: str,
+    statuses: tuple[str, ...],
+) -> None:
+    """`halted` went back to the front uncharged as "stopped by a shutdown"; a new worker answers both."""
     record = store.get(halted)
     assert record is not None
-    assert record.status in ("queued", "waiting"), (record.status, record.reason)
+    assert record.status in statuses, (record.status, record.reason, record.trail)
     assert record.reason == "stopped by a shutdown"
     assert record.attempts == 0 and getattr(record, "deaths", 0) == 0  # uncharged
     assert record.trail[-1].outcome == "requeued" and record.trail[-1].why == "stopped by a shutdown"
@@ -637,6 +631,21 @@ def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharge
         lambda: store.statuses([halted, after]) == ["answered"] * 2, 90, "a new worker to answer both"
     )
     _answered_once(store, [halted, after])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharged(
+    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+) -> None:
+    """A unit stop with systemd's `KillMode=control-group` signals both: not the session's fault."""
+    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, own_redis, formation)
+    pgid = seen["pgid"]
+
+    worker.send_signal(signal.SIGTERM)
+    os.killpg(pgid, signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, formation.output()  # a requested stop: the one clean exit
+    del formation.procs["session-1"]
+    _requeued_uncharged_then_answered(store, formation, env, halted, after, ("queued", "waiting"))
     record = store.get(halted)
     assert record is not None and record.attempts == 0
     assert not any("session failed" in step.why for step in record.trail), record.trail
@@ -705,18 +714,8 @@ def test_a_second_sigterm_while_a_session_runs_requeues_it_uncharged(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """RQ's cold shutdown (a second signal) raises inside the session's job: a shutdown, not a death."""
-    seen = tmp_path / "halted.json"
-    env = _session_env(
-        {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"},
-        tmp_path,
-        {"match": "halted", "scenario": "hang", "record": str(seen)},
-    )
-    own_redis.ensure_running()
-    halted, after = _enqueue_sessions(env, ["halted", "after"])
-    store = Store(own_redis.client())
-    worker = formation.start("session-1", ["worker", "session"], env)
-    formation.wait_for(seen.exists, 90, "the session to start")
-    session_pid = json.loads(seen.read_text())["pid"]
+    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, own_redis, formation)
+    session_pid = seen["pid"]
 
     worker.send_signal(signal.SIGTERM)  # warm: the session goes on
     time.sleep(1.5)  # RQ ignores a second signal within 1 s of the first
@@ -725,18 +724,6 @@ def test_a_second_sigterm_while_a_session_runs_requeues_it_uncharged(
     worker.wait(timeout=60)
     del formation.procs["session-1"]
     wait_for(lambda: not pid_alive(session_pid), timeout=30, what="the session to be taken down")
-    record = store.get(halted)
-    assert record is not None
-    assert record.status == "queued", (record.status, record.reason, record.trail)
-    assert record.reason == "stopped by a shutdown"
-    assert record.attempts == 0 and getattr(record, "deaths", 0) == 0  # uncharged
-    assert record.trail[-1].why == "stopped by a shutdown"
-    assert store.line_ids(keys.session_line())[0] == halted  # at the front
-
-    formation.start("session-2", ["worker", "session"], env)
-    formation.wait_for(
-        lambda: store.statuses([halted, after]) == ["answered"] * 2, 90, "a new worker to answer both"
-    )
-    _answered_once(store, [halted, after])
+    _requeued_uncharged_then_answered(store, formation, env, halted, after, ("queued",))
     _nothing_stuck(store)
     assert formation.exited() == {}, formation.output()

@@ -24,7 +24,15 @@ from dispatchq.client import Client
 from dispatchq.processes import drain
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
-from tests.conftest import counting_check, pid_alive, run_cli, wait_for, write_check_module, write_config
+from tests.conftest import (
+    blocking_check,
+    counting_check,
+    pid_alive,
+    run_cli,
+    wait_for,
+    write_check_module,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -89,24 +97,8 @@ def enqueue_lines(env: dict[str, str], judgements: list[dict[str, Any]]) -> list
 def test_a_worker_killed_mid_job_loses_no_judgement(
     dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
 ) -> None:
-    first_call = tmp_path / "first-call-started"
-    calls = tmp_path / "calls.txt"
-    module = write_check_module(
-        tmp_path,
-        f"""
-        import pathlib, time
-
-        def check(judgement):
-            with open({str(calls)!r}, "a") as handle:
-                handle.write(judgement.target + "\\n")
-            marker = pathlib.Path({str(first_call)!r})
-            if not marker.exists():
-                marker.write_text("running")
-                time.sleep(120)  # the worker is killed while it sits here
-            return "answered " + judgement.target
-        """,
-    )
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  slow:\n    check: {module}:check\n")
+    check, first_call, calls = blocking_check(tmp_path, answer='"answered " + judgement.target')
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  slow:\n    check: {check}\n")
     store = Store(redis_client)
     ids = enqueue_lines(dq_env, [{"kind": "slow", "target": f"t{i}"} for i in range(3)])
 
