@@ -364,6 +364,7 @@ def main() -> int:
     parser.add_argument("--states", type=int, default=50, help="states for typed-concurrency")
     parser.add_argument("--latency", type=float, default=0.2, help="API latency for typed-concurrency (s)")
     parser.add_argument("--repeat", type=int, default=3, help="foundation runs per side (medians compared)")
+    parser.add_argument("--rounds", type=int, default=7, help="webhooks: rounds per side (paired, medians)")
     parser.add_argument("--kills", type=int, default=20, help="worker kills for the faults benchmark")
     parser.add_argument("--redis-kills", type=int, default=4, help="Redis kills per faults scenario")
     parser.add_argument(
@@ -386,7 +387,7 @@ def main() -> int:
             else run_faults(args.n if args.n != 20_000 else 10_000, args.kills, args.redis_kills)
         ),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
-        "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.repeat),
+        "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.rounds),
         "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time
     }
     try:

@@ -15,6 +15,7 @@
     ├── ContractError ........... a session's return that breaks its contract
     ├── ConditionError .......... a rule's `if` that fails on the answers it has (row 2)
     ├── ExecutorError ........... an executor could not carry an action out
+    ├── DeliveriesFailed ........ some webhook deliveries of one triage job failed (each is named)
     ├── GitError ................ a git command failed
     ├── GitUnavailable .......... git could not be run at all
     ├── TamperError ............. a line dispatchq wrote was changed by someone else
@@ -40,6 +41,7 @@ __all__ = [
     "ConditionError",
     "ConfigError",
     "ContractError",
+    "DeliveriesFailed",
     "DispatchqError",
     "EnqueueInterrupted",
     "ExecutorError",
@@ -115,6 +117,10 @@ class ContractError(DispatchqError, ValueError):
 
 class ConditionError(DispatchqError):
     """An `if` that fails on the answers it has (row 2): a type error, a missing field."""
+
+
+class DeliveriesFailed(DispatchqError):
+    """Some events of a batch of webhook deliveries failed to triage; the others were triaged."""
 
 
 class ExecutorError(DispatchqError):

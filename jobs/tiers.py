@@ -12,6 +12,7 @@ __all__ = [
     "retrigger",
     "session",
     "triage",
+    "triage_deliveries",
     "typed",
 ]
 
@@ -59,3 +60,13 @@ def triage(event: dict[str, Any], mode: str | None = None) -> dict[str, Any]:
     from dispatchq.tiers.typed import run_triage
 
     return run_triage(get_runtime(), event, mode)
+
+
+def triage_deliveries(delivery_ids: list[str]) -> list[dict[str, Any]]:
+    """`POST /webhooks/github`: the deliveries one accept call took, triaged on the typed queue."""
+    from rq import get_current_job
+
+    from dispatchq.tiers.typed import run_deliveries
+
+    job = get_current_job()
+    return run_deliveries(get_runtime(), delivery_ids, job.id if job is not None else "")

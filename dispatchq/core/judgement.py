@@ -56,8 +56,24 @@ TIERS: tuple[str, ...] = ("code", "typed", "session")
 Effect = Literal["local", "external"]
 
 
+_SCALARS = (str, int, bool, type(None))
+
+
 def _check_finite(value: Any, depth: int = 0) -> None:
-    if isinstance(value, float):
+    # Exact type checks first: this walks every node of every state hashed, and
+    # `isinstance` against a union costs several times `type() is`.
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            _check_finite(item, depth + 1)
+    elif kind is list or kind is tuple:
+        for item in value:
+            _check_finite(item, depth + 1)
+    elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} has no JSON spelling")
     elif isinstance(value, dict):
@@ -68,7 +84,7 @@ def _check_finite(value: Any, depth: int = 0) -> None:
     elif isinstance(value, list | tuple):
         for item in value:
             _check_finite(item, depth + 1)
-    elif value is not None and not isinstance(value, str | int | bool):
+    elif not isinstance(value, _SCALARS):
         raise TypeError(f"{type(value).__name__} is not JSON data")
 
 

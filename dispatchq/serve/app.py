@@ -23,7 +23,7 @@ import threading
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.runtime import Runtime
 from dispatchq.serve import judgements, metrics, page, status, webhooks
+from dispatchq.storage.connection import connect_async
 from dispatchq.storage.outage import (
     OutageLog,
     is_outage,
@@ -40,7 +41,11 @@ from dispatchq.storage.outage import (
     outage_reason,
     wait_for_redis,
 )
-from dispatchq.storage.serve import ServeStorage
+from dispatchq.storage.serve import AsyncDeliveries, ServeStorage
+from dispatchq.tiers.typed import triage_template
+
+if TYPE_CHECKING:
+    from dispatchq.queue.prepared import JobTemplate
 
 __all__ = ["OPEN_PATHS", "READ_METHODS", "TOKEN_COOKIE", "ServeContext", "create_app", "is_loopback"]
 
@@ -81,10 +86,17 @@ class ServeContext:
     webhook_secret: str | None
     api_token: str | None
     storage: ServeStorage = field(init=False)
+    #: Webhook deliveries go through the event loop's own client (`webhooks.DeliveryBatcher`).
+    deliveries: AsyncDeliveries = field(init=False)
+    #: The triage job each accepted delivery becomes, made once (`tiers.typed.triage_template`).
+    triage_job: JobTemplate = field(init=False)
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.storage = ServeStorage(self.runtime.redis)
+        settings = self.runtime.settings
+        self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
+        self.triage_job = triage_template(self.runtime)
 
     def __repr__(self) -> str:
         return "ServeContext(***)"
@@ -237,7 +249,7 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         api_token=settings.api_token.get_secret_value() if settings.api_token else None,
     )
     routes: list[BaseRoute] = [
-        *webhooks.routes(context),
+        *webhooks.routes(context, webhooks.DeliveryBatcher(context.deliveries, context.triage_job)),
         *judgements.routes(context),
         *status.routes(lambda: runtime),
         *metrics.routes(lambda: runtime),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from collections.abc import Mapping
 
-__all__ = ["MAX_BODY", "BodyTooLarge", "read_limited"]
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
+
+__all__ = ["MAX_BODY", "BodyTooLarge", "read_limited", "read_limited_asgi"]
 
 #: GitHub caps webhook payloads at 25 MB; so does every route here.
 MAX_BODY = 25 * 1024 * 1024
@@ -25,13 +28,7 @@ async def read_limited(request: Request, limit: int = MAX_BODY) -> bytes:
     that lies about its length (or is chunked) is counted as it streams in, and reading
     stops at the first chunk past the limit.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise BodyTooLarge(limit)
-        except ValueError:
-            pass  # the server refuses a malformed length itself
+    _check_declared(request.headers.get("content-length"), limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -40,3 +37,30 @@ async def read_limited(request: Request, limit: int = MAX_BODY) -> bytes:
             raise BodyTooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _check_declared(declared: str | None, limit: int) -> None:
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise BodyTooLarge(limit)
+        except ValueError:
+            pass  # the server refuses a malformed length itself
+
+
+async def read_limited_asgi(headers: Mapping[str, str], receive: Receive, limit: int = MAX_BODY) -> bytes:
+    """`read_limited` for a plain ASGI app: `headers` lower-cased, `receive` the ASGI callable."""
+    _check_declared(headers.get("content-length"), limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect  # as `Request.stream` raises it
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)

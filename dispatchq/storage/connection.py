@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -34,6 +35,7 @@ __all__ = [
     "START_TIMEOUT",
     "EmbeddedRedis",
     "connect",
+    "connect_async",
     "embedded_for",
     "process_alive",
     "redis_server_binary",
@@ -262,6 +264,23 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
             f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}"
         ) from None
     return client
+
+
+def connect_async(settings: Settings) -> redis.asyncio.Redis:
+    """An asyncio client to the same Redis as `connect` (which must have started it).
+
+    Connections are made on first use, on the event loop that uses them; an outage
+    raises the same `redis.exceptions` errors as the blocking client.
+    """
+    if settings.redis_url is not None:
+        try:
+            return redis.asyncio.Redis.from_url(
+                settings.redis_url.get_secret_value(), health_check_interval=30
+            )
+        except ValueError as error:
+            raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
+    socket_path = str(embedded_for(settings).socket_path)
+    return redis.asyncio.Redis(unix_socket_path=socket_path, health_check_interval=30)
 
 
 def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:

@@ -1,32 +1,129 @@
-"""The HTTP server's Redis: webhook deliveries seen, judgement ids by prefix, a health ping.
+"""The HTTP server's Redis: webhook deliveries accepted, judgement ids by prefix, a health ping.
 
 `dispatchq.serve` may not import redis (only storage/ and queue/ do); what it needs from
 Redis is here, as named methods, and a Redis error it raises is recognised with
 `dispatchq.storage.outage.is_outage`.
 
-A delivery is *claimed* before its event is enqueued (SET NX with a short TTL, so two
-copies racing in are one decision) and *confirmed* after (the long TTL); a claim whose
-enqueue failed is released, so GitHub's redelivery of it is a first delivery again.
+Webhook deliveries are accepted by one Lua call (`ACCEPT`) that checks each delivery id,
+records the new ones (their triage event in the record) and saves and queues one triage
+job for them all (built in memory by `dispatchq.queue.prepared`), so there is no moment
+when a delivery is recorded without a job or queued twice, and nothing to release when
+Redis fails half way: either the whole call happened or none of it did. The server
+gathers the deliveries that arrive while one call is in flight (`dispatchq.serve.webhooks`),
+so a busy server pays one round trip and one RQ job per batch, not per delivery.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from dispatchq import keys
 from dispatchq.core.text import as_text
 
 if TYPE_CHECKING:
     import redis
+    import redis.asyncio
 
-__all__ = ["DELIVERY_ID", "JUDGEMENT_PREFIX", "ServeStorage"]
+    from dispatchq.queue.prepared import PreparedJob
+
+__all__ = ["ACCEPT", "DELIVERY_ID", "JUDGEMENT_PREFIX", "AsyncDeliveries", "Delivery", "ServeStorage"]
 
 #: What an X-GitHub-Delivery may look like (a GUID; anything tame and short is accepted).
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: What `GET /judgements/{prefix}` accepts: 8+ characters, nothing a glob would read.
 JUDGEMENT_PREFIX = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
+
+
+# KEYS: rq:queues, the batch job's hash, its queue, then each delivery's record.
+# ARGV[1] = the records' TTL; ARGV[2] = the job id; ARGV[3] = the job's HSET arguments and
+# ARGV[4] = the records (JSON), each a MessagePack array (one argument, not dozens:
+# redis-py's packing of each argument cost more than the rest of the call).
+# Returns one string per delivery: '' when it was new, else the record its first delivery
+# left. The job is saved and queued only if some delivery was new: a batch of redeliveries
+# queues nothing. Two copies in one call are a delivery and its redelivery.
+ACCEPT = """
+local ttl = ARGV[1]
+local records = cmsgpack.unpack(ARGV[4])
+local out, new = {}, 0
+for k = 4, #KEYS do
+  local earlier = redis.call('GET', KEYS[k])
+  if earlier then
+    out[#out + 1] = earlier
+  else
+    redis.call('SET', KEYS[k], records[k - 3], 'EX', ttl)
+    out[#out + 1] = ''
+    new = new + 1
+  end
+end
+if new > 0 then
+  redis.call('HSET', KEYS[2], unpack(cmsgpack.unpack(ARGV[3])))
+  redis.call('RPUSH', KEYS[3], ARGV[2])
+  redis.call('SADD', KEYS[1], KEYS[3])
+end
+return out
+"""
+
+
+def _msgpack_strings(items: Sequence[str | bytes]) -> bytes:
+    """A MessagePack array of byte strings (str 32 each: Redis 6.2's `cmsgpack` reads no bin type).
+
+    Eight lines rather than a dependency: only this one shape is ever packed.
+    """
+    out = [b"\xdd", len(items).to_bytes(4, "big")]
+    for item in items:
+        data = item.encode() if isinstance(item, str) else item
+        out += (b"\xdb", len(data).to_bytes(4, "big"), data)
+    return b"".join(out)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook delivery to accept: its id and what to remember of it (its event included)."""
+
+    id: str
+    record: dict[str, Any]
+
+
+class AsyncDeliveries:
+    """`ACCEPT` on the server's event loop (redis.asyncio), so waiting on Redis blocks nothing.
+
+    A thread per request would hold the GIL in turns with the event loop; on two cores
+    that hand-off cost more than the work itself.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis, *, ttl: int) -> None:
+        self._accept = client.register_script(ACCEPT)
+        self._ttl = ttl
+
+    async def accept(self, deliveries: Sequence[Delivery], job: PreparedJob) -> list[dict[str, Any] | None]:
+        """Record each new delivery as `job`'s and queue `job` (once, if any was new).
+
+        None for a new delivery; else the record its first delivery left (a redelivery,
+        which `job` will skip: its record names another job).
+        """
+        if not deliveries:
+            return []
+        keys_ = [job.queues_key, job.key, job.queue_key]
+        keys_ += [keys.webhook_delivery(delivery.id) for delivery in deliveries]
+        records = [orjson.dumps({**delivery.record, "job": job.id}) for delivery in deliveries]
+        argv: list[bytes | str | int] = [
+            self._ttl,
+            job.id,
+            _msgpack_strings(job.fields),
+            _msgpack_strings(records),
+        ]
+        replies = await self._accept(keys=keys_, args=argv)
+        out: list[dict[str, Any] | None] = []
+        for reply in replies:
+            text = as_text(reply)
+            out.append(json.loads(text) if text else None)
+        return out
 
 
 class ServeStorage:
@@ -38,25 +135,6 @@ class ServeStorage:
         return bool(self._redis.ping())
 
     # -- webhook deliveries ------------------------------------------------------------------
-    def claim_delivery(self, delivery_id: str, record: dict[str, Any], ttl: int) -> dict[str, Any] | None:
-        """Claim a delivery id for `record`; None if claimed now, else the earlier claim's record."""
-        key = keys.webhook_delivery(delivery_id)
-        data = json.dumps({**record, "state": "pending"}, sort_keys=True, separators=(",", ":"))
-        if self._redis.set(key, data, nx=True, ex=ttl):
-            return None
-        raw = self._redis.get(key)
-        if raw is None:  # expired between the two calls: claim it again
-            return None if self._redis.set(key, data, nx=True, ex=ttl) else {}
-        earlier: dict[str, Any] = json.loads(as_text(raw))
-        return earlier
-
-    def confirm_delivery(self, delivery_id: str, record: dict[str, Any], ttl: int) -> None:
-        data = json.dumps({**record, "state": "enqueued"}, sort_keys=True, separators=(",", ":"))
-        self._redis.set(keys.webhook_delivery(delivery_id), data, ex=ttl)
-
-    def release_delivery(self, delivery_id: str) -> None:
-        self._redis.delete(keys.webhook_delivery(delivery_id))
-
     def delivery(self, delivery_id: str) -> dict[str, Any] | None:
         raw = self._redis.get(keys.webhook_delivery(delivery_id))
         if raw is None:

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
+from dispatchq.errors import DeliveriesFailed
 from dispatchq.queue.dispatch import Moves
+from dispatchq.queue.prepared import JobTemplate, PreparedJob
 from dispatchq.queue.scheduler import schedule_typed_retry
+from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.typed import TypedStorage
 from dispatchq.tiers.typesafe import (
@@ -44,16 +47,24 @@ if TYPE_CHECKING:
     from dispatchq.storage.store import Claimed
 
 __all__ = [
+    "DELIVERIES_JOB",
     "KEYLESS_WHY",
     "SIBLING_CAP",
+    "TRIAGE_JOB",
     "enqueue_triage",
+    "prepare_deliveries",
     "process_batch",
     "provider_ask",
     "provider_for",
+    "run_deliveries",
     "run_triage",
+    "triage_template",
 ]
 
 KEYLESS_WHY = "no TypeSafe key: the typed tier answers nothing"
+#: The RQ entry points of a triage event and of a batch of webhook deliveries (`jobs/tiers.py`).
+TRIAGE_JOB = "jobs.tiers.triage"
+DELIVERIES_JOB = "jobs.tiers.triage_deliveries"
 
 
 def provider_for(runtime: Runtime) -> Provider:
@@ -292,17 +303,67 @@ def provider_ask(provider: Provider) -> TriageAsk:
     return ask
 
 
+def _triage_job(runtime: Runtime, event: dict[str, Any], mode: str | None) -> dict[str, Any]:
+    settings = runtime.settings
+    return {
+        "args": (event, mode),
+        "timeout": settings.typed_job_timeout,
+        "result_ttl": settings.result_ttl,
+        "failure_ttl": settings.result_ttl,
+        "description": f"dispatchq triage {event.get('event')} {event.get('target')}",
+    }
+
+
 def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) -> str:
     """Put an event on the typed queue: a typed worker asks, resolves and runs the executor."""
-    job = runtime.dispatcher.queue("typed").enqueue_call(
-        "jobs.tiers.triage",
-        args=(event, mode),
-        timeout=runtime.settings.typed_job_timeout,
-        result_ttl=runtime.settings.result_ttl,
-        failure_ttl=runtime.settings.result_ttl,
-        description=f"dispatchq triage {event.get('event')} {event.get('target')}",
-    )
+    job = runtime.dispatcher.queue("typed").enqueue_call(TRIAGE_JOB, **_triage_job(runtime, event, mode))
     return str(job.id)
+
+
+def triage_template(runtime: Runtime) -> JobTemplate:
+    """The RQ job of a batch of webhook deliveries, as a template (`dispatchq serve` makes one
+    job per accept call from it, and saves it in that call)."""
+    settings = runtime.settings
+    return JobTemplate(
+        runtime.dispatcher.queue("typed"),
+        DELIVERIES_JOB,
+        timeout=settings.typed_job_timeout,
+        result_ttl=settings.result_ttl,
+        failure_ttl=settings.result_ttl,
+    )
+
+
+def prepare_deliveries(template: JobTemplate, delivery_ids: Sequence[str]) -> PreparedJob:
+    """The job that triages these deliveries' events (`run_deliveries`), unwritten."""
+    return template.prepare((list(delivery_ids),), f"dispatchq triage {len(delivery_ids)} webhook deliveries")
+
+
+def run_deliveries(runtime: Runtime, delivery_ids: Sequence[str], job_id: str) -> list[dict[str, Any]]:
+    """A typed worker's side of `POST /webhooks/github`: triage each delivery this job accepted.
+
+    A delivery whose record names another job is a redelivery that arrived in this
+    job's batch: its first copy's job triages it, so it is skipped here. One event
+    failing does not stop the others; the job then fails naming each, so nothing is
+    dropped without a trace.
+    """
+    storage = ServeStorage(runtime.redis)
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for delivery_id in delivery_ids:
+        record = storage.delivery(delivery_id)
+        if record is None or record.get("job") != job_id:
+            why = "its record expired" if record is None else "a redelivery, triaged by its first job"
+            results.append({"delivery": delivery_id, "skipped": why})
+            continue
+        try:
+            results.append({"delivery": delivery_id, **run_triage(runtime, record["envelope"], None)})
+        except Exception as error:
+            failures.append(f"{delivery_id}: {type(error).__name__}: {error}")
+    if failures:
+        raise DeliveriesFailed(
+            f"{len(failures)} of {len(delivery_ids)} deliveries failed: " + "; ".join(failures)
+        )
+    return results
 
 
 def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -> dict[str, Any]:

@@ -17,11 +17,15 @@ the config) rather than silently stringified.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
+
+import orjson
 
 from dispatchq.core.answers import ANSWER_TYPES, AnswerType, wire_question
 from dispatchq.core.judgement import canonical_json, sha256_hex
@@ -87,6 +91,11 @@ DEFAULT_BUDGET_WINDOW = 3600
 
 def _plain(value: Any) -> Any:
     """YAML loaders hand back their own mapping/sequence types; hashing needs plain JSON."""
+    kind = type(value)
+    if kind is str or kind is int or value is None:  # the common leaves, before the ABC check
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -102,17 +111,43 @@ def _json_data(where: str, value: Any, error: type[UserError]) -> Any:
     the YAML loader read from an unquoted `2024-01-01`) has none, and is refused here
     instead of being hashed as whatever `str()` makes of it.
     """
+    return _canonical_data(where, value, error)[0]
+
+
+def _canonical_data(where: str, value: Any, error: type[UserError]) -> tuple[Any, str]:
+    """`_json_data`, with the canonical spelling it checked (so a caller need not make it again)."""
+    if _exactly_json(value):  # the common case (parsed JSON): no copy, no second walk
+        try:
+            return value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:  # a lone surrogate: the slow path below says where
+            pass
     plain = _plain(value)
-    _refuse_surrogates(where, plain, error)
     try:
-        canonical_json(plain)
+        canonical = canonical_json(plain)  # orjson refuses a lone surrogate too: the walk runs only then
     except (TypeError, ValueError) as problem:  # orjson.JSONEncodeError is a TypeError
+        _refuse_surrogates(where, plain, error)  # the exact place, when that was the reason
         raise error(f"{where}: not plain JSON data ({problem})") from None
-    return plain
+    return plain, canonical
+
+
+def _exactly_json(value: Any) -> bool:
+    """True when `value` is made only of dict (str keys), list, str, int, bool, None and finite
+    floats: what `_plain` would copy unchanged and `canonical_json` accept (surrogates aside)."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(key) is str and _exactly_json(item) for key, item in value.items())
+    if kind is list:
+        return all(_exactly_json(item) for item in value)
+    if kind is float:
+        return math.isfinite(value)
+    return kind is str or kind is int or kind is bool or value is None
 
 
 def _refuse_surrogates(where: str, value: Any, error: type[UserError]) -> None:
     """A lone surrogate (JSON `"\\ud800"`) is no Unicode text: refuse it, naming where it sits."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -170,13 +205,10 @@ class Event:
             context = {}
         if not isinstance(context, Mapping):
             raise UserError("event.context: expected an object")
-        return cls(
-            name,
-            target,
-            item,
-            _json_data("event.context", context, UserError),
-            _json_data("event.state", data.get("state"), UserError),
-        )
+        state, canonical_state = _canonical_data("event.state", data.get("state"), UserError)
+        event = cls(name, target, item, _json_data("event.context", context, UserError), state)
+        event.__dict__["_state_sha"] = sha256_hex(canonical_state)  # seeds the cached_property
+        return event
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -195,7 +227,12 @@ class Event:
     def _item_digest(self) -> dict[str, Any]:
         # The event name and a digest of its state: an edited issue re-triages, a
         # redelivered identical event does not.
-        return {"event": self.event, "item": self.item, "state": sha256_hex(canonical_json(self.state))}
+        return {"event": self.event, "item": self.item, "state": self._state_sha}
+
+    @cached_property
+    def _state_sha(self) -> str:
+        # Hashed once per event: the decision key, the identity and the store all ask.
+        return sha256_hex(canonical_json(self.state))
 
 
 # --------------------------------------------------------------------------------- config
@@ -312,16 +349,27 @@ class TriageConfig:
     hash: str = ""
     budget_window: int = 3600
     """`triage.budget.window`: the rolling window `budget_requests` counts over, in seconds."""
+    #: Answers of `triggered` and `questions_for` by event name: the config never changes,
+    #: and `dispatchq serve` asks both for every delivery.
+    _by_event: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def triggered(self, event_name: str) -> list[Rule]:
-        return [rule for rule in self.rules if rule.triggered_by(event_name)]
+        found = self._by_event.get(("triggered", event_name))
+        if found is None:
+            found = self._by_event[("triggered", event_name)] = tuple(
+                rule for rule in self.rules if rule.triggered_by(event_name)
+            )
+        return list(found)
 
     def questions_for(self, event_name: str) -> frozenset[str]:
         """What to ask for this event: dependencies of the rules it triggers, in scope."""
-        needed: set[str] = set()
-        for rule in self.triggered(event_name):
-            needed |= {q for q in rule.dependencies if self.questions[q].asked_for(event_name)}
-        return frozenset(needed)
+        found = self._by_event.get(("questions", event_name))
+        if found is None:
+            needed: set[str] = set()
+            for rule in self.triggered(event_name):
+                needed |= {q for q in rule.dependencies if self.questions[q].asked_for(event_name)}
+            found = self._by_event[("questions", event_name)] = frozenset(needed)
+        return found
 
     def template_path(self, name: str) -> Path | None:
         relative = self.templates.get(name)

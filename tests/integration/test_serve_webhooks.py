@@ -16,6 +16,7 @@ import pytest
 from rq import Queue
 
 from dispatchq import keys
+from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from tests.conftest import counting_check, run_cli
 from tests.serve_support import Server, deliver, module_env, payload, request, sign
@@ -47,6 +48,17 @@ def typed_jobs(redis_client: Any) -> list[Any]:
     return Queue(keys.queue_name("typed"), connection=redis_client).get_jobs()
 
 
+def queued_envelope(redis_client: Any) -> dict[str, Any]:
+    """The one triage event queued: one job, naming one delivery, whose record holds it."""
+    (job,) = typed_jobs(redis_client)
+    assert job.func_name == "jobs.tiers.triage_deliveries"
+    ((delivery_id,),) = job.args
+    record = ServeStorage(redis_client).delivery(delivery_id)
+    assert record is not None and record["job"] == job.id
+    envelope: dict[str, Any] = record["envelope"]
+    return envelope
+
+
 def deliveries(redis_client: Any) -> list[bytes]:
     return list(redis_client.scan_iter(match=keys.webhook_delivery("*")))
 
@@ -64,8 +76,7 @@ def test_an_issue_opened_is_accepted_once_and_triaged_by_a_typed_worker(
     again = deliver(server.port, "issues", body, delivery="d-issue-1")
     assert again.status == 200
     assert again.json["decision_id"] == decision and again.json["delivery"] == "d-issue-1"
-    (job,) = typed_jobs(redis_client)  # one enqueue, not two
-    envelope = job.args[0]
+    envelope = queued_envelope(redis_client)  # one enqueue, not two
     assert envelope["event"] == "issues.opened"
     assert envelope["target"] == "Codertocat/Hello-World#1"
     assert envelope["context"] == {
@@ -111,8 +122,7 @@ def test_a_push_is_named_without_an_action_and_targets_the_new_head(
     after = json.loads(body)["after"]
     reply = deliver(server.port, "push", body, delivery="d-push")
     assert reply.status == 202, reply.body
-    (job,) = typed_jobs(redis_client)
-    envelope = job.args[0]
+    envelope = queued_envelope(redis_client)
     assert envelope["event"] == "push"
     assert envelope["target"] == f"Codertocat/Hello-World@{after}"
     assert envelope["item"] == "ref:refs/tags/simple-tag"
@@ -124,8 +134,7 @@ def test_a_check_run_targets_its_first_pull_request_and_its_state_is_trimmed(
     body = payload("check_run", "completed.payload.json")
     reply = deliver(server.port, "check_run", body, delivery="d-check")
     assert reply.status == 202, reply.body
-    (job,) = typed_jobs(redis_client)
-    envelope = job.args[0]
+    envelope = queued_envelope(redis_client)
     assert envelope["event"] == "check_run.completed"  # a rule naming `check_run` took it
     assert envelope["target"] == "Codertocat/Hello-World#2"
     text = json.dumps(envelope["state"])
