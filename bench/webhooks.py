@@ -4,9 +4,9 @@
     python3 ops/dev.py bench webhooks -n 500 --rounds 11
 
 - dispatchq: a real `dispatchq serve` process (uvicorn, its own embedded Redis) takes N
-  distinct signed `issues.opened` deliveries, each verified, mapped, claimed in Redis and
-  enqueued for a typed worker (`enqueue_triage`): counted only once it answered 202 and,
-  at the end, the typed queue holds N jobs (end to end, to an enqueued judgement).
+  distinct signed `issues.opened` deliveries, each verified, mapped, recorded in Redis and
+  queued for a typed worker: counted only once it answered 202 and, at the end, the
+  typed queue's jobs name every delivery (end to end, to an enqueued judgement).
 - bare: a Starlette app under the same uvicorn that only checks X-Hub-Signature-256
   (hmac, constant time) and answers 202: the floor of any webhook receiver in Python.
 
@@ -40,6 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from rq import Queue  # noqa: E402
 
 from dispatchq import keys  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
@@ -220,7 +222,8 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
             seconds, ok = _load(serve_port, chunk)
             serve_rates.append(ok / seconds)
             serve_ok += ok
-        enqueued = int(redis.llen(queue))
+        jobs = Queue(keys.queue_name("typed"), connection=redis).get_jobs()
+        enqueued = len({delivery for job in jobs for delivery in job.args[0]})
         # How many deliveries each accept call carried: what group commit bought.
         accept_calls = int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
     finally:
@@ -239,7 +242,8 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
         "bare_per_second_median": round(bare_rate, 1),
         "bare_per_second_rounds": [round(x, 1) for x in bare_rates],
         "dispatchq_accepted": serve_ok,
-        "dispatchq_enqueued_jobs": enqueued,
+        "dispatchq_deliveries_queued": enqueued,
+        "dispatchq_jobs": len(jobs),
         "dispatchq_accept_calls": accept_calls,
         "dispatchq_deliveries_per_call": round((serve_ok + len(warm)) / accept_calls, 2)
         if accept_calls

@@ -37,7 +37,7 @@ class PreparedJob:
     key: str  # rq:job:<id>: the hash
     queue_key: str  # rq:queue:<name>: the list a worker pops
     queues_key: str  # rq:queues: the set RQ's tools and workers list queues from
-    fields: tuple[str | bytes, ...]  # HSET field, value, field, value, ...
+    fields: tuple[str | bytes, ...]  # HSET field, value, field, value, ... (values as bytes)
 
 
 class JobTemplate:
@@ -74,8 +74,13 @@ class JobTemplate:
         for name, value in job.to_dict().items():
             if value is None:  # as RQ's own unique enqueue does: HSET cannot store a None
                 continue
-            # isinstance, not type(): `status` is a str Enum, whose str() is "JobStatus.QUEUED"
-            fields += (name, value if isinstance(value, str | bytes) else str(value))
+            # As redis-py encodes: a str (`status` is a str Enum, whose str() would be
+            # "JobStatus.QUEUED") by its text, bytes as they are, a number by str().
+            if isinstance(value, str):
+                value = value.encode()
+            elif not isinstance(value, bytes):
+                value = str(value).encode()
+            fields += (name, value)
         key = job.key
         return PreparedJob(
             id=job.id,

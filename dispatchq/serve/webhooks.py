@@ -1,4 +1,4 @@
-"""`POST /webhooks/github`: GitHub's webhook contract, into the existing triage enqueue path.
+"""`POST /webhooks/github`: GitHub's webhook contract, onto the typed queue.
 
 In this order, so nothing unverified is ever parsed or stored:
 
@@ -9,15 +9,20 @@ In this order, so nothing unverified is ever parsed or stored:
 4. `X-GitHub-Event` and `X-GitHub-Delivery` read; a `ping` is answered 200;
 5. the payload parsed and mapped (`dispatchq.triage.github`, pure) to a triage event,
    its state narrowed by the triggered rules' `state:` lists;
-6. the delivery accepted in Redis in one atomic step (`ServeStorage`'s `ACCEPT`): a
+6. the delivery accepted in Redis in one atomic step (`storage.serve.ACCEPT`): a
    redelivery answers 200 with the first ids and makes no second decision; a first
-   delivery is recorded and its triage job (the job `triage --enqueue` writes, built by
-   `prepare_triage`) saved and queued for a typed worker, and it is answered 202.
+   delivery is recorded with its event, a triage job naming it is saved and queued for
+   a typed worker (`tiers.typed.run_deliveries`), and it is answered 202.
 
 Deliveries that arrive while one accept call is in flight wait for the next, which takes
-them all (`DeliveryBatcher`): one Redis round trip per batch, with no timer, so a lone
-delivery is never delayed and a burst costs few calls. A 202 is sent only after the
-call that queued its job has returned.
+them all and makes one job of them (`DeliveryBatcher`): one Redis round trip and one RQ
+job per batch, with no timer, so a lone delivery is never delayed and a burst costs few
+calls. A 202 is sent only after the call that queued its job has returned.
+
+Why this shape: on the 2-core machine a Redis round trip costs 100-170 us of CPU in
+redis-py, more than mapping a payload, and the first version (five round trips a
+delivery, in a thread each) accepted 0.14x of what a bare signature-checking Starlette
+endpoint does; `bench/webhooks.py` measures it.
 """
 
 from __future__ import annotations

@@ -303,20 +303,17 @@ def provider_ask(provider: Provider) -> TriageAsk:
     return ask
 
 
-def _triage_job(runtime: Runtime, event: dict[str, Any], mode: str | None) -> dict[str, Any]:
-    settings = runtime.settings
-    return {
-        "args": (event, mode),
-        "timeout": settings.typed_job_timeout,
-        "result_ttl": settings.result_ttl,
-        "failure_ttl": settings.result_ttl,
-        "description": f"dispatchq triage {event.get('event')} {event.get('target')}",
-    }
-
-
 def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) -> str:
     """Put an event on the typed queue: a typed worker asks, resolves and runs the executor."""
-    job = runtime.dispatcher.queue("typed").enqueue_call(TRIAGE_JOB, **_triage_job(runtime, event, mode))
+    settings = runtime.settings
+    job = runtime.dispatcher.queue("typed").enqueue_call(
+        TRIAGE_JOB,
+        args=(event, mode),
+        timeout=settings.typed_job_timeout,
+        result_ttl=settings.result_ttl,
+        failure_ttl=settings.result_ttl,
+        description=f"dispatchq triage {event.get('event')} {event.get('target')}",
+    )
     return str(job.id)
 
 

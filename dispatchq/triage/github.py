@@ -46,6 +46,16 @@ def _dropped(key: str) -> bool:
 
 def trim(value: Any) -> Any:
     """The payload without URLs, node ids, gravatar ids and `_links`, at every depth."""
+    kind = type(value)
+    if kind is dict and all(type(k) is str for k in value):
+        # Parsed JSON, the case on every delivery: exact types, and no call per leaf.
+        return {
+            k: trim(v) if type(v) is dict or type(v) is list else v
+            for k, v in value.items()
+            if not (k in _DROPPED_EXACT or k.endswith("_url"))
+        }
+    if kind is list:
+        return [trim(v) if type(v) is dict or type(v) is list else v for v in value]
     if isinstance(value, Mapping):
         return {str(k): trim(v) for k, v in value.items() if not _dropped(str(k))}
     if isinstance(value, list):

@@ -15,7 +15,7 @@ import pytest
 from dispatchq import keys
 from dispatchq.storage.connection import redis_server_binary
 from tests.conftest import counting_check, run_cli, wait_for
-from tests.serve_support import Server, free_port, module_env, request
+from tests.serve_support import Server, deliver, free_port, module_env, payload, request
 
 TOKEN = "serve-api-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -193,6 +193,9 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
             down = request(server.port, "POST", "/judgements", body, NDJSON)
             assert down.status == 503
             assert "Redis" in json.dumps(down.json)
+            hook = payload("issues", "opened.payload.json")
+            lost = deliver(server.port, "issues", hook, delivery="d-outage")
+            assert lost.status == 503 and "Redis is unreachable" in lost.json["error"], lost.body
             health = request(server.port, "GET", "/healthz")
             assert health.status == 503 and "Redis is unreachable" in health.json["error"]
             assert server.process is not None and server.process.poll() is None  # still up
@@ -200,6 +203,9 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
             redis_proc = start_redis()
             wait_for(lambda: request(server.port, "GET", "/healthz").status == 200, what="healthz again")
             assert request(server.port, "POST", "/judgements", body, NDJSON).status == 200
+            # GitHub redelivers what was refused; once Redis is back it is accepted.
+            again = deliver(server.port, "issues", hook, delivery="d-outage")
+            assert again.status == 202, again.body
             assert "Redis unreachable" in server.output  # said once, as workers say it
     finally:
         redis_proc.terminate()

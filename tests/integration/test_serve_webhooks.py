@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import socket
+from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,64 @@ def test_an_issue_opened_is_accepted_once_and_triaged_by_a_typed_worker(
     third = deliver(server.port, "issues", body, delivery="d-issue-1")
     assert third.status == 200 and third.json["decision_id"] == decision
     assert typed_jobs(redis_client) == []  # the worker took the one job; no second was made
+
+
+def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
+    server: Server, env: dict[str, str], redis_client: Any
+) -> None:
+    """Twelve issues, each delivered twice, from eight connections at once: the accept calls
+    batch them however they arrive; each still gets one 202, one 200 and one decision."""
+    base = json.loads(payload("issues", "opened.payload.json"))
+    bodies = {
+        f"d-burst-{n}": json.dumps(
+            {**base, "issue": {**base["issue"], "number": n, "title": f"issue {n}"}}
+        ).encode()
+        for n in range(1, 13)
+    }
+    work = list(bodies.items()) * 2
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(
+            pool.map(lambda item: (item[0], deliver(server.port, "issues", item[1], delivery=item[0])), work)
+        )
+    answers: dict[str, list[Any]] = defaultdict(list)
+    for delivery, reply in replies:
+        answers[delivery].append(reply)
+    decisions: dict[str, str] = {}
+    for delivery, got in answers.items():
+        assert sorted(r.status for r in got) == [200, 202], (delivery, [r.body for r in got])
+        (decisions[delivery],) = {r.json["decision_id"] for r in got}
+    assert len(set(decisions.values())) == 12
+
+    # Each delivery's record names a queued job, and that job names the delivery.
+    jobs = {job.id: job for job in typed_jobs(redis_client)}
+    storage = ServeStorage(redis_client)
+    for delivery in bodies:
+        record = storage.delivery(delivery)
+        assert record is not None and delivery in jobs[record["job"]].args[0]
+
+    done = run_cli(["worker", "typed", "--burst"], env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    triage = TriageStorage(redis_client)
+    assert all(triage.decision(decision) is not None for decision in decisions.values())
+    queue = Queue(keys.queue_name("typed"), connection=redis_client)
+    assert typed_jobs(redis_client) == [] and queue.failed_job_registry.count == 0
+
+
+def test_an_integer_past_64_bits_is_refused_where_kept_and_harmless_where_dropped(
+    server: Server, redis_client: Any
+) -> None:
+    """orjson would read it as a float; the state must never hold a silently rounded number."""
+    big = 123456789012345678901234567890
+    push = json.loads(payload("push"))
+    push["repository"]["stargazers_count"] = big  # `any-push` keeps the whole payload
+    kept = deliver(server.port, "push", json.dumps(push).encode(), delivery="d-big-kept")
+    assert kept.status == 422 and "not plain JSON data" in kept.json["error"], kept.body
+
+    issue = json.loads(payload("issues", "opened.payload.json"))
+    issue["repository"]["stargazers_count"] = big  # `needs-repro` keeps only the title and body
+    dropped = deliver(server.port, "issues", json.dumps(issue).encode(), delivery="d-big-dropped")
+    assert dropped.status == 202, dropped.body
+    assert "repository" not in queued_envelope(redis_client)["state"]
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", sign(b"other body")])
