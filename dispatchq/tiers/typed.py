@@ -332,7 +332,8 @@ def triage_template(runtime: Runtime) -> JobTemplate:
 
 def prepare_deliveries(template: JobTemplate, delivery_ids: Sequence[str]) -> PreparedJob:
     """The job that triages these deliveries' events (`run_deliveries`), unwritten."""
-    return template.prepare((list(delivery_ids),), f"dispatchq triage {len(delivery_ids)} webhook deliveries")
+    unique = list(dict.fromkeys(delivery_ids))  # a redelivery riding with its first copy is named once
+    return template.prepare((unique,), f"dispatchq triage {len(unique)} webhook deliveries")
 
 
 def run_deliveries(runtime: Runtime, delivery_ids: Sequence[str], job_id: str) -> list[dict[str, Any]]:
@@ -346,7 +347,7 @@ def run_deliveries(runtime: Runtime, delivery_ids: Sequence[str], job_id: str) -
     storage = ServeStorage(runtime.redis)
     results: list[dict[str, Any]] = []
     failures: list[str] = []
-    for delivery_id in delivery_ids:
+    for delivery_id in dict.fromkeys(delivery_ids):  # a copy in the same batch is the same delivery
         record = storage.delivery(delivery_id)
         if record is None or record.get("job") != job_id:
             why = "its record expired" if record is None else "a redelivery, triaged by its first job"

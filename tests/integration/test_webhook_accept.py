@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ from rq.job import Job
 from dispatchq import keys
 from dispatchq.queue.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.tiers.typed import DELIVERIES_JOB, prepare_deliveries
+from tests.conftest import counting_check, run_cli
+from tests.serve_support import module_env, payload
 
 # A function any RQ worker can import: the test needs a job that runs, not dispatchq's.
 FUNC = "json.dumps"
@@ -138,3 +143,54 @@ def test_a_refused_accept_writes_nothing(redis_server: Any, redis_client: Any) -
         redis_client.config_set("maxmemory", "0")
     assert ServeStorage(redis_client).delivery("d-full") is None
     assert queue.job_ids == [] and not redis_client.exists(job.key)
+
+
+def test_a_typed_worker_triages_each_accepted_delivery_once_and_names_the_one_that_failed(
+    redis_server: Any, redis_client: Any, tmp_path: Path
+) -> None:
+    """Real typed worker, real records: a redelivery riding a later batch is skipped by that
+    batch's job (its first job triages it), and one bad event fails its job by name while
+    the others in the same job are still triaged."""
+    check, _ = counting_check(tmp_path, answer="'ok'")
+    env = module_env(redis_server, tmp_path, check)
+    template = JobTemplate(
+        Queue(keys.queue_name("typed"), connection=redis_client),
+        DELIVERIES_JOB,
+        timeout=60,
+        result_ttl=600,
+        failure_ttl=600,
+    )
+    issue = json.loads(payload("issues", "opened.payload.json"))
+
+    def delivery(delivery_id: str, number: int, *, event: str = "issues.opened") -> Delivery:
+        envelope = {
+            "event": event,
+            "target": f"acme/app#{number}",
+            "item": f"issue:{number}",
+            "context": {"repository": "acme/app"},
+            "state": {"issue": {"title": f"issue {number}", "body": issue["issue"]["body"]}},
+        }
+        return Delivery(delivery_id, {"decision_id": f"decision-{number}", "envelope": envelope})
+
+    first = prepare_deliveries(template, ["d-1"])
+    assert _accept(redis_server, [delivery("d-1", 1)], first) == [None]
+    batch = [delivery("d-1", 1), delivery("d-2", 2), delivery("d-bad", 3, event="not an event")]
+    second = prepare_deliveries(template, [d.id for d in batch])
+    assert _accept(redis_server, batch, second)[1:] == [None, None]
+
+    done = run_cli(["worker", "typed", "--burst"], env, timeout=180)
+    assert done.returncode == 0, done.stderr
+
+    ok = Job.fetch(first.id, connection=redis_client)
+    assert ok.get_status() == "finished"
+    assert [r["delivery"] for r in ok.return_value()] == ["d-1"]
+    failed = Job.fetch(second.id, connection=redis_client)
+    assert failed.get_status() == "failed"
+    why = failed.latest_result().exc_string
+    assert "DeliveriesFailed: 1 of 3 deliveries failed: d-bad: UserError" in why
+    assert "d-1" not in why.split("DeliveriesFailed")[-1]  # the redelivery was skipped, not failed
+    # d-2 shared the failed job and was triaged all the same; d-1 once, by its first job.
+    triage = TriageStorage(redis_client)
+    targets = sorted(triage.decision(d)["event"]["target"] for d in triage.decision_ids())  # type: ignore[index]
+    assert targets == ["acme/app#1", "acme/app#2"]
+    assert len(triage.recent_runs(10)) == 2
