@@ -31,6 +31,7 @@ __all__ = [
     "TrailEntry",
     "canonical_json",
     "content_key",
+    "is_plain_json",
     "sha256_hex",
     "state_digest",
 ]
@@ -56,24 +57,25 @@ TIERS: tuple[str, ...] = ("code", "typed", "session")
 Effect = Literal["local", "external"]
 
 
-_SCALARS = (str, int, bool, type(None))
+def is_plain_json(value: Any) -> bool:
+    """True when `value` is made only of dict (str keys), list, str, int, bool, None and
+    finite floats: parsed JSON, the common case, which needs no conversion or error walk.
+
+    Exact type checks: this runs over every state hashed, and `isinstance` against a
+    union or an ABC costs several times `type() is`.
+    """
+    kind = type(value)
+    if kind is dict:
+        return all(type(key) is str and is_plain_json(item) for key, item in value.items())
+    if kind is list:
+        return all(is_plain_json(item) for item in value)
+    if kind is float:
+        return math.isfinite(value)
+    return kind is str or kind is int or kind is bool or value is None
 
 
 def _check_finite(value: Any, depth: int = 0) -> None:
-    # Exact type checks first: this walks every node of every state hashed, and
-    # `isinstance` against a union costs several times `type() is`.
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
-            _check_finite(item, depth + 1)
-    elif kind is list or kind is tuple:
-        for item in value:
-            _check_finite(item, depth + 1)
-    elif isinstance(value, float):
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} has no JSON spelling")
     elif isinstance(value, dict):
@@ -84,13 +86,18 @@ def _check_finite(value: Any, depth: int = 0) -> None:
     elif isinstance(value, list | tuple):
         for item in value:
             _check_finite(item, depth + 1)
-    elif not isinstance(value, _SCALARS):
+    elif value is not None and not isinstance(value, str | int | bool):
         raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
-def canonical_json(value: Any) -> str:
-    """One byte-exact spelling of a JSON value, so equal content hashes equally."""
-    _check_finite(value)
+def canonical_json(value: Any, *, plain: bool = False) -> str:
+    """One byte-exact spelling of a JSON value, so equal content hashes equally.
+
+    `plain=True`: the caller has just seen `is_plain_json(value)` hold, so it is not walked
+    again (orjson still refuses a lone surrogate and an integer past 64 bits).
+    """
+    if not plain and not is_plain_json(value):
+        _check_finite(value)  # a tuple or dict subclass passes; anything with no spelling raises
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 

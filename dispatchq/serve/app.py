@@ -42,7 +42,7 @@ from dispatchq.storage.outage import (
     wait_for_redis,
 )
 from dispatchq.storage.serve import AsyncDeliveries, ServeStorage
-from dispatchq.tiers.typed import triage_template
+from dispatchq.tiers.typed import deliveries_template
 
 if TYPE_CHECKING:
     from dispatchq.queue.prepared import JobTemplate
@@ -88,15 +88,15 @@ class ServeContext:
     storage: ServeStorage = field(init=False)
     #: Webhook deliveries go through the event loop's own client (`webhooks.DeliveryBatcher`).
     deliveries: AsyncDeliveries = field(init=False)
-    #: The triage job each accepted delivery becomes, made once (`tiers.typed.triage_template`).
-    triage_job: JobTemplate = field(init=False)
+    #: The job a batch of accepted deliveries becomes, made once (`tiers.typed.deliveries_template`).
+    deliveries_job: JobTemplate = field(init=False)
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.storage = ServeStorage(self.runtime.redis)
         settings = self.runtime.settings
         self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
-        self.triage_job = triage_template(self.runtime)
+        self.deliveries_job = deliveries_template(self.runtime)
 
     def __repr__(self) -> str:
         return "ServeContext(***)"
@@ -249,7 +249,7 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         api_token=settings.api_token.get_secret_value() if settings.api_token else None,
     )
     routes: list[BaseRoute] = [
-        *webhooks.routes(context, webhooks.DeliveryBatcher(context.deliveries, context.triage_job)),
+        *webhooks.routes(context, webhooks.DeliveryBatcher(context.deliveries, context.deliveries_job)),
         *judgements.routes(context),
         *status.routes(lambda: runtime),
         *metrics.routes(lambda: runtime),

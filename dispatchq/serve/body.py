@@ -28,29 +28,18 @@ async def read_limited(request: Request, limit: int = MAX_BODY) -> bytes:
     that lies about its length (or is chunked) is counted as it streams in, and reading
     stops at the first chunk past the limit.
     """
-    _check_declared(request.headers.get("content-length"), limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await read_limited_asgi(request.headers, request.receive, limit)
 
 
-def _check_declared(declared: str | None, limit: int) -> None:
+async def read_limited_asgi(headers: Mapping[str, str], receive: Receive, limit: int = MAX_BODY) -> bytes:
+    """`read_limited` for a plain ASGI app: `headers` lower-cased, `receive` the ASGI callable."""
+    declared = headers.get("content-length")
     if declared is not None:
         try:
             if int(declared) > limit:
                 raise BodyTooLarge(limit)
         except ValueError:
             pass  # the server refuses a malformed length itself
-
-
-async def read_limited_asgi(headers: Mapping[str, str], receive: Receive, limit: int = MAX_BODY) -> bytes:
-    """`read_limited` for a plain ASGI app: `headers` lower-cased, `receive` the ASGI callable."""
-    _check_declared(headers.get("content-length"), limit)
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -164,12 +164,9 @@ _NO_SECRET = "no webhook secret is configured (DISPATCHQ_GITHUB_WEBHOOK_SECRET):
 
 
 async def answer_delivery(
-    context: ServeContext, batcher: DeliveryBatcher, headers: Mapping[str, str], body: bytes
+    context: ServeContext, batcher: DeliveryBatcher, secret: str, headers: Mapping[str, str], body: bytes
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, answer) for one POST: verified first, then read, mapped and accepted."""
-    secret = context.webhook_secret
-    if not secret:
-        return 503, {"error": _NO_SECRET}
     signature = headers.get("x-hub-signature-256", "")
     if not signature.startswith("sha256=") or not verify(secret, body, signature):
         return 401, {"error": "X-Hub-Signature-256 is missing or does not match the webhook secret"}
@@ -227,7 +224,8 @@ class GitHubWebhook:
             wanted = _HEADERS.get(name)
             if wanted is not None and wanted not in headers:  # the first of a repeated header wins
                 headers[wanted] = value.decode("latin-1")
-        if not self._context.webhook_secret:  # said before reading what will be refused anyway
+        secret = self._context.webhook_secret
+        if not secret:  # said before reading what will be refused anyway
             status, answer = 503, {"error": _NO_SECRET}
         else:
             try:
@@ -235,7 +233,7 @@ class GitHubWebhook:
             except BodyTooLarge as error:
                 status, answer = 413, {"error": str(error)}
             else:
-                status, answer = await answer_delivery(self._context, self._batcher, headers, body)
+                status, answer = await answer_delivery(self._context, self._batcher, secret, headers, body)
         data = orjson.dumps(answer)
         await send(
             {

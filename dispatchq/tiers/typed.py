@@ -51,6 +51,7 @@ __all__ = [
     "KEYLESS_WHY",
     "SIBLING_CAP",
     "TRIAGE_JOB",
+    "deliveries_template",
     "enqueue_triage",
     "prepare_deliveries",
     "process_batch",
@@ -58,7 +59,6 @@ __all__ = [
     "provider_for",
     "run_deliveries",
     "run_triage",
-    "triage_template",
 ]
 
 KEYLESS_WHY = "no TypeSafe key: the typed tier answers nothing"
@@ -317,7 +317,7 @@ def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) ->
     return str(job.id)
 
 
-def triage_template(runtime: Runtime) -> JobTemplate:
+def deliveries_template(runtime: Runtime) -> JobTemplate:
     """The RQ job of a batch of webhook deliveries, as a template (`dispatchq serve` makes one
     job per accept call from it, and saves it in that call)."""
     settings = runtime.settings

@@ -17,7 +17,6 @@ the config) rather than silently stringified.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +24,8 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-import orjson
-
 from dispatchq.core.answers import ANSWER_TYPES, AnswerType, wire_question
-from dispatchq.core.judgement import canonical_json, sha256_hex
+from dispatchq.core.judgement import canonical_json, is_plain_json, sha256_hex
 from dispatchq.errors import ConfigError, UserError
 from dispatchq.triage.cel import BINDINGS, RESERVED_WORDS, Condition
 
@@ -116,10 +113,10 @@ def _json_data(where: str, value: Any, error: type[UserError]) -> Any:
 
 def _canonical_data(where: str, value: Any, error: type[UserError]) -> tuple[Any, str]:
     """`_json_data`, with the canonical spelling it checked (so a caller need not make it again)."""
-    if _exactly_json(value):  # the common case (parsed JSON): no copy, no second walk
+    if is_plain_json(value):  # the common case (parsed JSON): no copy, no second walk
         try:
-            return value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-        except TypeError:  # a lone surrogate: the slow path below says where
+            return value, canonical_json(value, plain=True)
+        except TypeError:  # a lone surrogate or a huge integer: the slow path below says which
             pass
     plain = _plain(value)
     try:
@@ -128,19 +125,6 @@ def _canonical_data(where: str, value: Any, error: type[UserError]) -> tuple[Any
         _refuse_surrogates(where, plain, error)  # the exact place, when that was the reason
         raise error(f"{where}: not plain JSON data ({problem})") from None
     return plain, canonical
-
-
-def _exactly_json(value: Any) -> bool:
-    """True when `value` is made only of dict (str keys), list, str, int, bool, None and finite
-    floats: what `_plain` would copy unchanged and `canonical_json` accept (surrogates aside)."""
-    kind = type(value)
-    if kind is dict:
-        return all(type(key) is str and _exactly_json(item) for key, item in value.items())
-    if kind is list:
-        return all(_exactly_json(item) for item in value)
-    if kind is float:
-        return math.isfinite(value)
-    return kind is str or kind is int or kind is bool or value is None
 
 
 def _refuse_surrogates(where: str, value: Any, error: type[UserError]) -> None:
