@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from rq.job import Job  # noqa: E402
 
-from dispatchq.processes import build_runtime  # noqa: E402
+from dispatchq.process.wiring import build_runtime  # noqa: E402
 from dispatchq.queue.scheduler import reconcile  # noqa: E402
 from dispatchq.settings import load_settings  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402

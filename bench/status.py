@@ -27,13 +27,13 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dispatchq import keys
 from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.status import collect_status
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
+from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord, Store
 from dispatchq.window.marker import waiting_reason
+from dispatchq.workers.status import collect_status
 
 CONFIG = 'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
 

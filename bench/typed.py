@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from dispatchq import keys  # noqa: E402
+from dispatchq.storage import keys  # noqa: E402
 from tests.fakes.typesafe_api import FakeTypeSafeProcess  # noqa: E402
 
 if TYPE_CHECKING:

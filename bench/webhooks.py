@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 
 from rq import Queue  # noqa: E402
 
-from dispatchq import keys  # noqa: E402
+from dispatchq.storage import keys  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 __all__ = ["run_webhooks"]

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from dispatchq.core.judgement import FINISHED, JudgementIn, Record
 from dispatchq.errors import EnqueueInterrupted, UserError
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
@@ -158,7 +159,7 @@ class Client:
     def _submit(
         self, parsed: list[tuple[int, JudgementIn | None, str | None]], force: bool
     ) -> list[Enqueued]:
-        dispatcher = self.runtime.dispatcher
+        dispatcher = dispatcher_for(self.runtime)
         self.interrupted = None
         results: dict[int, Enqueued] = {}
         good = []

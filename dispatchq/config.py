@@ -333,7 +333,7 @@ def parse_config(
     """Validate an already-parsed config document.
 
     `builtin` are the kinds dispatchq defines in code (the decision gate's, passed in by
-    `dispatchq.processes`): found by name, never listed, and their names are reserved.
+    `dispatchq.process.wiring`): found by name, never listed, and their names are reserved.
     """
     base_dir = (path.parent if path else Path.cwd()).resolve()
     if data is None:

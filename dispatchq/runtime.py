@@ -1,8 +1,11 @@
-"""One process's parts: settings, Redis, the store, the config and the dispatcher.
+"""One process's parts: settings, Redis, the store and the config.
 
-A plain container, built once at the edge of a process by `dispatchq.processes` (which
-knows every part and the built-in kinds) and handed to the code that needs it. It
-imports no tier, so any room may take a `Runtime` without reaching the rest.
+A plain container, built once at the edge of a process by `dispatchq.process.wiring`
+(which knows every part and the built-in kinds) and handed to the code that needs it. It
+is a leaf: it imports no queue, tier or worker, so any room may take a `Runtime` without
+reaching the rest. What a room above builds from it once per process (the dispatcher,
+`dispatchq.queue.dispatch.dispatcher_for`; the typed tier's provider) is kept in `parts`
+under that room's own name, so a test injects a part by putting it there first.
 """
 
 from __future__ import annotations
@@ -10,18 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any
 
 from dispatchq.config import Config, load_config
 from dispatchq.core.kinds import Kind
-from dispatchq.queue.dispatch import Dispatcher
 from dispatchq.settings import Settings
+from dispatchq.storage.connection import RedisClient
 from dispatchq.storage.store import Store
-
-if TYPE_CHECKING:
-    import redis
-
-    from dispatchq.tiers.typesafe import Provider
 
 __all__ = ["Runtime"]
 
@@ -29,12 +27,12 @@ __all__ = ["Runtime"]
 @dataclass
 class Runtime:
     settings: Settings
-    redis: redis.Redis
+    redis: RedisClient
     config_override: Config | None = field(default=None, repr=False)
     #: Kinds defined in code (the decision gate's), found by name in every config.
     builtin: Mapping[str, Kind] = field(default_factory=dict, repr=False)
-    #: The typed tier's provider (one HTTP connection pool per process), made on first use.
-    typed_provider: Provider | None = field(default=None, repr=False)
+    #: Parts the rooms above make on first use, by name (one dispatcher, one provider).
+    parts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def store(self) -> Store:
@@ -45,9 +43,3 @@ class Runtime:
         if self.config_override is not None:
             return self.config_override
         return load_config(self.settings.config, builtin=self.builtin)
-
-    @cached_property
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher(
-            settings=self.settings, redis=self.redis, store=self.store, config=lambda: self.config
-        )

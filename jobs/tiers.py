@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatchq.processes import get_runtime
+from dispatchq.process.wiring import get_runtime, session_hooks
 
 __all__ = [
     "code",
@@ -35,7 +35,7 @@ def typed(ids: list[str]) -> int:
 def session(jid: str, slot: str, probes: list[str] | None = None) -> str:
     from dispatchq.tiers.session import run_claimed
 
-    return run_claimed(get_runtime(), jid, slot, probes)
+    return run_claimed(get_runtime(), jid, slot, probes, hooks=session_hooks())
 
 
 def retrigger(scope: str, lifts_at: float) -> str:
@@ -50,7 +50,7 @@ def on_job_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tra
     Only when RQ has no retries left do the job's unfinished judgements fail, each
     with the reason, visibly: a judgement is never silently dropped.
     """
-    from dispatchq.queue.worker import job_failed
+    from dispatchq.workers.run import job_failed
 
     job_failed(get_runtime(), job, exc_type, exc_value)
 

@@ -36,13 +36,13 @@ __all__ = [
 #: Command name -> the module that defines it. Modules are imported only when their
 #: command runs, so `dispatchq enqueue` does not pay for the rules engine's parser.
 COMMANDS = {
-    "enqueue": "core",
-    "result": "core",
-    "list": "core",
-    "cancel": "core",
-    "retry": "core",
-    "prune": "core",
-    "run": "core",
+    "enqueue": "producer",
+    "result": "producer",
+    "list": "producer",
+    "cancel": "producer",
+    "retry": "producer",
+    "prune": "producer",
+    "run": "producer",
     "worker": "ops",
     "scheduler": "ops",
     "status": "ops",
@@ -112,7 +112,7 @@ def settings() -> Settings:
 
 def runtime(*, config: bool = True) -> Runtime:
     """Settings, Redis and (unless `config=False`) the validated config, for one command."""
-    from dispatchq.processes import build_runtime, set_runtime
+    from dispatchq.process.wiring import build_runtime, set_runtime
 
     ctx = click.get_current_context()
     root = ctx.find_root()

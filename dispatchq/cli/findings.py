@@ -183,7 +183,7 @@ class _SaidByTheGate(logging.Filter):
 def _quiet_logs(log_format: str) -> None:
     """This command's log lines go through dispatchq's one handler (warnings and worse, to
     stderr), without the RQ lines the gate reports itself."""
-    from dispatchq import logs
+    from dispatchq.process import logs
 
     logs.configure("findings", log_format, level=logging.WARNING)
     registry = logging.getLogger("rq.registry")
@@ -200,7 +200,7 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     from dispatchq.findings.kinds import builtin_kinds
     from dispatchq.findings.terminal import Terminal
     from dispatchq.launcher.environment import mark_non_dumpable
-    from dispatchq.processes import build_runtime, set_runtime
+    from dispatchq.process.wiring import build_runtime, set_runtime
 
     root = repository(repo)
     read_report(report)  # a missing or unreadable report is a one-line error

@@ -44,7 +44,7 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
     Code and session workers take host-bound work (judgements naming a checkout on
     this host, DISPATCHQ_HOST) and unbound work; typed workers take any.
     """
-    from dispatchq.processes import build_runtime_waiting, run_worker
+    from dispatchq.process.wiring import build_runtime_waiting, run_worker
 
     rt = build_runtime_waiting(settings(), role=tier)
     if rt is None:
@@ -61,7 +61,7 @@ def worker(tier: str, burst: bool, quiet: bool) -> None:
 @click.option("--burst", is_flag=True, help="Run one tick and exit.")
 def scheduler(burst: bool) -> None:
     """Run rq-scheduler's loop and the control queue (retriggers), one tick per second."""
-    from dispatchq.processes import build_runtime_waiting, run_scheduler
+    from dispatchq.process.wiring import build_runtime_waiting, run_scheduler
 
     rt = build_runtime_waiting(settings(), role="scheduler")
     if rt is not None:
@@ -82,7 +82,7 @@ def status(as_json: bool, recount: bool) -> None:
     Counts come from counters kept with every change, so this answers in constant time
     however many judgements wait; it lists a sample of the waiting ones, not all.
     """
-    from dispatchq.queue.status import collect_status
+    from dispatchq.workers.status import collect_status
 
     rt = runtime(config=False)
     if recount:

@@ -31,7 +31,7 @@ def serve(host: str | None, port: int | None) -> None:
     """
     import uvicorn
 
-    from dispatchq.processes import build_runtime_waiting
+    from dispatchq.process.wiring import build_runtime_waiting
     from dispatchq.serve.app import create_app, is_loopback
 
     s = settings()

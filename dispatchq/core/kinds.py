@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dispatchq.core.answers import wire_question
-
-if TYPE_CHECKING:
-    from dispatchq.tiers.hooks import SessionHooks
 
 __all__ = ["Kind", "Kinds", "Question", "SessionSpec"]
 
@@ -40,9 +37,6 @@ class SessionSpec:
     args: tuple[str, ...] = ()
     format: str = "text"
     model: str | None = None  # the model this kind's session runs, when it names one
-    # Code that runs around the spawn (`before_spawn`, `render_prompt`, `after_session`,
-    # `not_spawned`): set by built-in kinds such as the decision gate's, never from YAML.
-    hooks: SessionHooks | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

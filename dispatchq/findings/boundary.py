@@ -46,7 +46,7 @@ from dispatchq.settings import parent_environment
 from dispatchq.storage.findings import FindingsStore
 
 if TYPE_CHECKING:
-    import redis
+    from dispatchq.storage.connection import RedisClient
 
 __all__ = [
     "DEFAULT_GIT_TIMEOUT",
@@ -574,7 +574,7 @@ class Approvals:
     operations are `FindingsStore`'s.
     """
 
-    redis: redis.Redis
+    redis: RedisClient
     repo_id: str
     finding: str
     store: FindingsStore = field(init=False)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry, canonical_json, sha256_hex
 from dispatchq.errors import CheckError, TamperError, UserError
 from dispatchq.findings.boundary import Approvals, PlanResult, run_plan
@@ -45,6 +44,7 @@ from dispatchq.findings.record import (
     tamper_json,
 )
 from dispatchq.findings.report import Finding
+from dispatchq.storage import keys
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.tiers.hooks import GO, Requeue, Settled, SpawnVerdict

@@ -86,18 +86,26 @@ class FixerHooks(SessionHooks):
         FixerJob.load(runtime, record).not_spawned(reason)
 
 
-def _kind(name: str, prompt: str, args: Sequence[str], fmt: str, hooks: SessionHooks) -> Kind:
+def _kind(name: str, prompt: str, args: Sequence[str], fmt: str) -> Kind:
     digest = sha256_hex(canonical_json({"builtin": name, "args": list(args), "format": fmt}))
-    return Kind(name=name, session=SessionSpec(prompt, tuple(args), fmt, None, hooks), digest=digest)
+    return Kind(name=name, session=SessionSpec(prompt, tuple(args), fmt, None), digest=digest)
 
 
 def builtin_kinds() -> dict[str, Kind]:
     """The three kinds the gate runs. Defined in code, not YAML: their prompts state the
     contract and their hooks carry the gate's guarantees, so a config cannot redefine them
     (a YAML kind of the same name is a config error)."""
-    questions = QuestionHooks()
     return {
-        ANALYST: _kind(ANALYST, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
-        RESTATER: _kind(RESTATER, _FALLBACK_PROMPT, ANALYST_ARGS, "json", questions),
-        FIXER: _kind(FIXER, _FALLBACK_PROMPT, FIXER_ARGS, "text", FixerHooks()),
+        ANALYST: _kind(ANALYST, _FALLBACK_PROMPT, ANALYST_ARGS, "json"),
+        RESTATER: _kind(RESTATER, _FALLBACK_PROMPT, ANALYST_ARGS, "json"),
+        FIXER: _kind(FIXER, _FALLBACK_PROMPT, FIXER_ARGS, "text"),
     }
+
+
+def builtin_hooks() -> dict[str, SessionHooks]:
+    """The code each built-in kind runs around its spawn, by kind name.
+
+    A `Kind` is data; these are handed to the session tier by the process wiring
+    (`dispatchq.process.wiring.session_hooks`), so the pure kind names no tier."""
+    questions = QuestionHooks()
+    return {ANALYST: questions, RESTATER: questions, FIXER: FixerHooks()}

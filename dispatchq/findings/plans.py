@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dispatchq.errors import CheckError
+from dispatchq.git.hardening import GIT_HARDENING
 
 __all__ = [
     "ARROW",
     "CHECK_KINDS",
     "EXPECT_KINDS",
-    "GIT_HARDENING",
     "GIT_SAFE_SUFFIX",
     "GIT_SUBCOMMANDS",
     "SEPARATOR",
@@ -212,15 +212,6 @@ GIT_SAFE_SUFFIX: dict[str, tuple[str, ...]] = {
     "blame": ("--no-textconv",),
     "status": (),
 }
-GIT_HARDENING = (
-    "--no-pager",
-    "--no-optional-locks",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "log.showSignature=false",
-    "-c", "color.ui=false",
-    "-c", "core.pager=cat",
-)  # fmt: skip
 _REVISION = re.compile(r"^[A-Za-z0-9._/~^@{}:+,-]+$")
 _BLAME_RANGE = re.compile(r"^\d+(,[+-]?\d+)?$")
 _NUMERIC_OPT = re.compile(r"^-\d+$")

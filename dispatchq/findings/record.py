@@ -77,7 +77,7 @@ from dispatchq.findings.report import (
 from dispatchq.storage.findings import FindingsStore
 
 if TYPE_CHECKING:
-    import redis
+    from dispatchq.storage.connection import RedisClient
 
 __all__ = [
     "STATES",
@@ -338,7 +338,7 @@ class RecordStore:
     the finding is set aside. The Redis operations are `FindingsStore`'s.
     """
 
-    redis: redis.Redis
+    redis: RedisClient
     root: Path
     repo: str = field(init=False)
     store: FindingsStore = field(init=False)

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from dispatchq.findings.contract import display
 from dispatchq.findings.fixer import POLL
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
 from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.worker import Until, clean_started, drain
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.window.marker import waiting_reason
+from dispatchq.workers.run import Until, clean_started, drain
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
@@ -89,7 +90,7 @@ def settle(
         blocked = findings.session_blocked(settings.host)
         return f"sessions cannot start on this host: {blocked}" if blocked else None
 
-    queues = runtime.dispatcher.queues_for("session")
+    queues = dispatcher_for(runtime).queues_for("session")
     # A busy worker beats every interval; two missed beats and a gone pid: it is dead.
     stale_after = 2.0 * settings.heartbeat_interval + 1.0
 

@@ -13,17 +13,18 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
-from dispatchq import git, keys
+from dispatchq import git
 from dispatchq.core.judgement import TIERS, JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import RANK, entry_tier, next_tier
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.queue.liveness import job_liveness
+from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from dispatchq.config import Config
+    from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
     from dispatchq.storage.store import Store
 
@@ -40,6 +42,7 @@ __all__ = [
     "Moves",
     "Prepared",
     "Seen",
+    "dispatcher_for",
     "parse_json_arg",
 ]
 
@@ -419,6 +422,17 @@ class Dispatcher:
                 fields={"reason": "cancelled by request"},
             )
         )
+
+
+def dispatcher_for(runtime: Runtime) -> Dispatcher:
+    """The process's one dispatcher for this runtime (its queues are cached), made on first use."""
+    found = runtime.parts.get("dispatcher")
+    if found is None:
+        found = Dispatcher(
+            settings=runtime.settings, redis=runtime.redis, store=runtime.store, config=lambda: runtime.config
+        )
+        runtime.parts["dispatcher"] = found
+    return cast("Dispatcher", found)
 
 
 def parse_json_arg(text: str, what: str) -> Any:

@@ -24,8 +24,8 @@ from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.worker import Worker
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 from dispatchq.storage.connection import process_alive
 
 __all__ = [

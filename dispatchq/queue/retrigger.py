@@ -15,8 +15,8 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
 from dispatchq.queue.scheduler import scheduler_for
+from dispatchq.storage import keys
 from dispatchq.storage.window import WindowStore
 from dispatchq.window.face import Window
 

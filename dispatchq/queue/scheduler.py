@@ -26,8 +26,9 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
-from dispatchq import keys
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
+from dispatchq.storage import keys
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     # Put back only what is still as seen: a record answered (its job then deleted) between
     # the read and now is not stranded, and must not be re-queued.
     healed = (
-        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
+        dispatcher_for(runtime).requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
         if stranded
         else 0
     )
@@ -181,7 +182,7 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
             continue
         if alive.state == "lost":
             lost[record.id] = ("running", job_id)
-    return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
+    return dispatcher_for(runtime).requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
 
 
 def published_workers(runtime: Runtime) -> set[str]:

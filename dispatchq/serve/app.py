@@ -19,10 +19,8 @@ import hmac
 import ipaddress
 import json
 import logging
-import threading
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -33,21 +31,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.runtime import Runtime
 from dispatchq.serve import judgements, metrics, page, status, webhooks
-from dispatchq.storage.connection import connect_async
+from dispatchq.serve.context import ServeContext
 from dispatchq.storage.outage import (
-    OutageLog,
     is_outage,
     out_of_memory_message,
     outage_reason,
-    wait_for_redis,
 )
-from dispatchq.storage.serve import AsyncDeliveries, ServeStorage
-from dispatchq.tiers.typed import deliveries_template
 
 if TYPE_CHECKING:
-    from dispatchq.queue.prepared import JobTemplate
+    pass
 
-__all__ = ["OPEN_PATHS", "READ_METHODS", "TOKEN_COOKIE", "ServeContext", "create_app", "is_loopback"]
+__all__ = ["OPEN_PATHS", "READ_METHODS", "TOKEN_COOKIE", "create_app", "is_loopback"]
 
 log = logging.getLogger("dispatchq.serve")
 
@@ -76,47 +70,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-@dataclass
-class ServeContext:
-    """What every route needs: the runtime, its Redis gateway, the two secrets."""
-
-    runtime: Runtime
-    webhook_secret: str | None
-    api_token: str | None
-    storage: ServeStorage = field(init=False)
-    #: Webhook deliveries go through the event loop's own client (`webhooks.DeliveryBatcher`).
-    deliveries: AsyncDeliveries = field(init=False)
-    #: The job a batch of accepted deliveries becomes, made once (`tiers.typed.deliveries_template`).
-    deliveries_job: JobTemplate = field(init=False)
-    _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.storage = ServeStorage(self.runtime.redis)
-        settings = self.runtime.settings
-        self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
-        self.deliveries_job = deliveries_template(self.runtime)
-
-    def __repr__(self) -> str:
-        return "ServeContext(***)"
-
-    def redis_away(self, error: BaseException) -> None:
-        """Note an outage: one thread (at most) waits for Redis to come back and says so."""
-        if not self._recovering.acquire(blocking=False):
-            return
-        outage = OutageLog(self.runtime.settings.describe_redis(), log)
-        outage.down(error, 0.5)
-
-        def wait() -> None:
-            try:
-                wait_for_redis(self.runtime.settings, log=log, stopping=lambda: False, outage=outage)
-            except Exception as failure:  # a configuration error: said, not fatal to the server
-                log.warning("waiting for Redis failed: %s", type(failure).__name__)
-            finally:
-                self._recovering.release()
-
-        threading.Thread(target=wait, name="dispatchq-serve-redis", daemon=True).start()
 
 
 async def _send_json(send: Send, status: int, data: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:

@@ -27,7 +27,7 @@ from dispatchq.storage.serve import JUDGEMENT_PREFIX
 from dispatchq.tiers.session import session_log_path
 
 if TYPE_CHECKING:
-    from dispatchq.serve.app import ServeContext
+    from dispatchq.serve.context import ServeContext
 
 __all__ = ["enqueue_body", "lines_of", "routes"]
 

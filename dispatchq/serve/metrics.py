@@ -33,7 +33,7 @@ from starlette.routing import BaseRoute, Route
 
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
-from dispatchq.queue.status import collect_status
+from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from dispatchq.queue.status import collect_status
+from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime

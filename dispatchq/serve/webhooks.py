@@ -45,8 +45,8 @@ from dispatchq.triage.github import event_name, map_delivery, state_paths
 from dispatchq.triage.rules import Event, TriageConfig, decision_key
 
 if TYPE_CHECKING:
-    from dispatchq.queue.prepared import JobTemplate
-    from dispatchq.serve.app import ServeContext
+    from dispatchq.serve.context import ServeContext
+    from dispatchq.storage.prepared import JobTemplate
 
 __all__ = ["MAX_BATCH", "DeliveryBatcher", "GitHubWebhook", "answer_delivery", "prepare_delivery", "routes"]
 

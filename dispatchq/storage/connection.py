@@ -30,10 +30,14 @@ from redis.retry import Retry
 from dispatchq.errors import RedisUnavailable, RedisUnreachable
 from dispatchq.settings import Settings, parent_environment
 
+#: The client type every room names in its annotations, so only storage/ imports redis.
+RedisClient = redis.Redis
+
 __all__ = [
     "MAX_SOCKET_PATH",
     "START_TIMEOUT",
     "EmbeddedRedis",
+    "RedisClient",
     "connect",
     "connect_async",
     "embedded_for",

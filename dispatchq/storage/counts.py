@@ -10,7 +10,7 @@ from the records once, for a store written before they existed.
 
 from __future__ import annotations
 
-from dispatchq import keys
+from dispatchq.storage import keys
 
 __all__ = ["COUNTS_LUA", "RECOUNT_LUA"]
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 import redis
 from redis.typing import EncodableT, FieldT
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 
 __all__ = [
     "ATTEMPT_TTL",
@@ -29,7 +29,7 @@ ATTEMPT_TTL = 90 * 86_400  # seconds an attempt's own state outlives its last wr
 
 
 class FindingsStore:
-    """Named reads and writes of the findings keys (`dispatchq.keys.findings_*`)."""
+    """Named reads and writes of the findings keys (`dispatchq.storage.keys.findings_*`)."""
 
     def __init__(self, redis_client: redis.Redis) -> None:
         self.redis = redis_client

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import redis
 
 from dispatchq.errors import RedisUnreachable, UserError
-from dispatchq.keys import WRITE_PROBE
 from dispatchq.settings import Settings
 from dispatchq.storage.connection import connect
+from dispatchq.storage.keys import WRITE_PROBE
 
 __all__ = [
     "OUTAGE_ERRORS",

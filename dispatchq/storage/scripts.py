@@ -7,7 +7,7 @@ counts (`dispatchq.storage.counts`) in the same call as the change it makes.
 
 from __future__ import annotations
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.counts import COUNTS_LUA
 
 __all__ = [

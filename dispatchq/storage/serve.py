@@ -6,7 +6,7 @@ Redis is here, as named methods, and a Redis error it raises is recognised with
 
 Webhook deliveries are accepted by one Lua call (`ACCEPT`) that checks each delivery id,
 records the new ones (their triage event in the record) and saves and queues one triage
-job for them all (built in memory by `dispatchq.queue.prepared`), so there is no moment
+job for them all (built in memory by `dispatchq.storage.prepared`), so there is no moment
 when a delivery is recorded without a job or queued twice, and nothing to release when
 Redis fails half way: either the whole call happened or none of it did. The server
 gathers the deliveries that arrive while one call is in flight (`dispatchq.serve.webhooks`),
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-    from dispatchq.queue.prepared import PreparedJob
+    from dispatchq.storage.prepared import PreparedJob
 
 __all__ = ["ACCEPT", "DELIVERY_ID", "JUDGEMENT_PREFIX", "AsyncDeliveries", "Delivery", "ServeStorage"]
 

@@ -1,6 +1,6 @@
 """The rules engine's Redis: decisions, runs, escalations, budgets, the ledger, the recording model.
 
-One gateway for every key under `dispatchq:triage:` (names in `dispatchq.keys`), each
+One gateway for every key under `dispatchq:triage:` (names in `dispatchq.storage.keys`), each
 query a named method, so the engine, the executors and the budgets say *what* they
 store and never *how*. Values cross this boundary as JSON data (dicts, lists,
 strings); turning them into decisions and answers is the engine's business, which is
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis import exceptions as redis_errors
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 
 if TYPE_CHECKING:
     import redis

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 
 if TYPE_CHECKING:
     import redis

@@ -5,7 +5,7 @@ per-host "cannot start here" reasons, the running-session table, the audit log, 
 channel and the session counters all live in Redis so that every machine sees the same
 window. Keeping each query here (as procrastinate keeps its queries behind one manager)
 means the window and the session tier say *what* they do, and a reader looking for the
-Lua that keeps the later lift finds it in one file. Key names come from `dispatchq.keys`.
+Lua that keeps the later lift finds it in one file. Key names come from `dispatchq.storage.keys`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from dispatchq import keys
 from dispatchq.core.text import as_text
+from dispatchq.storage import keys
 
 if TYPE_CHECKING:
     import redis

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from dispatchq import git
 from dispatchq.core.judgement import Judgement
 from dispatchq.core.kinds import Kind
+from dispatchq.errors import GitError
 from dispatchq.launcher.environment import child_environment
-from dispatchq.queue.dispatch import Moves
+from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.settings import parent_environment
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def produce_and_verify(
     try:
         try:
             git.add_worktree(repo, tree, env)
-        except git.GitError as error:
+        except GitError as error:
             return CodeOutcome("failed", reason=str(error))
         # Run where the checkout sits inside the repository (a subdirectory stays a subdirectory).
         cwd = tree / checkout.resolve().relative_to(repo.resolve())
@@ -159,7 +160,7 @@ def produce_and_verify(
             reason="regenerated; verify passed",
             raw={"commands": log},
         )
-    except git.GitError as error:
+    except GitError as error:
         return CodeOutcome("failed", reason=str(error), raw={"commands": log})
     finally:
         git.remove_worktree(repo, tree, env)
@@ -196,5 +197,5 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
             moves.move_up(c.id, kind, "code", outcome.reason, host=host, fields=fields, state=judgement.state)
         else:
             moves.fail(c.id, "code", outcome.reason)
-    runtime.dispatcher.commit(moves)
+    dispatcher_for(runtime).commit(moves)
     return len(claimed)

@@ -15,7 +15,7 @@ more than "next job": before anything is spawned the session worker
 Steps 1–4 are the window's (`dispatchq.window.face.Window.admit`); this module picks the
 lines and the kinds' models and, once a judgement is admitted, runs its session and tells
 the window what the session reported. The RQ side (the worker whose dequeue is `admit`, and
-the job it builds) is `dispatchq.queue.session_worker`, so execution, timeouts, heartbeats and
+the job it builds) is `dispatchq.workers.session`, so execution, timeouts, heartbeats and
 abandoned-job handling stay RQ's. A worker killed mid-session takes its session with it
 (parent-death signal) and the judgement goes back to the front of the line, its death counted
 on the record (after DISPATCHQ_JOB_RETRIES deaths it fails); a session ended by a shutdown
@@ -41,7 +41,6 @@ from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
@@ -50,7 +49,8 @@ from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
-from dispatchq.tiers.hooks import NO_HOOKS, Requeue, Settled
+from dispatchq.storage import keys
+from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
 from dispatchq.window.marker import scope_pausing
@@ -300,11 +300,20 @@ def _session_dir(data_dir: Path, jid: str) -> Path:
     return path
 
 
-def run_claimed(runtime: Runtime, jid: str, slot: str, probes: list[str] | None = None) -> str:
+def run_claimed(
+    runtime: Runtime,
+    jid: str,
+    slot: str,
+    probes: list[str] | None = None,
+    *,
+    hooks: Mapping[str, SessionHooks] | None = None,
+) -> str:
     """The RQ job: spawn one admitted session and account for what it did.
 
     The job's edge: the runtime is unpacked here (the window, the kind, the parent
     environment the session's is scrubbed from) and only the hooks still receive it.
+    `hooks` are the built-in kinds' steps around the spawn, by kind name, handed in by
+    the process wiring; a kind without an entry runs the no-op `SessionHooks`.
     """
     probes = list(probes or [])
     window = window_for(runtime)
@@ -329,7 +338,8 @@ def run_claimed(runtime: Runtime, jid: str, slot: str, probes: list[str] | None 
                 fields={"tier": "session", "reason": "kind has no session"},
             )
             return "failed"
-        return _run(runtime, window, record, kind, probes, parent_environment())
+        kind_hooks = (hooks or {}).get(record.kind, NO_HOOKS)
+        return _run(runtime, window, record, kind, kind_hooks, probes, parent_environment())
     finally:
         stop.set()
         renewer.join(timeout=5)
@@ -342,6 +352,7 @@ def _run(
     window: Window,
     record: Record,
     kind: Kind,
+    hooks: SessionHooks,
     probes: list[str],
     environ: Mapping[str, str],
 ) -> str:
@@ -355,7 +366,6 @@ def _run(
             window, record, closed[0].message or "usage window closed", status="waiting", wclass="window"
         )
         return "paused"
-    hooks = kind.session.hooks or NO_HOOKS
     verdict = hooks.before_spawn(runtime, record)
     if isinstance(verdict, Requeue):
         requeue_front(window, record, verdict.why)

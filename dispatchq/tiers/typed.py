@@ -20,9 +20,9 @@ from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
 from dispatchq.errors import DeliveriesFailed
-from dispatchq.queue.dispatch import Moves
-from dispatchq.queue.prepared import JobTemplate, PreparedJob
+from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.queue.scheduler import schedule_typed_retry
+from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.typed import TypedStorage
@@ -69,7 +69,7 @@ DELIVERIES_JOB = "jobs.tiers.triage_deliveries"
 
 def provider_for(runtime: Runtime) -> Provider:
     """One provider (one HTTP connection pool) per process."""
-    provider = runtime.typed_provider
+    provider = runtime.parts.get("typed_provider")
     if provider is None:
         settings = runtime.settings
         provider = make_provider(
@@ -82,8 +82,8 @@ def provider_for(runtime: Runtime) -> Provider:
                 concurrency=settings.typed_concurrency,
             ),
         )
-        runtime.typed_provider = provider
-    return provider
+        runtime.parts["typed_provider"] = provider
+    return cast("Provider", provider)
 
 
 def _cache_get(storage: TypedStorage, content_key: str, model: str | None) -> Answered | None:
@@ -262,7 +262,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
                 moves.move_up(jid, kind, "typed", why, host=host, error=outcome.message)
             elif isinstance(outcome, NoKey):
                 moves.move_up(jid, kind, "typed", KEYLESS_WHY, host=host)
-    runtime.dispatcher.commit(moves)
+    dispatcher_for(runtime).commit(moves)
     for delay, jids in retries.items():
         _retry_later(runtime, jids, delay)
     return len(claimed)
@@ -306,7 +306,7 @@ def provider_ask(provider: Provider) -> TriageAsk:
 def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) -> str:
     """Put an event on the typed queue: a typed worker asks, resolves and runs the executor."""
     settings = runtime.settings
-    job = runtime.dispatcher.queue("typed").enqueue_call(
+    job = dispatcher_for(runtime).queue("typed").enqueue_call(
         TRIAGE_JOB,
         args=(event, mode),
         timeout=settings.typed_job_timeout,
@@ -322,7 +322,7 @@ def deliveries_template(runtime: Runtime) -> JobTemplate:
     job per accept call from it, and saves it in that call)."""
     settings = runtime.settings
     return JobTemplate(
-        runtime.dispatcher.queue("typed"),
+        dispatcher_for(runtime).queue("typed"),
         DELIVERIES_JOB,
         timeout=settings.typed_job_timeout,
         result_ttl=settings.result_ttl,

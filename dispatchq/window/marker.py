@@ -22,18 +22,30 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE
 
-if TYPE_CHECKING:
-    from dispatchq.storage.window import WindowStore
+
+class MarkerStore(Protocol):
+    """What the marker rules read and write through (`dispatchq.storage.window.WindowStore`).
+
+    A protocol, so this pure module names no storage class, not even in an annotation."""
+
+    def marker_fields(self, scope: str) -> Mapping[str, Any]: ...
+
+    def marker_keys(self) -> Iterable[str]: ...
+
+    def forget_marker_key(self, marker_key: str) -> None: ...
+
+    def append_audit(self, entry: Mapping[str, Any], keep: int) -> None: ...
 
 __all__ = [
     "AUDIT_LENGTH",
     "Marker",
+    "MarkerStore",
     "all_markers",
     "applies",
     "audit",
@@ -112,11 +124,11 @@ def scope_of(marker_key: str) -> str:
     return marker_key.removeprefix(keys.marker(""))
 
 
-def get(store: WindowStore, scope: str) -> Marker | None:
+def get(store: MarkerStore, scope: str) -> Marker | None:
     return marker_from_fields(scope, store.marker_fields(scope))
 
 
-def all_markers(store: WindowStore) -> list[Marker]:
+def all_markers(store: MarkerStore) -> list[Marker]:
     """Every marker that exists now; a scope whose hash is gone is forgotten on the way."""
     out = []
     for key in store.marker_keys():
@@ -172,7 +184,7 @@ def waiting_reason(marker: Marker) -> str:
     return f"usage window closed until {when} ({marker.kind})"
 
 
-def audit(store: WindowStore, scope: str, action: str, marker: Marker, *, who: str, reason: str) -> None:
+def audit(store: MarkerStore, scope: str, action: str, marker: Marker, *, who: str, reason: str) -> None:
     """One line in the capped audit log: who closed or opened which scope, and why."""
     entry = {
         "at": datetime.now(UTC).isoformat(),

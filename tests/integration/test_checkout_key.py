@@ -16,6 +16,7 @@ from dispatchq import git
 from dispatchq.config import parse_config
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from tests.conftest import git as run_git
@@ -86,7 +87,7 @@ def prepare(tmp_path: Path) -> Any:
         }
     )
     runtime = Runtime(settings=settings, redis=fakeredis.FakeRedis(), config_override=config)
-    return runtime.dispatcher.prepare
+    return dispatcher_for(runtime).prepare
 
 
 def test_enqueue_key_includes_the_checkout_state(prepare: Any, git_repo: Path) -> None:

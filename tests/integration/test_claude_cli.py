@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
-from dispatchq.processes import set_runtime
+from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.retrigger import window_for
+from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.conftest import REPO
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply, Seen

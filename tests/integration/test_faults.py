@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from rq import Queue
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
 from tests.conftest import blocking_check, pid_alive, run_cli, wait_for, write_check_module, write_config

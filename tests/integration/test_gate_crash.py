@@ -19,8 +19,8 @@ import pytest
 from rq import Queue
 from rq.registry import StartedJobRegistry
 
-from dispatchq import keys
 from dispatchq.queue.liveness import session_holders
+from dispatchq.storage import keys
 from tests.gate_support import (
     GONE,
     REMOVE,

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
 from dispatchq.findings.boundary import Approvals
 from dispatchq.findings.pins import repo_id
 from dispatchq.findings.plans import parse_plan
+from dispatchq.storage import keys
 from tests.conftest import run_cli
 from tests.gate_support import (
     GONE,

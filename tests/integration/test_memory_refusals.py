@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from tests.conftest import pid_alive, run_cli, write_config
 

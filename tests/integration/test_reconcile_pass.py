@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dispatchq.client import Client
-from dispatchq.processes import drain
+from dispatchq.process.wiring import drain
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.storage.store import NewRecord, Store
 from tests.conftest import write_check_module, write_config

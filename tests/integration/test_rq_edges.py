@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dispatchq.queue.rq_worker import DispatchqWorker, build_worker
+from dispatchq.workers.base import DispatchqWorker, build_worker
 from tests.conftest import wait_for, write_config
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.connection import redis_server_binary
 from tests.conftest import counting_check, run_cli, wait_for
 from tests.serve_support import Server, deliver, free_port, module_env, payload, request

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.window import WindowStore
@@ -156,7 +156,7 @@ def get(url: str) -> tuple[int, dict[str, str], bytes]:
 
 
 def test_status_route_is_status_json(served: str, populated: Any) -> None:
-    from dispatchq.queue.status import collect_status
+    from dispatchq.workers.status import collect_status
 
     code, headers, body = get(f"{served}/status")
     assert code == 200 and headers["content-type"].startswith("application/json")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rq import Queue
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from tests.conftest import counting_check, run_cli

@@ -35,16 +35,16 @@ import redis as redis_lib
 from rq import Queue, Worker
 from rq.job import Job
 
-from dispatchq import keys
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
 from dispatchq.launcher.sandbox import bwrap_check
-from dispatchq.processes import set_runtime
-from dispatchq.queue.dispatch import Moves
+from dispatchq.process.wiring import set_runtime
+from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
+from dispatchq.storage import keys
 from dispatchq.window import marker
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal
 from tests.conftest import REPO, run_cli
@@ -209,7 +209,7 @@ class Harness:
         moves = Moves()
         kind = self.rt.config.kind("ranked")
         moves.move_up(jid, kind, "typed", "ordered by the typed tier", host=None, priority=priority)
-        self.rt.dispatcher.commit(moves)
+        dispatcher_for(self.rt).commit(moves)
         return jid
 
     def record(self, jid: str) -> Record:
@@ -441,7 +441,7 @@ import os, sys, time
 from datetime import UTC, datetime
 from dispatchq.window.limits import LimitSignal
 from dispatchq.queue.retrigger import window_for
-from dispatchq.processes import build_runtime
+from dispatchq.process.wiring import build_runtime
 go, lifts, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rt = build_runtime()
 signal = LimitSignal(lifts_at=datetime.fromtimestamp(lifts, UTC), kind="five_hour", scope="general",
@@ -795,7 +795,7 @@ def _readable_copy(root: Path) -> tuple[Path, Path]:
 
 
 def _python_for(run_as: dict[str, Any], pythonpath: str, cwd: Path) -> str | None:
-    probe = "import dispatchq.cli, dispatchq.queue.worker, dispatchq.queue.scheduler, dispatchq.tiers.session"
+    probe = "import dispatchq.cli, dispatchq.workers.run, dispatchq.queue.scheduler, dispatchq.tiers.session"
     for candidate in dict.fromkeys([sys.executable, "/usr/bin/python3", shutil.which("python3") or ""]):
         if not candidate:
             continue

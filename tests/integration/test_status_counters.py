@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
 from dispatchq.core.waiting import WAIT_CLASSES
+from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
 from tests.conftest import run_cli
 
@@ -165,12 +166,12 @@ def test_counts_follow_the_window_and_the_dispatcher(make_runtime: Any, dq_env: 
     assert_exact(store)
     assert store.live_counts().waiting["window"] == 8
 
-    rt.dispatcher.cancel(ids[0])
+    dispatcher_for(rt).cancel(ids[0])
     window_for(rt).open()
     assert_exact(store)
     assert store.live_counts().waiting["window"] == 0
     store.transition(ids[1], "failed", fields={"reason": "session failed: x"})
-    rt.dispatcher.retry(ids[1])
+    dispatcher_for(rt).retry(ids[1])
     assert_exact(store)
 
 
@@ -243,7 +244,7 @@ def test_a_store_without_counters_is_recounted_once(redis_client: Any) -> None:
 
 
 def test_status_reads_counters_not_the_waiting_records(make_runtime: Any, dq_env: dict[str, str]) -> None:
-    from dispatchq.queue.status import LATEST_SHOWN, collect_status
+    from dispatchq.workers.status import LATEST_SHOWN, collect_status
 
     rt = make_runtime()
     store = rt.store

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
+from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord, Store
 
 TTL = 1234

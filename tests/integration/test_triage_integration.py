@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
+from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import TriageStore
 from dispatchq.triage.executors import RecordingExecutor

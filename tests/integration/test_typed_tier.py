@@ -19,16 +19,17 @@ from typing import Any
 
 import pytest
 
-from dispatchq import keys
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn, Record
-from dispatchq.processes import drain, set_runtime
+from dispatchq.process.wiring import drain, set_runtime
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, scheduler_for
-from dispatchq.queue.status import collect_status
-from dispatchq.queue.worker import make_worker
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
+from dispatchq.storage import keys
 from dispatchq.tiers.typed import KEYLESS_WHY
+from dispatchq.workers.run import make_worker
+from dispatchq.workers.status import collect_status
 from tests.conftest import REPO, run_cli, wait_for, write_config
 from tests.fakes.typesafe_api import (
     DEFAULT_RESOLVED_MODEL,
@@ -150,7 +151,7 @@ def make_rt(typed_env: dict[str, str], redis_client: Any) -> Iterator[Callable[.
 
     yield make
     for runtime in made:
-        provider = runtime.typed_provider
+        provider = runtime.parts.get("typed_provider")
         if provider is not None:
             provider.close()
     set_runtime(None)
@@ -417,7 +418,7 @@ def test_a_long_retry_after_is_scheduled_without_holding_a_worker(
     waiting = record(rt, jid)
     assert (waiting.status, waiting.tier, waiting.attempts) == ("queued", "typed", 1)
     assert [s.outcome for s in waiting.trail] == ["retry-scheduled"]
-    assert sum(q.count for q in rt.dispatcher.queues_for("typed")) == 0
+    assert sum(q.count for q in dispatcher_for(rt).queues_for("typed")) == 0
     [(job, when)] = scheduler_for(rt).get_jobs(with_times=True)
     assert job.origin == keys.queue_name("typed") and list(job.args[0]) == [jid]
     assert when.replace(tzinfo=UTC).timestamp() >= before + 120  # never before the advised delay

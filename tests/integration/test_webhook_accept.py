@@ -1,6 +1,6 @@
 """Accepting webhook deliveries on a real Redis: the prepared RQ job and the one-call accept.
 
-`dispatchq.queue.prepared` builds RQ's job hash without `Queue.enqueue_call`, and
+`dispatchq.storage.prepared` builds RQ's job hash without `Queue.enqueue_call`, and
 `storage.serve.ACCEPT` writes it in the Lua call that claims the deliveries. Both are
 checked against the real thing: RQ's own enqueue of the same call, and a real RQ worker
 running what the script queued.
@@ -19,8 +19,8 @@ import redis.asyncio
 from rq import Queue, SimpleWorker
 from rq.job import Job
 
-from dispatchq import keys
-from dispatchq.queue.prepared import JobTemplate, PreparedJob
+from dispatchq.storage import keys
+from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.tiers.typed import DELIVERIES_JOB, prepare_deliveries

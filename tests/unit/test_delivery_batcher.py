@@ -14,8 +14,8 @@ import fakeredis
 import pytest
 from rq import Queue
 
-from dispatchq.queue.prepared import JobTemplate, PreparedJob
 from dispatchq.serve.webhooks import DeliveryBatcher
+from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import Delivery
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from dispatchq import keys
 from dispatchq.core.answers import Answer
 from dispatchq.errors import ExecutorError, UserError
+from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import AskResult, RunBudget, TriageStore, apply_suggested, triage
 from dispatchq.triage.executors import Command, GitHubExecutor, Ledger, RecordingExecutor, comment_marker

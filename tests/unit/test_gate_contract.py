@@ -40,6 +40,7 @@ from dispatchq.findings.prompts import (
     session_state,
 )
 from dispatchq.findings.report import Report
+from dispatchq.process.wiring import session_hooks
 from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
 FORGED = "<<<UT_" + "ab" * 16
@@ -335,7 +336,9 @@ def test_builtin_kinds_are_found_by_name_but_not_listed(tmp_path: Any) -> None:
     assert config.kinds[ANALYST].session.format == "json"  # type: ignore[union-attr]
     args = list(config.kinds[ANALYST].session.args)  # type: ignore[union-attr]
     assert {"Edit", "Write", "NotebookEdit"} <= set(args[args.index("--disallowedTools") + 1].split(","))
-    assert config.kinds[FIXER].session.hooks is not None  # type: ignore[union-attr]
+    # A kind is data; its steps around the spawn come from the process wiring, by name.
+    assert set(session_hooks()) == {ANALYST, RESTATER, FIXER}
+    assert not hasattr(config.kinds[FIXER].session, "hooks")
     assert FIXER in load_config(tmp_path / "absent.yaml", builtin=builtin_kinds(), required=False).kinds
 
 

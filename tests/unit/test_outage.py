@@ -8,8 +8,8 @@ import logging
 import pytest
 import redis
 
-from dispatchq import logs
 from dispatchq.errors import RedisUnavailable, RedisUnreachable, UserError
+from dispatchq.process import logs
 from dispatchq.storage.outage import (
     Backoff,
     MemoryLog,

@@ -1,7 +1,7 @@
 """What `dispatchq status` shows, gathered as data (its `--json` form is this dict).
 
-It lives in `queue/` because counting workers means asking RQ (`Worker.all`), and only
-`queue/` and `storage/` may import RQ; the CLI only renders what this returns.
+It lives in `workers/` because counting workers means asking RQ (`Worker.all`), and only
+`queue/`, `workers/` and `storage/` may import RQ; the CLI only renders what this returns.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import keys
 from dispatchq.core.judgement import STATUSES, TIERS
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
+from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import status_section as triage_section
 
@@ -30,7 +31,7 @@ LATEST_SHOWN = 10
 
 def collect_status(rt: Runtime) -> dict[str, Any]:
     """Everything `dispatchq status` shows, as data."""
-    dispatcher = rt.dispatcher
+    dispatcher = dispatcher_for(rt)
     store = rt.store
     depths: dict[str, int] = {}
     for tier in ("code", "typed"):

@@ -20,12 +20,12 @@ from rq import Callback, Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
 
-from dispatchq import keys
 from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.rq_worker import DispatchqWorker, build_worker
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
+from dispatchq.storage import keys
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -39,6 +39,7 @@ from dispatchq.tiers.session import (
     take_back,
     worker_died,
 )
+from dispatchq.workers.base import DispatchqWorker, build_worker
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -125,7 +126,7 @@ class SessionWorker(DispatchqWorker):
             SESSION_JOB,
             args=(admission.jid, admission.slot),
             kwargs={"probes": admission.probes},
-            timeout=runtime.dispatcher.job_timeout("session"),
+            timeout=dispatcher_for(runtime).job_timeout("session"),
             result_ttl=0,
             failure_ttl=runtime.settings.result_ttl,
             on_failure=Callback(FAILURE_CALLBACK),

@@ -6,8 +6,8 @@ after `heartbeat_interval + heartbeat_grace` seconds instead of after the job's 
 timeout. Redis going away is waited out in the heartbeat; the worker publishes what it
 runs with for `status`, and heals lost judgements in its maintenance.
 
-Its own module so that the session worker (a subclass, `queue.session_worker`) and the
-roles that choose between them (`queue.worker`) both import it without a circle.
+Its own module so that the session worker (a subclass, `workers.session`) and the
+roles that choose between them (`workers.run`) both import it without a circle.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.settings import parent_environment
@@ -51,7 +52,7 @@ __all__ = [
     "log",
 ]
 
-log = logging.getLogger("dispatchq.queue.worker")
+log = logging.getLogger("dispatchq.workers.run")
 #: The first wait after Redis is found away (then it doubles, up to 30 s).
 FIRST_RETRY = Backoff().next()
 
@@ -229,7 +230,7 @@ def build_worker(
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
     worker = cls(
-        runtime.dispatcher.queues_for(tier),
+        dispatcher_for(runtime).queues_for(tier),
         name=name,
         connection=runtime.redis,
         maintenance_interval=settings.recovery_interval,

@@ -6,7 +6,7 @@ RQ runs execution, lifecycles, failure registries and retries. What dispatchq ad
   nothing but latency), with a heartbeat thread, so a worker killed mid-job is
   noticed after `heartbeat_interval + heartbeat_grace` seconds instead of after the
   job's whole timeout, and its job is retried by RQ;
-- the session worker's admission loop (see `queue.session_worker`), which replaces RQ's
+- the session worker's admission loop (see `workers.session`), which replaces RQ's
   dequeue so that no session starts while the usage window is closed;
 - `job_failed`, RQ's failure callback: once RQ has no retries left, the job's
   unfinished judgements fail visibly, each with the reason.
@@ -30,10 +30,8 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.core.judgement import TIERS, TrailEntry
 from dispatchq.errors import UserError
-from dispatchq.queue.rq_worker import FIRST_RETRY, DispatchqWorker, build_worker, line
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.scheduler import due_retries, release_due_retries
-from dispatchq.queue.session_worker import SessionWorker, session_job_lost
-from dispatchq.queue.session_worker import burst as session_burst
 from dispatchq.storage.outage import (
     Backoff,
     MemoryLog,
@@ -42,6 +40,9 @@ from dispatchq.storage.outage import (
     is_outage,
     wait_for_redis,
 )
+from dispatchq.workers.base import FIRST_RETRY, DispatchqWorker, build_worker, line
+from dispatchq.workers.session import SessionWorker, session_job_lost
+from dispatchq.workers.session import burst as session_burst
 
 if TYPE_CHECKING:
     import redis
@@ -59,7 +60,7 @@ __all__ = [
     "run_worker",
 ]
 
-log = logging.getLogger("dispatchq.queue.worker")
+log = logging.getLogger("dispatchq.workers.run")
 #: The tier of each job entry point RQ records by name (`jobs.tiers.*`). A job of any other
 #: function (the retrigger, triage) carries no tier's judgements to put back.
 TIER_OF_JOB = {f"jobs.tiers.{tier}": tier for tier in TIERS}
@@ -228,7 +229,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
         worst = max(deaths.values())
         why = f"{why}: its worker died {worst} time{'s' if worst != 1 else ''}"
     if len(left) > 1:
-        runtime.dispatcher.requeue([r.id for r in left], f"{why}; retried alone")
+        dispatcher_for(runtime).requeue([r.id for r in left], f"{why}; retried alone")
         if abandoned:
             # RQ re-runs this job, now empty (its judgements went to jobs of their own), so
             # it ends as a success rather than as an entry in RQ's failed registry.
@@ -284,7 +285,7 @@ def drain(
     are reported). With `until` it runs until `until.done()`, or returns why not.
     """
     horizon = runtime.settings.retry_horizon if horizon is None else horizon
-    dispatcher = runtime.dispatcher
+    dispatcher = dispatcher_for(runtime)
     left_delayed = 0
     last = time.monotonic()
     told = False

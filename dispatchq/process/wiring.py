@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Mapping
 
-from dispatchq import logs
 from dispatchq.config import Config, load_config
 from dispatchq.core.judgement import TIERS
-from dispatchq.findings.kinds import builtin_kinds
+from dispatchq.findings.kinds import builtin_hooks, builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
-from dispatchq.queue import scheduler, worker
+from dispatchq.process import logs
+from dispatchq.queue import scheduler
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
 from dispatchq.storage.outage import wait_for_redis
+from dispatchq.tiers.hooks import SessionHooks
+from dispatchq.workers import run as worker
 
 __all__ = [
     "build_runtime",
@@ -31,6 +34,7 @@ __all__ = [
     "get_runtime",
     "run_scheduler",
     "run_worker",
+    "session_hooks",
     "set_runtime",
 ]
 
@@ -44,6 +48,18 @@ def build_runtime(settings: Settings | None = None, *, config: Config | None = N
 
 
 _lock = threading.Lock()
+_HOOKS: dict[str, SessionHooks] = {}
+
+
+def session_hooks() -> Mapping[str, SessionHooks]:
+    """The built-in kinds' steps around a spawn, by kind name: what the session tier runs
+    for a kind defined in code (`jobs.tiers.session` hands them to it). Made once."""
+    with _lock:
+        if not _HOOKS:
+            _HOOKS.update(builtin_hooks())
+        return _HOOKS
+
+
 _current: Runtime | None = None
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dispatchq.errors import GitError, GitUnavailable
-from dispatchq.findings.plans import GIT_HARDENING
+from dispatchq.git.hardening import GIT_HARDENING
 from dispatchq.launcher.environment import child_environment
 from dispatchq.settings import parent_environment
 

@@ -19,6 +19,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record
 from dispatchq.errors import UserError
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
 
 __all__ = [
@@ -206,7 +207,7 @@ def cancel(jid: str) -> None:
     """Cancel a judgement that has not finished (it will not be spawned or answered)."""
     rt = runtime(config=False)
     jid = full_id(rt, jid)
-    if rt.dispatcher.cancel(jid):
+    if dispatcher_for(rt).cancel(jid):
         click.echo(f"cancelled {jid}")
     else:
         raise UserError(f"judgement {jid} has already finished")
@@ -219,7 +220,7 @@ def retry(jid: str) -> None:
     rt = runtime()
     require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
     jid = full_id(rt, jid)
-    rt.dispatcher.retry(jid)
+    dispatcher_for(rt).retry(jid)
     click.echo(f"re-queued {jid}")
 
 
@@ -253,7 +254,7 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
     handled or waits for a reason it names.
     """
     from dispatchq.client import Client
-    from dispatchq.processes import drain
+    from dispatchq.process.wiring import drain
 
     rt = runtime()
     client = Client(runtime=rt)
