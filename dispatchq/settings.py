@@ -41,7 +41,6 @@ __all__ = [
     "env_name",
     "load_settings",
     "parent_environment",
-    "parent_environment_bytes",
     "redact_url",
 ]
 
@@ -73,11 +72,6 @@ def parent_environment() -> dict[str, str]:
     `dispatchq.launcher.environment` withheld the secrets, so nothing else needs to look.
     """
     return dict(os.environ)
-
-
-def parent_environment_bytes() -> dict[bytes, bytes]:
-    """`parent_environment` as bytes, for a child that must see undecodable values unchanged."""
-    return dict(os.environb)
 
 
 def _default_data_dir() -> Path:

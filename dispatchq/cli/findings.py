@@ -42,7 +42,6 @@ __all__ = [
     "dispatch",
     "findings",
     "pin",
-    "register",
     "repository",
     "run",
     "sweep",
@@ -294,7 +293,3 @@ def dispatch(report: Path, repo: Path | None, as_json: bool) -> None:
     except KeyboardInterrupt:
         _interrupted(gate)
     _finish(gate, as_json)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(findings)

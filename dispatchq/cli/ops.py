@@ -23,7 +23,6 @@ __all__ = [
     "redis",
     "redis_status",
     "redis_stop",
-    "register",
     "scheduler",
     "settings_cmd",
     "status",
@@ -328,8 +327,3 @@ def window_open(host: str | None) -> None:
         return
     opened = window_for(rt).open()
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")
-
-
-def register(main: click.Group) -> None:
-    for command in (worker, scheduler, status, redis, settings_cmd, window):
-        main.add_command(command)

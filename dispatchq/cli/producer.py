@@ -30,7 +30,6 @@ __all__ = [
     "full_id",
     "list_",
     "prune",
-    "register",
     "result",
     "retry",
     "run",
@@ -342,11 +341,6 @@ def _print_summary(console: Console, s: dict[str, Any]) -> None:
         console.print(f"[yellow]{count} still queued at the {where}[/]")
     if s["delayed_retries_left"]:
         console.print(f"{s['delayed_retries_left']} typed-tier retries are scheduled beyond the wait horizon")
-
-
-def register(main: click.Group) -> None:
-    for command in (enqueue, result, list_, cancel, retry, prune, run):
-        main.add_command(command)
 
 
 #: The shortest id prefix taken in place of a whole id (the run table prints 12 characters).

@@ -9,7 +9,7 @@ import click
 from dispatchq.cli import settings
 from dispatchq.errors import UserError
 
-__all__ = ["register", "serve"]
+__all__ = ["serve"]
 
 
 @click.command()
@@ -66,7 +66,3 @@ def serve(host: str | None, port: int | None) -> None:
         lifespan="off",
         timeout_graceful_shutdown=10,
     )
-
-
-def register(main: click.Group) -> None:
-    main.add_command(serve)

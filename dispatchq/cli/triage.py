@@ -40,7 +40,7 @@ from dispatchq.triage.executors import Executor, build_executor, capabilities
 from dispatchq.triage.rules import MODES, Event, Mode, TriageConfig, decision_key
 from dispatchq.triage.table import lint
 
-__all__ = ["apply_command", "lint_command", "register", "replay_command", "triage_command"]
+__all__ = ["apply_command", "lint_command", "replay_command", "triage_command"]
 
 # --- wiring: where the config, Redis, the executor's credentials and the provider come from.
 
@@ -300,7 +300,3 @@ def apply_command(decision_id: str, rules: tuple[str, ...], as_json: bool) -> No
             click.echo(f"{entry.action.text()}    [{entry.rule}] {entry.executed}")
     if any(not (e.executed or "").startswith(("performed", "unchanged", "already")) for e in done):
         sys.exit(1)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(triage_command)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["clear_stop", "note_stop_requested", "stop_requested"]
+__all__ = ["note_stop_requested", "stop_requested"]
 
 _STOP = threading.Event()
 
@@ -30,7 +30,3 @@ def stop_requested(within: float = 0.0) -> bool:
     """
     return _STOP.wait(within) if within > 0 else _STOP.is_set()
 
-
-def clear_stop() -> None:
-    """Forget a stop request (a process that runs again after one, and tests)."""
-    _STOP.clear()

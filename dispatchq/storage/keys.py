@@ -54,7 +54,6 @@ __all__ = [
     "session_host_probe",
     "session_line",
     "status_index",
-    "triage_budget",
     "triage_budget_log",
     "triage_decision",
     "triage_labels_added",
@@ -178,11 +177,6 @@ TRIAGE_EVENTS = f"{PREFIX}:triage:events"  # sorted set: decision key -> time, f
 TRIAGE_LEDGER = f"{PREFIX}:triage:ledger"  # hash: action fingerprint -> json of performed action
 TRIAGE_RECORDED = f"{PREFIX}:triage:recorded"  # list: what the recording executor "performed"
 TRIAGE_RUNS = f"{PREFIX}:triage:runs"  # capped list of recent runs' outcome counts
-
-
-def triage_budget(window: str) -> str:
-    """Counter of provider requests spent by enqueued triage in one hour window."""
-    return f"{PREFIX}:triage:budget:{window}"
 
 
 def triage_labels_added(target: str) -> str:

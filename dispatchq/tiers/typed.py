@@ -42,7 +42,7 @@ from dispatchq.triage.executors import build_executor
 from dispatchq.triage.rules import Event, Mode
 
 if TYPE_CHECKING:
-    from dispatchq.config import Kind
+    from dispatchq.core.kinds import Kind
     from dispatchq.runtime import Runtime
     from dispatchq.storage.store import Claimed
 
