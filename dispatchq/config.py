@@ -23,9 +23,11 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from dispatchq.core import tiers
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, Kinds, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
+from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.errors import ConfigError
 from dispatchq.triage.rules import load_triage
 
@@ -217,15 +219,9 @@ def _first_non_json(value: Any, where: str) -> tuple[str, Any] | None:
     return where, value
 
 
-def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True) -> Kind:
-    where = f"kinds.{name}"
-    if not _NAME.match(name):
-        raise ConfigError(f"{where}: kind names are letters, digits, '.', '_' and '-'")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a mapping")
-    _refuse_unknown(where, raw, KIND_KEYS)
-    # The kind's digest (part of every content key) hashes the definition as JSON: a YAML
-    # date or .nan would crash that hash with a traceback instead of a config error.
+def _refuse_non_json(raw: dict[str, Any], where: str) -> None:
+    """The kind's digest (part of every content key) hashes the definition as JSON: a YAML
+    date or .nan would crash that hash with a traceback instead of a config error."""
     not_json = _first_non_json(raw, where)
     if not_json is not None:
         raise ConfigError(
@@ -233,10 +229,11 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
             "(text, finite number, true/false, list or mapping); quote it"
         )
 
-    effect = raw.get("effect", "local")
-    if effect not in ("local", "external"):
-        raise ConfigError(f"{where}.effect: must be local or external (got {effect!r})")
 
+def _code_tier(
+    raw: dict[str, Any], where: str, base_dir: Path, import_checks: bool
+) -> tuple[str | None, Any, tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
+    """The code tier's part of a kind: a `check`, or `produce` with its `verify`."""
     check = raw.get("check")
     check_fn = None
     if check is not None:
@@ -256,12 +253,15 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
         )
     if check is not None and produce:
         raise ConfigError(f"{where}.produce: a kind has either a check or produce/verify, not both")
+    return check, check_fn, produce, verify
 
+
+def _typed_tier(name: str, raw: dict[str, Any], where: str) -> tuple[dict[str, Question], Any, Any, Any]:
+    """The typed tier's part of a kind: its questions, and which answers, gates and orders."""
     raw_questions = raw.get("questions", {}) or {}
     if not isinstance(raw_questions, dict):
         raise ConfigError(f"{where}.questions: must be a mapping of question id to question")
     questions = {str(qid): _question(name, str(qid), q) for qid, q in raw_questions.items()}
-
     answer = raw.get("answer")
     if answer is not None and answer not in questions:
         raise ConfigError(f"{where}.answer: names no question (questions: {', '.join(questions) or 'none'})")
@@ -285,17 +285,29 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
         raise ConfigError(
             f"{where}.answer: required when questions are given (which question answers the judgement?)"
         )
+    return questions, answer, gate_on, order
 
+
+def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True) -> Kind:
+    where = f"kinds.{name}"
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}: kind names are letters, digits, '.', '_' and '-'")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping")
+    _refuse_unknown(where, raw, KIND_KEYS)
+    _refuse_non_json(raw, where)
+    effect = raw.get("effect", "local")
+    if effect not in ("local", "external"):
+        raise ConfigError(f"{where}.effect: must be local or external (got {effect!r})")
+    check, check_fn, produce, verify = _code_tier(raw, where, base_dir, import_checks)
+    questions, answer, gate_on, order = _typed_tier(name, raw, where)
     session = _session(name, raw["session"]) if raw.get("session") is not None else None
-    escalate = raw.get("escalate", "session" if session else "needs-triage")
-    if escalate not in ("session", "needs-triage"):
+    escalate = raw.get("escalate", "session" if session else NEEDS_TRIAGE)
+    if escalate not in ("session", NEEDS_TRIAGE):
         raise ConfigError(f"{where}.escalate: must be session or needs-triage (got {escalate!r})")
     if escalate == "session" and session is None:
         raise ConfigError(f"{where}.escalate: 'session' needs a session block with a prompt")
-    if not (check or produce or questions or session):
-        raise ConfigError(f"{where}: declares no tier (give a check, produce/verify, questions or a session)")
-
-    return Kind(
+    kind = Kind(
         name=name,
         effect=effect,
         check=check,
@@ -310,6 +322,9 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
         session=session,
         digest=sha256_hex(canonical_json(raw)),
     )
+    if not any(row.serves(kind) for row in tiers.TABLE):
+        raise ConfigError(f"{where}: declares no tier (give a check, produce/verify, questions or a session)")
+    return kind
 
 
 def _yaml_error(path: Path, error: YAMLError) -> ConfigError:

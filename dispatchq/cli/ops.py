@@ -14,7 +14,7 @@ from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
-from dispatchq.core.judgement import TIERS
+from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import require_room
 

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
-from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record
+from dispatchq.core.judgement import FINISHED, STATUSES, Record
+from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
@@ -333,7 +334,7 @@ def _print_summary(console: Console, s: dict[str, Any]) -> None:
         f"code answered {a['code']}, typed answered {a['typed']}, session answered {a['session']}; "
         f"needs-triage {s['needs_triage']}, failed {s['failed']}"
     )
-    avoided = a["code"] + a["typed"]
+    avoided = sum(a[t] for t in automatic_tiers())
     console.print(f"sessions avoided: {avoided}")
     for reason, count in s["waiting"].items():
         console.print(f"{count} wait for a session: {reason}")

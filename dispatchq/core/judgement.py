@@ -21,13 +21,11 @@ __all__ = [
     "FINISHED",
     "REUSABLE",
     "STATUSES",
-    "TIERS",
     "Effect",
     "Judgement",
     "JudgementIn",
     "Record",
     "Status",
-    "Tier",
     "TrailEntry",
     "canonical_json",
     "content_key",
@@ -51,9 +49,6 @@ FINISHED: frozenset[str] = frozenset({"answered", "needs-triage", "failed", "can
 #: A judgement whose key maps to one of these may be enqueued again as new work.
 REUSABLE: frozenset[str] = frozenset({"failed", "cancelled"})
 
-Tier = Literal["code", "typed", "session", "needs-triage"]
-#: The tiers, cheapest first: the one spelling of the ladder every room uses.
-TIERS: tuple[str, ...] = ("code", "typed", "session")
 Effect = Literal["local", "external"]
 
 

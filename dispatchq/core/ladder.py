@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatchq.core import tiers
 from dispatchq.core.answers import Answer, margin, meets, min_confidence
-from dispatchq.core.judgement import TIERS
 from dispatchq.core.kinds import Kind
 from dispatchq.errors import LadderError
 
 __all__ = [
-    "RANK",
     "TypedDecision",
     "decide_typed",
     "entry_tier",
@@ -25,22 +24,25 @@ __all__ = [
     "threshold_for",
 ]
 
-RANK = {tier: rank for rank, tier in enumerate((*TIERS, "needs-triage"))}
-
-
 def entry_tier(kind: Kind) -> str:
-    """The cheapest tier the kind supports."""
-    if kind.has_code:
-        return "code"
-    if kind.has_typed:
-        return "typed"
+    """The cheapest tier that serves the kind; else where it escalates to (a person)."""
+    for candidate in tiers.ladder():
+        if candidate.serves(kind):
+            return candidate.name
     return kind.escalate
 
 
 def next_tier(kind: Kind, current: str) -> str:
-    """Where a judgement goes when `current` cannot answer it. Always strictly higher."""
-    target = "typed" if current == "code" and kind.has_typed else kind.escalate
-    if RANK[target] <= RANK[current]:
+    """Where a judgement goes when `current` cannot answer it: the next tier above that
+    serves the kind, else the kind's last rung (`escalate`: a session or a person).
+    Always strictly higher: a judgement already at its last rung has nowhere to go."""
+    here = tiers.rank(current)
+    target = kind.escalate
+    for candidate in tiers.ladder():
+        if candidate.rank > here and candidate.serves(kind):
+            target = candidate.name
+            break
+    if tiers.rank(target) <= here:
         raise LadderError(f"kind {kind.name}: {current} -> {target} does not move up the ladder")
     return target
 

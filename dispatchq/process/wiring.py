@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 
 from dispatchq.config import Config, load_config
-from dispatchq.core.judgement import TIERS
+from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.findings.kinds import builtin_hooks, builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.process import logs
@@ -121,5 +121,5 @@ def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
 def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = True) -> dict[str, object]:
     """Run every tier in this process until nothing more can be answered now (`dispatchq run`)."""
     set_runtime(runtime)
-    tiers = TIERS if sessions else tuple(t for t in TIERS if t != "session")
+    tiers = TIERS if sessions else automatic_tiers()
     return worker.drain(runtime, horizon=horizon, tiers=tiers)

@@ -19,9 +19,10 @@ from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
 from dispatchq import git
-from dispatchq.core.judgement import TIERS, JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
-from dispatchq.core.ladder import RANK, entry_tier, next_tier
+from dispatchq.core.ladder import entry_tier, next_tier
+from dispatchq.core.tiers import NEEDS_TRIAGE, TierRow, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
@@ -161,17 +162,18 @@ class Dispatcher:
 
     def queues_for(self, tier: str) -> list[Queue]:
         """What a worker on this host listens to: the host-bound queue first."""
-        if tier == "typed":
-            return [self.queue("typed")]
+        if row(tier).queue == "shared":
+            return [self.queue(tier)]
         return [self.queue(tier, self.settings.host), self.queue(tier)]
 
     def job_timeout(self, tier: str) -> int:
-        s = self.settings
-        return {"code": s.code_job_timeout, "typed": s.typed_job_timeout}.get(tier, s.session_timeout + 120)
+        spec = row(tier)
+        return int(getattr(self.settings, spec.timeout)) + spec.timeout_margin
 
     def _enqueue_job(self, tier: str, host: str | None, ids: list[str], pipe: Pipeline, job_id: str) -> None:
-        self.queue(tier, host if tier != "typed" else None).enqueue_call(
-            f"jobs.tiers.{tier}",
+        spec = row(tier)
+        self.queue(tier, host if spec.queue == "per-host" else None).enqueue_call(
+            spec.entry_point,
             args=(ids,),
             timeout=self.job_timeout(tier),
             result_ttl=0,
@@ -251,12 +253,11 @@ class Dispatcher:
         entries = []
         job_of: dict[str, str] = {}
         for p in chunk:
-            if p.tier in ("code", "typed"):
+            if _admission(p.tier) == "queue":
                 groups[(p.tier, p.host)].append(p)
         plans: list[tuple[str, str | None, list[str], str]] = []
         for (tier, host), members in groups.items():
-            size = 1 if tier == "code" and members[0].kind.produce else self.settings.batch_size
-            # produce/verify judgements each get their own job: each may take minutes.
+            size = 1 if row(tier).one_per_job(members[0].kind) else self.settings.batch_size
             for start in range(0, len(members), size):
                 batch = members[start : start + size]
                 job_id = _new_id()
@@ -269,20 +270,20 @@ class Dispatcher:
                     p.id,
                     p.content_key,
                     "1" if p.force else "0",
-                    keys.session_line(p.host) if p.tier == "session" else "",
+                    keys.session_line(p.host) if _admission(p.tier) == "line" else "",
                     p.judgement.model_dump_json(),
                     p.tier,
                     p.kind.effect,
                     p.host or "",
                     job_of.get(p.id, ""),
-                    keys.typed_state(state_digest(p.judgement.state)) if p.tier == "typed" else "",
+                    keys.typed_state(state_digest(p.judgement.state)) if _groups_by_state(p.tier) else "",
                 )
             )
         pipe = self._transaction()
         self.store.create_many(entries, pipe=pipe)
         for tier, host, ids, job_id in plans:
             self._enqueue_job(tier, host, ids, pipe, job_id)
-        if any(p.tier == "session" for p in chunk):
+        if any(_admission(p.tier) == "line" for p in chunk):
             pipe.publish(keys.WAKE_CHANNEL, "work")
         results = pipe.execute()
         return self.store.parse_created(results[0], entries)
@@ -297,36 +298,33 @@ class Dispatcher:
         for jid, status, trail, fields in moves.finished:
             store.transition(jid, status, expect=["running"], trail=trail, fields=fields, pipe=pipe)
         wake = False
-        to_typed: list[str] = []
+        to_queue: dict[tuple[str, str | None], list[str]] = defaultdict(list)
         for jid, kind, from_tier, trail, fields, host, priority in moves.up:
             to = next_tier(kind, from_tier)
-            assert RANK[to] > RANK[from_tier]
-            if to == "needs-triage":
-                fields = {**fields, "tier": "needs-triage", "reason": trail.why}
-                store.transition(
-                    jid, "needs-triage", expect=["running"], trail=trail, fields=fields, pipe=pipe
-                )
-            elif to == "typed":
-                to_typed.append(jid)
-                fields = {**fields, "tier": "typed"}
-                if priority is not None:
-                    fields["priority"] = priority
-                store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
-            else:
-                fields = {**fields, "tier": "session"}
-                if priority is not None:
-                    fields["priority"] = priority
-                store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
+            assert rank(to) > rank(from_tier)
+            spec = row_of(to)
+            if spec is None:
+                fields = {**fields, "tier": NEEDS_TRIAGE, "reason": trail.why}
+                store.transition(jid, NEEDS_TRIAGE, expect=["running"], trail=trail, fields=fields, pipe=pipe)
+                continue
+            fields = {**fields, "tier": to}
+            if priority is not None:
+                fields["priority"] = priority
+            store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
+            if spec.admission == "line":
                 store.add_to_line(jid, keys.session_line(host), priority, pipe=pipe)
                 wake = True
-        if to_typed:
-            self._join_state_groups(to_typed, moves.states, pipe)
-        for start in range(0, len(to_typed), self.settings.batch_size):
-            batch = to_typed[start : start + self.settings.batch_size]
-            job_id = _new_id()
-            for jid in batch:
-                pipe.hset(keys.record(jid), "job", job_id)
-            self._enqueue_job("typed", None, batch, pipe, job_id)
+            else:
+                to_queue[(to, host if spec.queue == "per-host" else None)].append(jid)
+        for (tier, host), ids in to_queue.items():
+            if row(tier).groups_by_state:
+                self._join_state_groups(ids, moves.states, pipe)
+            for start in range(0, len(ids), self.settings.batch_size):
+                batch = ids[start : start + self.settings.batch_size]
+                job_id = _new_id()
+                for jid in batch:
+                    pipe.hset(keys.record(jid), "job", job_id)
+                self._enqueue_job(tier, host, batch, pipe, job_id)
         if wake:
             pipe.publish(keys.WAKE_CHANNEL, "work")
         pipe.execute()
@@ -355,7 +353,8 @@ class Dispatcher:
         store = self.store
         count = 0
         for record in store.get_many(list(ids)):
-            if record is None or record.tier not in TIERS:
+            spec = _row(record.tier) if record is not None else None
+            if record is None or spec is None:
                 continue
             pipe = self.redis.pipeline(transaction=True)
             try:
@@ -370,17 +369,17 @@ class Dispatcher:
                     record.id,
                     "queued",
                     expect=[record.status],
-                    trail=TrailEntry(tier=record.tier, outcome="requeued", why=why),
+                    trail=TrailEntry(tier=spec.name, outcome="requeued", why=why),
                     delete=["value", "confidence", "reason"],
                     pipe=pipe,
                 )
-                if record.tier == "session":
+                if spec.admission == "line":
                     store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
                     pipe.publish(keys.WAKE_CHANNEL, "work")
                 else:
                     job_id = _new_id()
                     pipe.hset(keys.record(record.id), "job", job_id)
-                    self._enqueue_job(record.tier, record.host, [record.id], pipe, job_id)
+                    self._enqueue_job(spec.name, record.host, [record.id], pipe, job_id)
                 pipe.execute()
             except WatchError:
                 continue  # the record changed since it was read: whoever changed it has it
@@ -394,7 +393,7 @@ class Dispatcher:
         record = self.store.get(jid)
         if record is None:
             raise UserError(f"no judgement {jid}")
-        if record.status == "running" and record.tier in ("code", "typed"):
+        if record.status == "running" and _admission(record.tier) == "queue":
             # A judgement whose worker died (or whose job was lost) is not really running:
             # let a person put it back now rather than wait for the heartbeat to expire.
             alive = job_liveness(self.redis, getattr(record, "job", None))
@@ -422,6 +421,25 @@ class Dispatcher:
                 fields={"reason": "cancelled by request"},
             )
         )
+
+
+def _row(rung: str | None) -> TierRow | None:
+    """The row of the tier `rung` names; None for `needs-triage`, or a record with no tier."""
+    try:
+        return row_of(rung) if rung else None
+    except KeyError:
+        return None
+
+
+def _admission(rung: str | None) -> str | None:
+    """How work reaches the tier `rung` names (None: no tier, so no job and no line)."""
+    spec = _row(rung)
+    return spec.admission if spec is not None else None
+
+
+def _groups_by_state(rung: str) -> bool:
+    spec = _row(rung)
+    return spec is not None and spec.groups_by_state
 
 
 def dispatcher_for(runtime: Runtime) -> Dispatcher:

@@ -26,6 +26,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
+from dispatchq.core.tiers import batch_tiers
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
@@ -124,7 +125,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     # whole records and a job fetched per record: a backlog of 10,000 queued judgements in
     # 200 jobs is checked in a fraction of a second (bench/faults.py measures it).
     before = now - min_age
-    firsts = store.stale("queued", ("code", "typed"), before)
+    firsts = store.stale("queued", batch_tiers(), before)
     jobs = _job_states(runtime, sorted({job_id for _, job_id in firsts if job_id}))
     waiting = _waiting_jobs(runtime, {o for status, o in jobs.values() if status == "queued" and o})
     lost_jobs: set[str] = set()
@@ -145,7 +146,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
         lost_jobs.add(job_id)
     stranded: dict[str, Seen] = {
         jid: ("queued", job_id or None)
-        for jid, job_id in store.stale("queued", ("code", "typed"), before, jobs=lost_jobs)
+        for jid, job_id in store.stale("queued", batch_tiers(), before, jobs=lost_jobs)
     }
     # Put back only what is still as seen: a record answered (its job then deleted) between
     # the read and now is not stranded, and must not be re-queued.
@@ -164,7 +165,7 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
     running = [
         r
         for r in store.get_many(store.ids("running"))
-        if r is not None and r.status == "running" and r.tier in ("code", "typed")
+        if r is not None and r.status == "running" and r.tier in batch_tiers()
     ]
     if not running:
         return 0

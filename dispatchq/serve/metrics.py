@@ -31,7 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from dispatchq.core.judgement import FINISHED, STATUSES, TIERS
+from dispatchq.core.judgement import FINISHED, STATUSES
+from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.workers.status import collect_status
 

@@ -20,8 +20,9 @@ from typing import Any, NamedTuple, cast
 import redis
 from redis.client import Pipeline
 
-from dispatchq.core.judgement import FINISHED, STATUSES, TIERS, Record, TrailEntry
+from dispatchq.core.judgement import FINISHED, STATUSES, Record, TrailEntry
 from dispatchq.core.text import as_text
+from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
 from dispatchq.storage import keys, scripts
 from dispatchq.storage.counts import RECOUNT_LUA

@@ -26,6 +26,7 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from dispatchq.core.tiers import row
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.scheduler import reconcile
@@ -110,7 +111,8 @@ class DispatchqWorker(SimpleWorker):
         # Only a session worker spawns sessions, so only it has a scrub to report: a code or
         # typed worker never runs bwrap. bwrap's check is cached per PATH, so a heartbeat
         # does not start a process each time.
-        scrub = decide_scrub(settings.session_subprocess_scrub, environ) if self.tier == "session" else None
+        spawns = row(self.tier).worker == "session"
+        scrub = decide_scrub(settings.session_subprocess_scrub, environ) if spawns else None
         return {
             "tier": self.tier,
             "host": settings.host,

@@ -28,7 +28,8 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
-from dispatchq.core.judgement import TIERS, TrailEntry
+from dispatchq.core.judgement import TrailEntry
+from dispatchq.core.tiers import TIERS, row
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.scheduler import due_retries, release_due_retries
@@ -63,14 +64,14 @@ __all__ = [
 log = logging.getLogger("dispatchq.workers.run")
 #: The tier of each job entry point RQ records by name (`jobs.tiers.*`). A job of any other
 #: function (the retrigger, triage) carries no tier's judgements to put back.
-TIER_OF_JOB = {f"jobs.tiers.{tier}": tier for tier in TIERS}
+TIER_OF_JOB = {row(tier).entry_point: tier for tier in TIERS}
 
 
 def make_worker(
     runtime: Runtime, tier: str, *, name: str | None = None, heal: bool = True
 ) -> DispatchqWorker:
     """The worker for `tier`: the session tier's admits before it dequeues."""
-    cls = SessionWorker if tier == "session" else DispatchqWorker
+    cls = SessionWorker if row(tier).worker == "session" else DispatchqWorker
     return build_worker(cls, runtime, tier, name=name, heal=heal)
 
 
@@ -152,7 +153,7 @@ def run_worker(
             log.warning("the %s worker's loop ended unexpectedly; starting it again", tier)
             _interruptible_sleep(backoff.next(), stop, sleep)
             continue
-        if tier != "typed":
+        if not row(tier).delayed_retries:
             return 0
         due, later = due_retries(runtime, runtime.settings.retry_horizon)
         if due is None:
@@ -199,15 +200,16 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     is re-enqueued in a job of its own, so only the one that really fails, fails.
     """
     func = TIER_OF_JOB.get(job.func_name or "")
-    abandoned = func in ("code", "typed") and (
+    take_back = row(func).take_back if func is not None else None
+    abandoned = take_back == "retry-batch" and (
         exc_type is AbandonedJobError or isinstance(exc_value, AbandonedJobError)
     )
     if not abandoned and job.retries_left and job.retries_left > 0:
         return  # RQ will run the job again; the judgements are still safe
-    if func == "session":
+    if take_back == "line-front":
         session_job_lost(runtime, job, exc_value)
         return
-    if func not in ("code", "typed") or not job.args:
+    if take_back != "retry-batch" or func is None or not job.args:
         return
     why = f"worker gave up on the job: {exc_type.__name__ if isinstance(exc_type, type) else exc_type}"
     if exc_value is not None and str(exc_value):
@@ -293,14 +295,14 @@ def drain(
         if until is not None and until.done():
             return {"delayed_retries_left": 0, "waiting": None}
         progressed = False
-        for tier in (t for t in tiers if t != "session"):
+        for tier in (t for t in tiers if row(t).admission == "queue"):
             queues = dispatcher.queues_for(tier)
             if _depth(queues):
                 make_worker(runtime, tier, heal=False).work(
                     burst=True, logging_level="WARNING", with_scheduler=False
                 )
                 progressed = True
-        if "session" in tiers:
+        if any(row(t).admission == "line" for t in tiers):
             progressed |= session_burst(runtime)
         if progressed:
             last = time.monotonic()

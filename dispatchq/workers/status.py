@@ -10,7 +10,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.core.judgement import STATUSES, TIERS
+from dispatchq.core.judgement import STATUSES
+from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
@@ -34,9 +35,11 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
     dispatcher = dispatcher_for(rt)
     store = rt.store
     depths: dict[str, int] = {}
-    for tier in ("code", "typed"):
-        depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
-    depths["session"] = store.line_depth([keys.session_line(rt.settings.host), keys.session_line()])
+    for tier in TIERS:
+        if row(tier).admission == "queue":
+            depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
+        else:
+            depths[tier] = store.line_depth([keys.session_line(rt.settings.host), keys.session_line()])
     # Workers as they describe themselves, alive by their own recent heartbeat: a killed
     # worker stops counting within a heartbeat, not when RQ's registration expires.
     details = store.live_workers(ttl=rt.settings.heartbeat_interval + rt.settings.heartbeat_grace)
@@ -60,7 +63,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         ),
         "judgements": counts,
         "answered": answered,
-        "sessions_avoided": answered["code"] + answered["typed"],
+        "sessions_avoided": sum(answered[t] for t in automatic_tiers()),
         "waiting": waiting,
         "waiting_reasons_distinct": distinct,
         "waiting_by_class": live.waiting,
@@ -148,7 +151,7 @@ def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
     store = rt.store
     running = [
-        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in ("code", "typed")
+        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()
     ]
     if not running:
         return 0

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from dispatchq.config import parse_config
+from dispatchq.core import tiers as tier_table
 from dispatchq.core.answers import Answer
 from dispatchq.core.kinds import Kind
-from dispatchq.core.ladder import RANK, decide_typed, entry_tier, next_tier, threshold_for
+from dispatchq.core.ladder import decide_typed, entry_tier, next_tier, threshold_for
 from dispatchq.errors import LadderError
 from dispatchq.process.wiring import drain
 from dispatchq.queue.dispatch import Moves, dispatcher_for
@@ -81,7 +82,10 @@ def test_next_tier(shape: str, current: str, up: str) -> None:
     assert next_tier(kind_of(SHAPES[shape]), current) == up
 
 
-@pytest.mark.parametrize(("shape", "current"), list(itertools.product(SHAPES, RANK)))
+RUNGS = (*tier_table.TIERS, tier_table.NEEDS_TRIAGE)
+
+
+@pytest.mark.parametrize(("shape", "current"), list(itertools.product(SHAPES, RUNGS)))
 def test_next_tier_only_ever_moves_up(shape: str, current: str) -> None:
     kind = kind_of(SHAPES[shape])
     try:
@@ -90,7 +94,7 @@ def test_next_tier_only_ever_moves_up(shape: str, current: str) -> None:
         # Nowhere higher to go: the top of this kind's ladder (a session or a person).
         assert current in ("session", "needs-triage")
         return
-    assert RANK[target] > RANK[current]
+    assert tier_table.rank(target) > tier_table.rank(current)
 
 
 def test_session_and_needs_triage_have_nowhere_higher() -> None:
