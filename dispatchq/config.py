@@ -126,16 +126,8 @@ def _argv_list(value: Any, where: str) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def _question(kind: str, qid: str, raw: Any) -> Question:
-    where = f"kinds.{kind}.questions.{qid}"
-    if not _QUESTION_ID.match(qid):
-        raise ConfigError(f"{where}: question ids are letters, digits and _ (not starting with a digit)")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a mapping with a type")
-    _refuse_unknown(where, raw, QUESTION_KEYS)
-    qtype = raw.get("type")
-    instructions = raw.get("instructions")
-    criteria = raw.get("criteria")
+def _check_criteria(where: str, qtype: Any, instructions: Any, criteria: Any) -> None:
+    """Each answer type's own shape: a noul's outcomes, a choice's options, a score's levels."""
     if qtype == "noul":
         if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
             raise ConfigError(f"{where}.criteria: a noul's criteria is a mapping with true and/or false")
@@ -154,18 +146,34 @@ def _question(kind: str, qid: str, raw: Any) -> Question:
             raise ConfigError(f"{where}.criteria: a score needs a list of 2 to 10 levels (got {count})")
     else:
         raise ConfigError(f"{where}.type: must be noul, choice or score (got {qtype!r})")
-    priority = raw.get("priority")
-    if priority is not None:
-        if qtype != "choice" or not isinstance(priority, dict) or not isinstance(criteria, dict):
-            raise ConfigError(
-                f"{where}.priority: only a choice question takes a priority map {{label: number}}"
-            )
-        for label, number in priority.items():
-            if label not in criteria:
-                raise ConfigError(f"{where}.priority.{label}: not one of the choice's options")
-            if isinstance(number, bool) or not isinstance(number, int | float):
-                raise ConfigError(f"{where}.priority.{label}: must be a number")
-        priority = {str(k): float(v) for k, v in priority.items()}
+
+
+def _priority(where: str, qtype: Any, criteria: Any, priority: Any) -> dict[str, float] | None:
+    """A choice question's ordering map {label: number}: the typed tier's priority for it."""
+    if priority is None:
+        return None
+    if qtype != "choice" or not isinstance(priority, dict) or not isinstance(criteria, dict):
+        raise ConfigError(f"{where}.priority: only a choice question takes a priority map {{label: number}}")
+    for label, number in priority.items():
+        if label not in criteria:
+            raise ConfigError(f"{where}.priority.{label}: not one of the choice's options")
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise ConfigError(f"{where}.priority.{label}: must be a number")
+    return {str(k): float(v) for k, v in priority.items()}
+
+
+def _question(kind: str, qid: str, raw: Any) -> Question:
+    where = f"kinds.{kind}.questions.{qid}"
+    if not _QUESTION_ID.match(qid):
+        raise ConfigError(f"{where}: question ids are letters, digits and _ (not starting with a digit)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a mapping with a type")
+    _refuse_unknown(where, raw, QUESTION_KEYS)
+    qtype = raw.get("type")
+    instructions = raw.get("instructions")
+    criteria = raw.get("criteria")
+    _check_criteria(where, qtype, instructions, criteria)
+    priority = _priority(where, qtype, criteria, raw.get("priority"))
     return Question(qid, qtype, instructions, criteria, priority)
 
 

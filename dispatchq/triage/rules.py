@@ -43,9 +43,9 @@ __all__ = [
     "ActionSpec",
     "Event",
     "Mode",
-    "Question",
     "Rule",
     "TriageConfig",
+    "TriageQuestion",
     "config_hash",
     "decision_key",
     "event_matches",
@@ -223,8 +223,11 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Question:
-    """One question as the provider sees it, plus the events it is asked for."""
+class TriageQuestion:
+    """A triage question as the provider sees it, plus the events it is asked for.
+
+    Not `dispatchq.core.kinds.Question` (a kind's typed-tier question): this one belongs to
+    the rules engine's config and knows which events it is asked for."""
 
     id: str
     type: AnswerType
@@ -326,7 +329,7 @@ class TriageConfig:
     executor: str
     escalate: str | None
     templates: Mapping[str, str]
-    questions: Mapping[str, Question]
+    questions: Mapping[str, TriageQuestion]
     rules: tuple[Rule, ...]
     base_dir: Path
     section: Mapping[str, Any] = field(repr=False)
@@ -542,9 +545,9 @@ def _templates(value: Any) -> dict[str, str]:
     return out
 
 
-def _questions(value: Any) -> dict[str, Question]:
+def _questions(value: Any) -> dict[str, TriageQuestion]:
     questions = _mapping("triage.questions", value)
-    out: dict[str, Question] = {}
+    out: dict[str, TriageQuestion] = {}
     for qid, spec in questions.items():
         where = f"triage.questions.{qid}"
         if not isinstance(qid, str) or not QUESTION_ID.match(qid):
@@ -571,11 +574,11 @@ def _questions(value: Any) -> dict[str, Question]:
         scoped = frozenset(_events(f"{where}.events", events)) if events is not None else None
         instructions = _json_data(f"{where}.instructions", spec.get("instructions"), ConfigError)
         criteria = _json_data(f"{where}.criteria", criteria, ConfigError)
-        out[qid] = Question(qid, qtype, instructions, criteria, scoped)
+        out[qid] = TriageQuestion(qid, qtype, instructions, criteria, scoped)
     return out
 
 
-def _rules(value: Any, questions: Mapping[str, Question]) -> tuple[Rule, ...]:
+def _rules(value: Any, questions: Mapping[str, TriageQuestion]) -> tuple[Rule, ...]:
     if not isinstance(value, list):
         raise ConfigError("triage.rules: expected a list of rules")
     seen: set[str] = set()
