@@ -279,6 +279,14 @@ def launch(
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _supervised_command(argv: list[str], executable: str) -> list[str]:
+    """What is actually exec'd: the session under `_SUPERVISOR`, which holds the parent-death signal."""
+    if _USE_SUPERVISOR:
+        return [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), executable, *argv]
+    # No parent-death signal outside Linux: the group and the timeout still apply.
+    return [executable, *argv[1:]]
+
+
 def _run(
     argv: list[str],
     executable: str,
@@ -291,13 +299,14 @@ def _run(
     kill_grace: float,
     max_output: int,
 ) -> LaunchResult:
-    if _USE_SUPERVISOR:
-        command = [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), executable, *argv]
-    else:  # no parent-death signal outside Linux: the group and the timeout still apply
-        command = [executable, *argv[1:]]
+    """Start the session in its own group, pump its pipes until it is gone, and say what it did.
+
+    An executable that vanished between `_resolve_executable` and the spawn is the same
+    result as one that was never there: `missing_executable`, not an exception.
+    """
     try:
         proc = subprocess.Popen(
-            command,
+            _supervised_command(argv, executable),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -308,26 +317,170 @@ def _run(
         )
     except FileNotFoundError:
         return LaunchResult(argv=tuple(argv), missing_executable=_missing_reason(argv[0]), cwd=str(workdir))
+    pump = _Pump(
+        proc, prompt, timeout, on_event=on_event, cancel=cancel, kill_grace=kill_grace, max_output=max_output
+    )
+    pump.run()
+    return pump.result(argv, workdir)
 
-    pgid = proc.pid
-    out, err = _Lines(max_output), _Lines(1024 * 1024)
-    session_id: str | None = None
-    callback_errors: list[str] = []
-    timed_out = cancelled = exited = False
-    term_at: float | None = None
-    killed = False
-    drain_until: float | None = None
-    stdin_data = prompt.encode("utf-8")
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    fds = {"in": proc.stdin.fileno(), "out": proc.stdout.fileno(), "err": proc.stderr.fileno()}
-    for fd in fds.values():
-        os.set_blocking(fd, False)
-    pidfd: int | None = None
-    with contextlib.suppress(AttributeError, OSError):
-        pidfd = os.pidfd_open(proc.pid)
 
-    def dispatch(line: str) -> None:
-        nonlocal session_id
+class _Pump:
+    """One running session: its pipes, its deadlines, and what it has said so far.
+
+    The launch is a single-threaded select loop (so `on_event` runs in the caller's thread,
+    the one whose death the parent-death signal follows); this object is the state that loop
+    carries from one wake-up to the next. Its lifetime rules, in order of a wake-up:
+
+    - once the group leader has exited (seen through a pidfd, or polled without one or after
+      a SIGTERM), the group is swept with SIGKILL and the pipes are drained for at most
+      `_DRAIN_AFTER_EXIT` seconds, since a background process may still hold them open;
+    - before that, the timeout and the `cancel` event each send SIGTERM once (whichever comes
+      first names the ending), and SIGKILL follows `kill_grace` seconds later;
+    - stdin is fed the prompt as the pipe takes it; stdout is split into lines, each JSON
+      object handed to `on_event` as it arrives; stderr is only kept.
+    """
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        prompt: str,
+        timeout: float,
+        *,
+        on_event: Callable[[dict[str, Any]], None] | None,
+        cancel: threading.Event | None,
+        kill_grace: float,
+        max_output: int,
+    ) -> None:
+        self.proc = proc
+        self.pgid = proc.pid
+        self.on_event = on_event
+        self.cancel = cancel
+        self.kill_grace = kill_grace
+        self.out, self.err = _Lines(max_output), _Lines(1024 * 1024)
+        self.session_id: str | None = None
+        self.callback_errors: list[str] = []
+        self.timed_out = self.cancelled = self.exited = False
+        self.term_at: float | None = None
+        self.killed = False
+        self.drain_until: float | None = None
+        self.stdin_data = prompt.encode("utf-8")
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self.stdin = proc.stdin
+        self.fds = {"in": proc.stdin.fileno(), "out": proc.stdout.fileno(), "err": proc.stderr.fileno()}
+        for fd in self.fds.values():
+            os.set_blocking(fd, False)
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(proc.pid)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.fds["out"], selectors.EVENT_READ, "out")
+        self.sel.register(self.fds["err"], selectors.EVENT_READ, "err")
+        if self.stdin_data:
+            self.sel.register(self.fds["in"], selectors.EVENT_WRITE, "in")
+        else:
+            self.stdin.close()
+        if self.pidfd is not None:
+            self.sel.register(self.pidfd, selectors.EVENT_READ, "exit")
+        self.open_streams = {"out", "err"}
+        self.deadline = time.monotonic() + timeout
+
+    def run(self) -> None:
+        """Wake on pipe, exit or deadline until the session and its output are done.
+
+        Whatever ends the loop (even an exception or KeyboardInterrupt in this thread), the
+        group leader is reaped before this returns: see `launch` on the parent-death signal.
+        """
+        try:
+            while True:
+                now = time.monotonic()
+                if self._finished(now):
+                    break
+                for key, _ in self.sel.select(max(0.0, self._wait(now))):
+                    self._handle(key.data)
+        finally:
+            self._close()
+
+    def _finished(self, now: float) -> bool:
+        """Apply the lifetime rules for this wake-up; True once there is nothing left to wait for."""
+        if not self.exited and (self.pidfd is None or self.term_at is not None):
+            self.exited = _exited_unreaped(self.proc.pid)
+        if not self.exited:
+            self._enforce_deadlines(now)
+            return False
+        if self.drain_until is None:
+            _killpg(self.pgid, signal.SIGKILL)  # sweep whatever the session left running
+            self.drain_until = now + _DRAIN_AFTER_EXIT
+        return not self.open_streams or now >= self.drain_until
+
+    def _enforce_deadlines(self, now: float) -> None:
+        """Timeout or cancel: SIGTERM once; SIGKILL when the group outlives the grace."""
+        if now >= self.deadline and not self.cancelled:
+            self.timed_out = True
+            self._terminate()
+        if self.cancel is not None and self.cancel.is_set() and not self.timed_out:
+            self.cancelled = True
+            self._terminate()
+        if self.term_at is not None and not self.killed and now >= self.term_at + self.kill_grace:
+            self.killed = True
+            _killpg(self.pgid, signal.SIGKILL)
+
+    def _terminate(self) -> None:
+        if self.term_at is None:
+            self.term_at = time.monotonic()
+            _killpg(self.pgid, signal.SIGTERM)
+
+    def _wait(self, now: float) -> float:
+        """How long select may sleep: until the next deadline, or a short poll where nothing
+        else would wake us (no pidfd, a `cancel` event to notice, a SIGTERM awaiting its exit)."""
+        waits = [self.drain_until - now] if self.drain_until is not None else []
+        if not self.exited:
+            next_deadline = self.deadline if self.term_at is None else self.term_at + self.kill_grace
+            waits.append(next_deadline - now)
+            if self.pidfd is None or self.cancel is not None or self.term_at is not None:
+                waits.append(_POLL)
+        return min(waits)
+
+    def _handle(self, what: str) -> None:
+        if what == "exit":
+            self.exited = _exited_unreaped(self.proc.pid)
+            if self.exited and self.pidfd is not None:  # only a registered pidfd reports "exit"
+                self.sel.unregister(self.pidfd)
+        elif what == "in":
+            self._feed_stdin()
+        else:
+            self._read(what)
+
+    def _feed_stdin(self) -> None:
+        """Write what the pipe takes of the prompt; close stdin once it is all written (EOF)."""
+        try:
+            written = os.write(self.fds["in"], self.stdin_data[:65536])
+            self.stdin_data = self.stdin_data[written:]
+        except BlockingIOError:
+            return
+        except OSError:  # the session closed stdin (or died): stop feeding it
+            self.stdin_data = b""
+        if not self.stdin_data:
+            self.sel.unregister(self.fds["in"])
+            self.stdin.close()
+
+    def _read(self, what: str) -> None:
+        lines = self.out if what == "out" else self.err
+        try:
+            data = os.read(self.fds[what], 65536)
+        except BlockingIOError:
+            return
+        if data:
+            fresh = lines.feed(data)
+        else:
+            self.sel.unregister(self.fds[what])
+            self.open_streams.discard(what)
+            fresh = lines.close()
+        if what == "out":
+            for line in fresh:
+                self._dispatch(line)
+
+    def _dispatch(self, line: str) -> None:
+        """One stdout line: a JSON object goes to `on_event` (its first session id is kept)."""
         stripped = line.strip()
         if not stripped.startswith("{"):
             return
@@ -337,118 +490,44 @@ def _run(
             return
         if not isinstance(event, dict):
             return
-        if session_id is None and isinstance(event.get("session_id"), str) and event["session_id"]:
-            session_id = event["session_id"]
-        if on_event is not None:
+        if self.session_id is None and isinstance(event.get("session_id"), str) and event["session_id"]:
+            self.session_id = event["session_id"]
+        if self.on_event is not None:
             try:
-                on_event(event)
+                self.on_event(event)
             except Exception as exc:  # the session must not be abandoned over a callback
                 log.exception("on_event callback failed")
-                callback_errors.append(f"{type(exc).__name__}: {exc}")
+                self.callback_errors.append(f"{type(exc).__name__}: {exc}")
 
-    sel = selectors.DefaultSelector()
-    sel.register(fds["out"], selectors.EVENT_READ, "out")
-    sel.register(fds["err"], selectors.EVENT_READ, "err")
-    if stdin_data:
-        sel.register(fds["in"], selectors.EVENT_WRITE, "in")
-    else:
-        proc.stdin.close()
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
-    open_streams = {"out", "err"}
-    deadline = time.monotonic() + timeout
-
-    def terminate() -> None:
-        nonlocal term_at
-        if term_at is None:
-            term_at = time.monotonic()
-            _killpg(pgid, signal.SIGTERM)
-
-    try:
-        while True:
-            now = time.monotonic()
-            if not exited and (pidfd is None or term_at is not None):
-                exited = _exited_unreaped(proc.pid)
-            if exited:
-                if drain_until is None:
-                    _killpg(pgid, signal.SIGKILL)  # sweep whatever the session left running
-                    drain_until = now + _DRAIN_AFTER_EXIT
-                if not open_streams or now >= drain_until:
-                    break
-            else:
-                if now >= deadline and not cancelled:
-                    timed_out = True
-                    terminate()
-                if cancel is not None and cancel.is_set() and not timed_out:
-                    cancelled = True
-                    terminate()
-                if term_at is not None and not killed and now >= term_at + kill_grace:
-                    killed = True
-                    _killpg(pgid, signal.SIGKILL)
-            waits = [drain_until - now] if drain_until is not None else []
-            if not exited:
-                waits.append(deadline - now if term_at is None else term_at + kill_grace - now)
-                if pidfd is None or cancel is not None or term_at is not None:
-                    waits.append(_POLL)
-            for key, _ in sel.select(max(0.0, min(waits))):
-                what = key.data
-                if what == "exit":
-                    exited = _exited_unreaped(proc.pid)
-                    if exited and pidfd is not None:  # only a registered pidfd reports "exit"
-                        sel.unregister(pidfd)
-                elif what == "in":
-                    try:
-                        written = os.write(fds["in"], stdin_data[:65536])
-                        stdin_data = stdin_data[written:]
-                    except BlockingIOError:
-                        continue
-                    except OSError:  # the session closed stdin (or died): stop feeding it
-                        stdin_data = b""
-                    if not stdin_data:
-                        sel.unregister(fds["in"])
-                        proc.stdin.close()
-                else:
-                    lines = out if what == "out" else err
-                    try:
-                        data = os.read(fds[what], 65536)
-                    except BlockingIOError:
-                        continue
-                    if data:
-                        fresh = lines.feed(data)
-                    else:
-                        sel.unregister(fds[what])
-                        open_streams.discard(what)
-                        fresh = lines.close()
-                    if what == "out":
-                        for line in fresh:
-                            dispatch(line)
-    finally:
-        if not exited:  # an exception (or KeyboardInterrupt) in this thread: leave nothing behind
-            _killpg(pgid, signal.SIGKILL)
-        sel.close()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
+    def _close(self) -> None:
+        if not self.exited:  # an exception (or KeyboardInterrupt) in this thread: leave nothing behind
+            _killpg(self.pgid, signal.SIGKILL)
+        self.sel.close()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError):
-                stream.close()
-        if pidfd is not None:
-            os.close(pidfd)
+                stream.close()  # type: ignore[union-attr]
+        if self.pidfd is not None:
+            os.close(self.pidfd)
 
-    for line in out.close():
-        dispatch(line)
-    err.close()
-    stderr = err.text()
-    missing = _missing_reason(argv[0]) if proc.returncode == 127 and _EXEC_FAILED_MARK in stderr else None
-    return LaunchResult(
-        argv=tuple(argv),
-        returncode=proc.returncode,
-        stdout=out.text(),
-        stderr=stderr,
-        session_id=session_id,
-        timed_out=timed_out,
-        cancelled=cancelled,
-        missing_executable=missing,
-        pid=proc.pid,
-        cwd=str(workdir),
-        output_truncated=out.truncated,
-        callback_errors=tuple(callback_errors),
-    )
+    def result(self, argv: list[str], workdir: Path) -> LaunchResult:
+        """The finished run; a trailing line without a newline is read (and dispatched) here."""
+        for line in self.out.close():
+            self._dispatch(line)
+        self.err.close()
+        stderr = self.err.text()
+        exec_failed = self.proc.returncode == 127 and _EXEC_FAILED_MARK in stderr
+        return LaunchResult(
+            argv=tuple(argv),
+            returncode=self.proc.returncode,
+            stdout=self.out.text(),
+            stderr=stderr,
+            session_id=self.session_id,
+            timed_out=self.timed_out,
+            cancelled=self.cancelled,
+            missing_executable=_missing_reason(argv[0]) if exec_failed else None,
+            pid=self.proc.pid,
+            cwd=str(workdir),
+            output_truncated=self.out.truncated,
+            callback_errors=tuple(self.callback_errors),
+        )

@@ -35,7 +35,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
@@ -347,6 +347,102 @@ def run_claimed(
         window.store.clear_running(jid)
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """One admitted judgement's run: what every step of spawning and accounting for it reads.
+
+    `_run` is a pipeline (refuse before spawn, build the spawn, watch the stream, settle the
+    result); each step is its own function over this one value rather than seven arguments.
+    """
+
+    runtime: Runtime
+    window: Window
+    record: Record
+    kind: Kind
+    hooks: SessionHooks
+    probes: list[str]
+    environ: Mapping[str, str]
+
+    @property
+    def settings(self) -> Settings:
+        return self.window.settings
+
+    @property
+    def resume(self) -> str | None:
+        """The session this judgement resumes (set when one was cut off or stopped mid-run)."""
+        return getattr(self.record, "resume_session", None) or None
+
+    def running(self, session_id: str | None) -> None:
+        """Show the judgement as running here (`status`, `dispatchq result`), with its session."""
+        self.window.store.set_running(
+            self.record.id,
+            {
+                "host": self.settings.host,
+                "session_id": session_id,
+                "started": time.time(),
+                "probe": self.probes,
+            },
+        )
+
+
+@dataclass(frozen=True)
+class _Spawn:
+    """What `launch` is handed: built before anything runs, so a bad setting spawns nothing."""
+
+    argv: list[str]
+    prompt: str
+    cwd: Path
+    env: dict[str, str]
+
+
+class _ProbeWatch:
+    """What the session's stream says about the window, while it runs (for a probe session).
+
+    A probe releases everyone else as soon as the window shows open: the first sign in the
+    stream, or `probe_grace` seconds without a limit, or a normal completion (`_account`).
+    Once the stream showed a limit, neither the stream nor the grace opens it any more.
+    The session id is recorded as soon as the `system` event names it, so a worker that dies
+    mid-session leaves a judgement that resumes.
+    """
+
+    def __init__(self, attempt: _Attempt) -> None:
+        self.attempt = attempt
+        self.opened = threading.Event()
+        self.limited = threading.Event()
+        self.grace: threading.Timer | None = None
+
+    def open_window(self, why: str) -> None:
+        if self.attempt.probes and not self.opened.is_set():
+            self.opened.set()
+            self.attempt.window.opened(self.attempt.probes, why)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        sid = event.get("session_id")
+        if isinstance(sid, str) and sid and event.get("type") == "system":
+            self.attempt.window.records.set_fields(self.attempt.record.id, session_id=sid)
+            self.attempt.running(sid)
+        state = window_state(event)
+        if state == "closed":
+            self.limited.set()
+        elif state == "open" and not self.limited.is_set():
+            self.open_window("the probe session's stream shows the window open")
+
+    def start_grace(self) -> None:
+        if not self.attempt.probes:
+            return
+        self.grace = threading.Timer(self.attempt.settings.probe_grace, self._grace_over)
+        self.grace.daemon = True
+        self.grace.start()
+
+    def _grace_over(self) -> None:
+        if not self.limited.is_set():
+            self.open_window(f"probe ran {self.attempt.settings.probe_grace}s without a limit")
+
+    def stop_grace(self) -> None:
+        if self.grace is not None:
+            self.grace.cancel()
+
+
 def _run(
     runtime: Runtime,
     window: Window,
@@ -356,24 +452,59 @@ def _run(
     probes: list[str],
     environ: Mapping[str, str],
 ) -> str:
+    """Spawn one admitted judgement's session and account for what it did; returns the job's result."""
     assert kind.session is not None
-    settings = window.settings
-    store = window.records
-    closed = window.closed_for(kind.session.model)
+    attempt = _Attempt(runtime, window, record, kind, hooks, probes, environ)
+    refused = _refused_before_spawn(attempt)
+    if refused is not None:
+        return refused
+    spawn = _build_spawn(attempt)
+    watch = _ProbeWatch(attempt)
+    watch.start_grace()
+    attempt.running(attempt.resume)
+    started = time.time()
+    try:
+        result = launch(
+            spawn.argv,
+            spawn.prompt,
+            cwd=spawn.cwd,
+            env=spawn.env,
+            timeout=window.settings.session_timeout,
+            on_event=watch.on_event,
+        )
+    finally:
+        watch.stop_grace()
+    return _settle(attempt, result, watch, started)
+
+
+def _refused_before_spawn(attempt: _Attempt) -> str | None:
+    """The job's result when nothing may run now, else None.
+
+    The window may have closed between admission and now (not one spawn while it is closed),
+    and the kind's `before_spawn` hook may requeue or settle the judgement itself.
+    """
+    assert attempt.kind.session is not None
+    window, record = attempt.window, attempt.record
+    closed = window.closed_for(attempt.kind.session.model)
     if closed:
-        # The window closed between admission and now: not one spawn while it is closed.
         requeue_front(
             window, record, closed[0].message or "usage window closed", status="waiting", wclass="window"
         )
         return "paused"
-    verdict = hooks.before_spawn(runtime, record)
+    verdict = attempt.hooks.before_spawn(attempt.runtime, record)
     if isinstance(verdict, Requeue):
         requeue_front(window, record, verdict.why)
         return verdict.result
     if isinstance(verdict, Settled):
         return verdict.result
-    resume = getattr(record, "resume_session", None) or None
-    argv = build_argv(settings.session_command, extra_args=kind.session.args, resume=resume)
+    return None
+
+
+def _build_spawn(attempt: _Attempt) -> _Spawn:
+    """argv (resuming the judgement's session if it has one), scrubbed environment, cwd, prompt."""
+    assert attempt.kind.session is not None
+    settings, record, environ = attempt.settings, attempt.record, attempt.environ
+    argv = build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
     credential = read_secret(settings.session_credential_var, environ)
     env = session_environment(
         environ,
@@ -386,75 +517,27 @@ def _run(
     cwd = Path(checkout) if checkout else _session_dir(settings.data_dir, record.id)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
     # own way and keeps its own lines outside the frame); every other kind is rendered here.
-    prompt = hooks.render_prompt(runtime, record)
+    prompt = attempt.hooks.render_prompt(attempt.runtime, record)
     if prompt is None:
         prompt = render_prompt(
-            kind.session.prompt,
+            attempt.kind.session.prompt,
             {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
         )
-    opened = threading.Event()
+    return _Spawn(argv=argv, prompt=prompt, cwd=cwd, env=env)
 
-    def open_window(why: str) -> None:
-        if probes and not opened.is_set():
-            opened.set()
-            window.opened(probes, why)
 
-    limited = threading.Event()
-
-    def on_event(event: dict[str, Any]) -> None:
-        sid = event.get("session_id")
-        if isinstance(sid, str) and sid and event.get("type") == "system":
-            store.set_fields(record.id, session_id=sid)
-            window.store.set_running(
-                record.id, {"host": settings.host, "session_id": sid, "started": time.time(), "probe": probes}
-            )
-        state = window_state(event)
-        if state == "closed":
-            limited.set()
-        elif state == "open" and not limited.is_set():
-            open_window("the probe session's stream shows the window open")
-
-    grace = None
-    if probes:
-        grace = threading.Timer(
-            settings.probe_grace,
-            lambda: (
-                None
-                if limited.is_set()
-                else open_window(f"probe ran {settings.probe_grace}s without a limit")
-            ),
-        )
-        grace.daemon = True
-        grace.start()
-    window.store.set_running(
-        record.id, {"host": settings.host, "session_id": resume, "started": time.time(), "probe": probes}
-    )
-    started = time.time()
-    try:
-        result = launch(argv, prompt, cwd=cwd, env=env, timeout=settings.session_timeout, on_event=on_event)
-    finally:
-        if grace is not None:
-            grace.cancel()
+def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started: float) -> str:
+    """Account for one spawn: what ended it first (nothing ran, a shutdown), then what it said."""
+    window, record, settings = attempt.window, attempt.record, attempt.settings
     if result.missing_executable:
-        block_host(window, record, result.missing_executable, host_fingerprint(settings, environ))
-        hooks.not_spawned(runtime, record, result.missing_executable)  # undo what before_spawn prepared
+        block_host(window, record, result.missing_executable, host_fingerprint(settings, attempt.environ))
+        # Undo what before_spawn prepared.
+        attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
     window.store.count_spawned()
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
-        # Not the session's doing when this worker was asked to stop too: back to the front
-        # uncharged (no attempt, no death), to resume the same session when a worker takes it
-        # again. A shutdown signal the worker never got (a command that kills its own group)
-        # is counted, so it cannot requeue forever.
-        fields = {"resume_session": result.session_id} if result.session_id else {}
-        if not stop_requested(within=SHUTDOWN_GRACE):
-            shutdowns = window.records.add_shutdown(record.id)
-            if shutdowns > settings.job_retries:
-                hooks.not_spawned(runtime, record, STOPPED_BY_SHUTDOWN)
-                return _fail(window, record, f"{STOPPED_BY_SHUTDOWN} {shutdowns} times", {})
-        requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
-        hooks.not_spawned(runtime, record, STOPPED_BY_SHUTDOWN)  # not an attempt
-        return "stopped by a shutdown"
+        return _settle_shutdown(attempt, result)
     outcome = read_outcome(
         result.stdout,
         now=datetime.now(UTC),
@@ -463,26 +546,61 @@ def _run(
         returncode=result.returncode,
         stderr=result.stderr,
     )
+    not_the_judgements = _settle_host(attempt, outcome, result)
+    if not_the_judgements is not None:
+        return not_the_judgements
+    accounted = _account(window, record, attempt.kind, outcome, result.timed_out, watch.open_window, started)
+    now = datetime.now(UTC)
+    for signal, used in reserve_signals(outcome.events, reserve=settings.window_reserve, now=now):
+        window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
+    attempt.hooks.after_session(attempt.runtime, record, outcome, result)
+    return accounted
+
+
+def _settle_shutdown(attempt: _Attempt, result: LaunchResult) -> str:
+    """A session ended by a shutdown signal: back to the front, to resume the same session.
+
+    Not the session's doing when this worker was asked to stop too: uncharged (no attempt,
+    no death). A shutdown signal the worker never got (a command that kills its own group)
+    is counted, so it cannot requeue forever.
+    """
+    window, record, hooks = attempt.window, attempt.record, attempt.hooks
+    fields = {"resume_session": result.session_id} if result.session_id else {}
+    if not stop_requested(within=SHUTDOWN_GRACE):
+        shutdowns = window.records.add_shutdown(record.id)
+        if shutdowns > attempt.settings.job_retries:
+            hooks.not_spawned(attempt.runtime, record, STOPPED_BY_SHUTDOWN)
+            return _fail(window, record, f"{STOPPED_BY_SHUTDOWN} {shutdowns} times", {})
+    requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
+    hooks.not_spawned(attempt.runtime, record, STOPPED_BY_SHUTDOWN)  # not an attempt
+    return "stopped by a shutdown"
+
+
+def _settle_host(attempt: _Attempt, outcome: SessionOutcome, result: LaunchResult) -> str | None:
+    """A run that says nothing about the judgement: the host failed, or `--resume` found no transcript.
+
+    Either way the judgement is requeued uncharged and the job's result returned; None means
+    the outcome is the judgement's own (and a blocked host that got this far is unblocked).
+    """
+    window, record, settings = attempt.window, attempt.record, attempt.settings
     if outcome.kind == "host" and not result.timed_out:
         block_host(
-            window, record, outcome.text or "session failed on this host", host_fingerprint(settings, environ)
+            window,
+            record,
+            outcome.text or "session failed on this host",
+            host_fingerprint(settings, attempt.environ),
         )
-        hooks.not_spawned(runtime, record, outcome.text)
+        attempt.hooks.not_spawned(attempt.runtime, record, outcome.text)
         return "host blocked"
     if window.store.blocked_reason(settings.host):
         unblock_host(window, settings.host)  # the probe got past the host-wide failure
+    resume = attempt.resume
     if outcome.resume_missing and resume:
         why = f"no transcript of session {resume} on this host; starting a fresh session"
         requeue_front(window, record, why, resume_session="")
-        hooks.not_spawned(runtime, record, why)
+        attempt.hooks.not_spawned(attempt.runtime, record, why)
         return "fresh session"
-    accounted = _account(window, record, kind, outcome, result.timed_out, open_window, started)
-    for signal, used in reserve_signals(
-        outcome.events, reserve=settings.window_reserve, now=datetime.now(UTC)
-    ):
-        window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
-    hooks.after_session(runtime, record, outcome, result)
-    return accounted
+    return None
 
 
 def ended_by_shutdown(result: LaunchResult) -> bool:

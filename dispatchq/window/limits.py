@@ -56,7 +56,9 @@ from typing import Any, Literal
 
 from dispatchq.window.messages import (
     GENERAL_SCOPE,
+    MODELS,
     SKEW_WINDOW,
+    LimitKind,
     LimitSignal,
     detect_limit,
     epoch_instant,
@@ -64,6 +66,7 @@ from dispatchq.window.messages import (
     is_transient,
     is_whole_limit,
     is_whole_transient,
+    limit_kind,
     normalize_message,
     require_aware,
     resolve_timezone,
@@ -71,6 +74,7 @@ from dispatchq.window.messages import (
 
 __all__ = [
     "GENERAL_SCOPE",
+    "LimitKind",
     "LimitSignal",
     "OutcomeKind",
     "SessionOutcome",
@@ -176,7 +180,7 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 
 # --- structured events ---------------------------------------------------------------------
 _RATE_TYPE = re.compile(r"^[a-z0-9_]{1,48}$")
-_EVENT_MODELS = frozenset({"opus", "sonnet", "haiku", "fable"})
+_EVENT_MODELS = frozenset(MODELS)
 # Window types whose scope the event states itself; any other (a model's own limit) takes the
 # scope the message names (`You've hit your Fable 5 limit`).
 _STATED_SCOPE = frozenset({"five_hour", "seven_day", "overage"})
@@ -187,17 +191,18 @@ _STATED_SCOPE = frozenset({"five_hour", "seven_day", "overage"})
 _TYPE_SCOPES = {"seven_day_overage_included": "model:fable"}
 
 
-def _event_kind(rate_type: object) -> tuple[str, str]:
+def _event_kind(rate_type: object) -> tuple[LimitKind, str]:
+    """The (kind, scope) a `rateLimitType` names; a type `LimitKind` does not know is `unknown`."""
     if not isinstance(rate_type, str) or not _RATE_TYPE.match(rate_type):
         return "unknown", GENERAL_SCOPE
     if rate_type == "overage":
         return "credits", GENERAL_SCOPE
     if rate_type in _TYPE_SCOPES:
-        return rate_type, _TYPE_SCOPES[rate_type]
+        return limit_kind(rate_type), _TYPE_SCOPES[rate_type]
     model = rate_type.removeprefix("seven_day_")
     if rate_type.startswith("seven_day_") and model in _EVENT_MODELS:
-        return rate_type, f"model:{model}"
-    return rate_type, GENERAL_SCOPE
+        return limit_kind(rate_type), f"model:{model}"
+    return limit_kind(rate_type), GENERAL_SCOPE
 
 
 def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
@@ -383,6 +388,57 @@ def _primary(signals: Sequence[LimitSignal]) -> LimitSignal:
     return max(general or signals, key=lambda s: s.lifts_at)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One run as `read_outcome` has gathered it, with the clock its limit messages are read against.
+
+    Gathering (which event is the result, what text speaks for the run, did it fail) is
+    apart from classifying, so each rule of the classification reads as one line.
+    """
+
+    text: str
+    is_error: bool
+    session_id: str | None
+    status: int | None
+    result: dict[str, Any] | None
+    opened: bool
+    auth_failed: bool
+    resume_missing: bool
+    events: tuple[Mapping[str, Any], ...]
+    now: datetime
+    default: tzinfo
+    unknown_reset: float
+
+    def limit_in(self, words: str, *, whole: bool = False) -> LimitSignal | None:
+        if not words:
+            return None
+        return detect_limit(
+            words, now=self.now, default_tz=self.default, unknown_reset=self.unknown_reset, whole=whole
+        )
+
+    def outcome(
+        self, kind: OutcomeKind, *signals: LimitSignal, primary: LimitSignal | None = None
+    ) -> SessionOutcome:
+        result = self.result
+        return SessionOutcome(
+            kind=kind,
+            text=self.text,
+            session_id=self.session_id,
+            is_error=self.is_error,
+            limit=primary if primary is not None else (signals[0] if signals else None),
+            limits=signals,
+            api_error_status=self.status,
+            subtype=result.get("subtype") if result is not None else None,
+            terminal_reason=result.get("terminal_reason") if result is not None else None,
+            num_turns=_count(result.get("num_turns")) if result is not None else None,
+            total_cost_usd=_float(result.get("total_cost_usd")) if result is not None else None,
+            window_opened=self.opened,
+            result=result,
+            resume_missing=self.resume_missing,
+            events=tuple(e for e in self.events if e.get("type") == "rate_limit_event"),
+        )
+
+
 def read_outcome(
     stdout: str,
     *,
@@ -404,22 +460,76 @@ def read_outcome(
     require_aware(now)
     default = resolve_timezone(default_tz)
     events = parse_events(stdout)
-    results = [e for e in events if e.get("type") == "result"]
-    result = results[-1] if results else None
-    if result is None and len(events) == 1 and "result" in events[0] and "is_error" in events[0]:
-        result = events[0]  # json format without a `type` field (older versions)
-    session_id = next(
-        (e["session_id"] for e in events if isinstance(e.get("session_id"), str) and e["session_id"]),
-        None,
-    )
+    result = _result_event(events)
     structured = [
         s for e in events if (s := limit_from_event(e, now=now, unknown_reset=unknown_reset)) is not None
     ]
-    opened = any(window_state(e) == "open" for e in events if e is not result)
+    text, is_error = _run_text(stdout, events, result, returncode=returncode, stderr=stderr)
+    run = _Run(
+        text=text,
+        is_error=is_error,
+        session_id=next(
+            (e["session_id"] for e in events if isinstance(e.get("session_id"), str) and e["session_id"]),
+            None,
+        ),
+        status=_int(result.get("api_error_status")) if result is not None else None,
+        result=result,
+        opened=any(window_state(e) == "open" for e in events if e is not result),
+        auth_failed=any(
+            e.get("error") == "authentication_failed" and e.get("type") == "assistant" for e in events
+        ),
+        resume_missing=bool(_NO_TRANSCRIPT.search(stderr) or _NO_TRANSCRIPT.search(text)),
+        events=tuple(events),
+        now=now,
+        default=default,
+        unknown_reset=unknown_reset,
+    )
+    if structured and result is not None and not is_error and not is_whole_limit(text):
+        structured = []  # a completed answer contradicts the event: it is an answer, never thrown away
+    if structured:
+        if is_error and is_transient(text, run.status):
+            return run.outcome("transient")  # "(not your usage limit)": the event alone is no limit
+        text_signal = run.limit_in(text)
+        merged = tuple(_merge(s, text_signal) for s in structured)
+        return run.outcome("limit", *merged, primary=_primary(merged))
+    if is_error:
+        return _failed_outcome(run)
+    if text and is_whole_transient(text):
+        return run.outcome("transient")
+    signal = run.limit_in(text, whole=True)
+    if signal is not None:
+        return run.outcome("limit", signal)
+    return run.outcome("answer")
+
+
+def _result_event(events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's result: the last `result` event, or the lone object of the older json format."""
+    results = [e for e in events if e.get("type") == "result"]
+    if results:
+        return results[-1]
+    if len(events) == 1 and "result" in events[0] and "is_error" in events[0]:
+        return events[0]  # json format without a `type` field (older versions)
+    return None
+
+
+def _run_text(
+    stdout: str,
+    events: Sequence[dict[str, Any]],
+    result: dict[str, Any] | None,
+    *,
+    returncode: int | None,
+    stderr: str,
+) -> tuple[str, bool]:
+    """The text that speaks for the run, and whether it failed.
+
+    The result's own text; failing that, what synthetic assistant messages said (a limit is
+    often only there); with no JSON at all, stdout itself. A failure with no words yet takes
+    the message line of stderr, then the result's subtype or terminal reason, so a failed
+    judgement always shows why.
+    """
     synthetic = "\n".join(
         t for e in events if e.get("type") == "assistant" and _is_synthetic(e) and (t := _assistant_text(e))
     )
-
     if result is not None:
         raw_text = result.get("result")
         text = raw_text if isinstance(raw_text, str) else ""
@@ -439,73 +549,34 @@ def read_outcome(
     if not text and is_error and result is not None:
         reason = result.get("subtype") or result.get("terminal_reason")
         text = str(reason) if reason else ""
+    return text, is_error
 
-    status = _int(result.get("api_error_status")) if result is not None else None
-    auth_failed = any(
-        e.get("error") == "authentication_failed" and e.get("type") == "assistant" for e in events
-    )
-    resume_missing = bool(_NO_TRANSCRIPT.search(stderr) or _NO_TRANSCRIPT.search(text))
 
-    def outcome(
-        kind: OutcomeKind, *signals: LimitSignal, primary: LimitSignal | None = None
-    ) -> SessionOutcome:
-        return SessionOutcome(
-            kind=kind,
-            text=text,
-            session_id=session_id,
-            is_error=is_error,
-            limit=primary if primary is not None else (signals[0] if signals else None),
-            limits=signals,
-            api_error_status=status,
-            subtype=result.get("subtype") if result is not None else None,
-            terminal_reason=result.get("terminal_reason") if result is not None else None,
-            num_turns=_count(result.get("num_turns")) if result is not None else None,
-            total_cost_usd=_float(result.get("total_cost_usd")) if result is not None else None,
-            window_opened=opened,
-            result=result,
-            resume_missing=resume_missing,
-            events=tuple(e for e in events if e.get("type") == "rate_limit_event"),
+def _failed_outcome(run: _Run) -> SessionOutcome:
+    """A failed run with no rejecting event: a throttle, a lost transcript, the host, a limit, or an error.
+
+    HTTP 429 with no words we know is the limit with an unknown reset: a probe after
+    `unknown_reset` costs one spawn, while assuming a throttle could burn many.
+    """
+    if is_transient(run.text, run.status):
+        return run.outcome("transient")
+    if run.resume_missing:
+        return run.outcome("error")
+    if is_host_wide(run.text, run.status, auth_failed=run.auth_failed):
+        return run.outcome("host")
+    signal = run.limit_in(run.text)
+    if signal is None and run.status == 429:
+        signal = LimitSignal(
+            lifts_at=run.now + timedelta(seconds=run.unknown_reset),
+            kind="unknown",
+            scope=GENERAL_SCOPE,
+            message=normalize_message(run.text) or "HTTP 429 with no message",
+            source="status",
+            reset_known=False,
         )
-
-    def limit_in(words: str, *, whole: bool = False) -> LimitSignal | None:
-        if not words:
-            return None
-        return detect_limit(words, now=now, default_tz=default, unknown_reset=unknown_reset, whole=whole)
-
-    if structured and result is not None and not is_error and not is_whole_limit(text):
-        structured = []  # a completed answer contradicts the event: it is an answer, never thrown away
-    if structured and is_error and is_transient(text, status):
-        return outcome("transient")  # "(not your usage limit)": the event alone is no limit
-    if structured:
-        text_signal = limit_in(text)
-        merged = tuple(_merge(s, text_signal) for s in structured)
-        return outcome("limit", *merged, primary=_primary(merged))
-    if is_error:
-        if is_transient(text, status):
-            return outcome("transient")
-        if resume_missing:
-            return outcome("error")
-        if is_host_wide(text, status, auth_failed=auth_failed):
-            return outcome("host")
-        signal = limit_in(text)
-        if signal is None and status == 429:
-            signal = LimitSignal(
-                lifts_at=now + timedelta(seconds=unknown_reset),
-                kind="unknown",
-                scope=GENERAL_SCOPE,
-                message=normalize_message(text) or "HTTP 429 with no message",
-                source="status",
-                reset_known=False,
-            )
-        if signal is not None:
-            return outcome("limit", signal)
-        return outcome("error")
-    if text and is_whole_transient(text):
-        return outcome("transient")
-    signal = limit_in(text, whole=True)
     if signal is not None:
-        return outcome("limit", signal)
-    return outcome("answer")
+        return run.outcome("limit", signal)
+    return run.outcome("error")
 
 
 # --- the reserve ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE
+from dispatchq.window.messages import LimitKind, limit_kind
 
 
 class MarkerStore(Protocol):
@@ -66,7 +67,7 @@ class Marker:
     scope: str
     lifts_at: float
     state: str  # "closed" until the lift instant; "probing" after it, until a probe shows it open
-    kind: str
+    kind: LimitKind
     message: str
     session: str | None
     set_at: float
@@ -108,7 +109,7 @@ def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
         scope=scope,
         lifts_at=float(f["lifts_at"] or 0),
         state=f.get("state") or "closed",
-        kind=f.get("kind") or "unknown",
+        kind=limit_kind(f.get("kind") or "unknown"),  # one an older version stored may be unknown
         message=f.get("message") or "",
         session=f.get("session") or None,
         set_at=float(f.get("set_at") or 0),

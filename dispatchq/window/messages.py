@@ -14,13 +14,15 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from typing import Literal
+from typing import Literal, cast, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
     "GENERAL_SCOPE",
     "JUST_RESET_WINDOW",
+    "MODELS",
     "SKEW_WINDOW",
+    "LimitKind",
     "LimitSignal",
     "detect_limit",
     "epoch_instant",
@@ -28,12 +30,53 @@ __all__ = [
     "is_transient",
     "is_whole_limit",
     "is_whole_transient",
+    "limit_kind",
     "normalize_message",
     "require_aware",
     "resolve_timezone",
 ]
 
 GENERAL_SCOPE = "general"
+
+#: The models that have a usage limit of their own, as Claude Code names them (lower case):
+#: in a message (`You've hit your Fable 5 limit`) and in a `rate_limit_event`'s
+#: `rateLimitType` (`seven_day_opus`). The one list both readers derive theirs from.
+MODELS: tuple[str, ...] = ("opus", "sonnet", "haiku", "fable")
+
+#: Every kind of limit a `LimitSignal` (and so a marker) can carry. The window's own names
+#: are the CLI's `rateLimitType`s (`five_hour`, `seven_day`, `seven_day_<model>` for each of
+#: `MODELS`, `seven_day_overage_included`); the rest are what only a message states
+#: (`monthly`, `org_monthly`, `api_usage`, `credits` for extra usage or credit run out, which
+#: is also what an `overage` rejection is), the reserve kept for people (`reserved`), an
+#: operator's close (`operator`), and `unknown`: a limit that names no kind, or one whose name
+#: this list does not know (`limit_kind`). Throttles and overloads are no limit at all.
+LimitKind = Literal[
+    "five_hour",
+    "seven_day",
+    "seven_day_opus",
+    "seven_day_sonnet",
+    "seven_day_haiku",
+    "seven_day_fable",
+    "seven_day_overage_included",
+    "monthly",
+    "org_monthly",
+    "api_usage",
+    "credits",
+    "reserved",
+    "operator",
+    "unknown",
+]
+_LIMIT_KINDS: frozenset[str] = frozenset(get_args(LimitKind))
+
+
+def limit_kind(name: str, default: LimitKind = "unknown") -> LimitKind:
+    """`name` as a `LimitKind`, or `default` when it is none (a new CLI type, an old marker).
+
+    The kinds that come from outside (a `rateLimitType`, a model named in a message, a stored
+    marker) pass here, so the type says what every consumer may meet; the scope, not the
+    kind, is what decides which sessions a limit pauses.
+    """
+    return cast(LimitKind, name) if name in _LIMIT_KINDS else default
 
 # Messages are rounded to the hour or so: a stated time this recently past means "just reset".
 JUST_RESET_WINDOW = timedelta(hours=1)
@@ -58,7 +101,7 @@ class LimitSignal:
     """
 
     lifts_at: datetime
-    kind: str
+    kind: LimitKind
     scope: str
     message: str
     just_reset: bool = False
@@ -156,33 +199,34 @@ def is_transient(text: str, api_error_status: int | None = None) -> bool:
 
 # --- the limit message grammar -------------------------------------------------------------
 _HIT = r"you(?:'ve| have) (?:hit|reached)"
-_KNOWN_MODELS = r"opus|sonnet|haiku|fable"
+_KNOWN_MODELS = "|".join(re.escape(model) for model in MODELS)
 _ORG = r"(?:org's|organization's|org|organization|team's)"
 _NOT_A_MODEL = frozenset(
     {"your", "the", "a", "an", "all", "models", "claude", "ai", "session", "usage", "weekly", "monthly"}
 )
 
 # (regex, kind); kind "model" takes the model from the `model` group. First match wins.
-_HEADS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), kind)
-    for pattern, kind in (
-        (r"(?:claude(?: ai)? )?usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", "unknown"),
-        (rf"{_HIT} (?:your |the )?{_ORG} monthly (?:usage |spend )?limit", "org_monthly"),
-        (rf"{_HIT} your monthly (?:usage |spend )?limit", "monthly"),
-        (rf"{_HIT} your specified api usage limits?", "api_usage"),
-        (r"(?:org's|organization's) monthly (?:usage |spend )?limit (?:reached|hit)", "org_monthly"),
-        (r"you(?:'re| are) out of (?:extra usage|usage credits|credits)", "credits"),
-        (r"extra usage (?:limit )?(?:reached|exhausted)", "credits"),
-        (rf"{_HIT} your (?:5-hour|five-hour|session) limit", "five_hour"),
-        (r"(?:5|five)[- ]hour limit reached|session limit reached", "five_hour"),
-        (rf"{_HIT} your (?P<model>[a-z][\w.]*) weekly limit", "model"),
-        (r"(?P<model>\b[a-z][\w.]*) weekly limit reached", "model"),
-        (rf"{_HIT} your (?P<model>{_KNOWN_MODELS})(?: [\d.]+)? limit", "model"),
-        (rf"{_HIT} your weekly limit|weekly limit reached", "seven_day"),
-        (r"(?:claude(?: ai)? )?usage limit reached", "unknown"),
-        (rf"{_HIT} your (?:usage )?limit", "unknown"),
-        (r"(?:^|· )limit reached", "unknown"),
-    )
+_HeadKind = LimitKind | Literal["model"]
+_HEAD_TABLE: tuple[tuple[str, _HeadKind], ...] = (
+    (r"(?:claude(?: ai)? )?usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", "unknown"),
+    (rf"{_HIT} (?:your |the )?{_ORG} monthly (?:usage |spend )?limit", "org_monthly"),
+    (rf"{_HIT} your monthly (?:usage |spend )?limit", "monthly"),
+    (rf"{_HIT} your specified api usage limits?", "api_usage"),
+    (r"(?:org's|organization's) monthly (?:usage |spend )?limit (?:reached|hit)", "org_monthly"),
+    (r"you(?:'re| are) out of (?:extra usage|usage credits|credits)", "credits"),
+    (r"extra usage (?:limit )?(?:reached|exhausted)", "credits"),
+    (rf"{_HIT} your (?:5-hour|five-hour|session) limit", "five_hour"),
+    (r"(?:5|five)[- ]hour limit reached|session limit reached", "five_hour"),
+    (rf"{_HIT} your (?P<model>[a-z][\w.]*) weekly limit", "model"),
+    (r"(?P<model>\b[a-z][\w.]*) weekly limit reached", "model"),
+    (rf"{_HIT} your (?P<model>{_KNOWN_MODELS})(?: [\d.]+)? limit", "model"),
+    (rf"{_HIT} your weekly limit|weekly limit reached", "seven_day"),
+    (r"(?:claude(?: ai)? )?usage limit reached", "unknown"),
+    (rf"{_HIT} your (?:usage )?limit", "unknown"),
+    (r"(?:^|· )limit reached", "unknown"),
+)
+_HEADS: tuple[tuple[re.Pattern[str], _HeadKind], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), kind) for pattern, kind in _HEAD_TABLE
 )
 
 _MONTHS = {
@@ -433,7 +477,7 @@ def detect_limit(
 def _signal(
     norm: str,
     match: re.Match[str],
-    kind: str,
+    head: _HeadKind,
     model: str,
     now: datetime,
     default: tzinfo,
@@ -441,8 +485,12 @@ def _signal(
     whole: bool,
 ) -> LimitSignal | None:
     scope = GENERAL_SCOPE
-    if kind == "model":
-        kind, scope = f"seven_day_{model}", f"model:{model}"
+    kind: LimitKind
+    if head == "model":
+        # A model `MODELS` does not know still has a weekly limit of its own: its scope says whose.
+        kind, scope = limit_kind(f"seven_day_{model}", "seven_day"), f"model:{model}"
+    else:
+        kind = head
     epoch = match.groupdict().get("epoch")
     if epoch:
         end = match.end()
