@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dispatchq.process.wiring import get_runtime, session_hooks
+
+if TYPE_CHECKING:
+    from dispatchq.runtime import Runtime
 
 __all__ = [
     "code",
@@ -26,7 +30,7 @@ def code(ids: list[str]) -> int:
 def typed(ids: list[str]) -> int:
     from rq import get_current_job
 
-    from dispatchq.tiers.typed import process_batch
+    from dispatchq.tiers.typed.tier import process_batch
 
     job = get_current_job()  # which job carries `ids`: a sibling may have moved some elsewhere
     return process_batch(get_runtime(), ids, job_id=job.id if job is not None else None)
@@ -57,16 +61,36 @@ def on_job_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tra
 
 def triage(event: dict[str, Any], mode: str | None = None) -> dict[str, Any]:
     """`dispatchq triage --enqueue`: runs on the typed queue."""
-    from dispatchq.tiers.typed import run_triage
-
-    return run_triage(get_runtime(), event, mode)
+    return _triage_one(get_runtime(), mode)(event)
 
 
 def triage_deliveries(delivery_ids: list[str]) -> list[dict[str, Any]]:
     """`POST /webhooks/github`: the deliveries one accept call took, triaged on the typed queue."""
     from rq import get_current_job
 
-    from dispatchq.tiers.typed import run_deliveries
+    from dispatchq.storage.serve import ServeStorage
+    from dispatchq.triage.jobs import run_deliveries
 
+    runtime = get_runtime()
     job = get_current_job()
-    return run_deliveries(get_runtime(), delivery_ids, job.id if job is not None else "")
+    job_id = job.id if job is not None else ""
+    return run_deliveries(ServeStorage(runtime.redis), delivery_ids, job_id, _triage_one(runtime, None))
+
+
+def _triage_one(runtime: Runtime, mode: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The rules engine over this process's parts: the typed tier's provider as its `ask`.
+
+    Built per event, when it is triaged, as the engine always read them: a config or
+    key that cannot be read fails that event (one delivery of a batch), not the job.
+    """
+    from dispatchq.storage.triage import TriageStorage
+    from dispatchq.tiers.typed.tier import provider_ask, provider_for
+    from dispatchq.triage.jobs import run_triage
+
+    def triage_one(event: dict[str, Any]) -> dict[str, Any]:
+        config = runtime.config.triage
+        storage = TriageStorage(runtime.redis)
+        ask = provider_ask(provider_for(runtime))
+        return run_triage(event, mode, config=config, storage=storage, settings=runtime.settings, ask=ask)
+
+    return triage_one

@@ -24,8 +24,9 @@ import click
 
 from dispatchq.cli import runtime, settings
 from dispatchq.errors import ConfigError, UserError
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.triage import TriageStorage
-from dispatchq.tiers.typed import enqueue_triage, provider_ask, provider_for
+from dispatchq.tiers.typed.tier import provider_ask, provider_for
 from dispatchq.triage.engine import (
     AnswersFrom,
     Ask,
@@ -37,6 +38,7 @@ from dispatchq.triage.engine import (
     triage,
 )
 from dispatchq.triage.executors import Executor, build_executor, capabilities
+from dispatchq.triage.jobs import enqueue_triage
 from dispatchq.triage.rules import MODES, Event, Mode, TriageConfig, decision_key
 from dispatchq.triage.table import lint
 
@@ -181,7 +183,8 @@ def triage_command(
     if enqueue:
         if answers_file is not None:
             raise click.UsageError("--answers is for evaluating now; an enqueued event asks the provider")
-        job_id = enqueue_triage(runtime(), _read_json(event_file, "event file"), mode)
+        queues = dispatcher_for(runtime())
+        job_id = enqueue_triage(queues, settings(), _read_json(event_file, "event file"), mode)
         decision = decision_key(event, config)
         if as_json:
             _echo_json({"decision_id": decision, "job": job_id, "queued": True})

@@ -10,12 +10,13 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.runtime import Runtime
 from dispatchq.storage.connection import connect_async
 from dispatchq.storage.outage import OutageLog, wait_for_redis
 from dispatchq.storage.prepared import JobTemplate
 from dispatchq.storage.serve import AsyncDeliveries, ServeStorage
-from dispatchq.tiers.typed import deliveries_template
+from dispatchq.triage.jobs import deliveries_template
 
 __all__ = ["ServeContext"]
 
@@ -32,7 +33,7 @@ class ServeContext:
     storage: ServeStorage = field(init=False)
     #: Webhook deliveries go through the event loop's own client (`webhooks.DeliveryBatcher`).
     deliveries: AsyncDeliveries = field(init=False)
-    #: The job a batch of accepted deliveries becomes, made once (`tiers.typed.deliveries_template`).
+    #: The job a batch of accepted deliveries becomes, made once (`triage.jobs.deliveries_template`).
     deliveries_job: JobTemplate = field(init=False)
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -40,7 +41,7 @@ class ServeContext:
         self.storage = ServeStorage(self.runtime.redis)
         settings = self.runtime.settings
         self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
-        self.deliveries_job = deliveries_template(self.runtime)
+        self.deliveries_job = deliveries_template(dispatcher_for(self.runtime), settings)
 
     def __repr__(self) -> str:
         return "ServeContext(***)"

@@ -12,7 +12,7 @@ In this order, so nothing unverified is ever parsed or stored:
 6. the delivery accepted in Redis in one atomic step (`storage.serve.ACCEPT`): a
    redelivery answers 200 with the first ids and makes no second decision; a first
    delivery is recorded with its event, a triage job naming it is saved and queued for
-   a typed worker (`tiers.typed.run_deliveries`), and it is answered 202.
+   a typed worker (`triage.jobs.run_deliveries`), and it is answered 202.
 
 Deliveries that arrive while one accept call is in flight wait for the next, which takes
 them all and makes one job of them (`DeliveryBatcher`): one Redis round trip and one RQ
@@ -40,8 +40,8 @@ from starlette.types import Receive, Scope, Send
 from dispatchq.errors import UserError
 from dispatchq.serve.body import BodyTooLarge, read_limited_asgi
 from dispatchq.storage.serve import DELIVERY_ID, AsyncDeliveries, Delivery
-from dispatchq.tiers.typed import prepare_deliveries
 from dispatchq.triage.github import event_name, map_delivery, state_paths
+from dispatchq.triage.jobs import prepare_deliveries
 from dispatchq.triage.rules import Event, TriageConfig, decision_key
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, schedul
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
-from dispatchq.tiers.typed import KEYLESS_WHY
+from dispatchq.tiers.typed.tier import KEYLESS_WHY
 from dispatchq.workers.run import make_worker
 from dispatchq.workers.status import collect_status
 from tests.conftest import REPO, run_cli, wait_for, write_config
@@ -944,8 +944,8 @@ def test_a_malformed_key_is_refused_when_settings_load_and_no_worker_starts(
 
 
 def test_the_typed_concurrency_setting_reaches_the_provider(make_rt: Callable[..., Runtime]) -> None:
-    from dispatchq.tiers.typed import provider_for
-    from dispatchq.tiers.typesafe import TypeSafeProvider
+    from dispatchq.tiers.typed.provider import TypeSafeProvider
+    from dispatchq.tiers.typed.tier import provider_for
 
     default, set_to_2 = provider_for(make_rt()), provider_for(make_rt(DISPATCHQ_TYPED_CONCURRENCY="2"))
     assert isinstance(default, TypeSafeProvider) and isinstance(set_to_2, TypeSafeProvider)

@@ -22,26 +22,21 @@ from pydantic import SecretStr
 from dispatchq.core.answers import Answer
 from dispatchq.errors import SettingsError
 from dispatchq.settings import load_settings
-from dispatchq.tiers.typesafe import (
-    REDACTED,
+from dispatchq.tiers.typed.batching import (
     Answered,
     Ask,
-    KeylessProvider,
     NoKey,
     Outcome,
     Permanent,
-    ProviderOptions,
     Transient,
-    TypeSafeProvider,
     Usage,
-    advised_delay,
     canonical_state,
-    make_provider,
     merge_outcomes,
     plan_batches,
-    redact,
     split_outcome,
 )
+from dispatchq.tiers.typed.protocol import KeylessProvider, ProviderOptions
+from dispatchq.tiers.typed.provider import REDACTED, TypeSafeProvider, advised_delay, make_provider, redact
 from tests.fakes.typesafe_api import (
     Failure,
     FakeTypeSafeAPI,

@@ -23,7 +23,7 @@ from dispatchq.storage import keys
 from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
 from dispatchq.storage.triage import TriageStorage
-from dispatchq.tiers.typed import DELIVERIES_JOB, prepare_deliveries
+from dispatchq.triage.jobs import DELIVERIES_JOB, prepare_deliveries
 from tests.conftest import counting_check, run_cli
 from tests.serve_support import module_env, payload
 

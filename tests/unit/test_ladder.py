@@ -198,7 +198,7 @@ kinds:
 def test_code_answers_are_never_asked_of_the_typed_tier_or_a_session(
     tmp_path: Path, make_runtime: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dispatchq.tiers.typed as typed_tier
+    import dispatchq.tiers.typed.tier as typed_tier
 
     check, calls = counting_check(tmp_path)
     write_config(tmp_path / "dispatchq.yaml", LADDER_CONFIG.format(check=check))

@@ -8,6 +8,9 @@ on an answer this tier gave.
 Judgements of one RQ job that share a state cost one provider request (Jev answers
 many questions about one state at once). Answers are cached under the judgement's
 content key plus the requested model, so a re-delivered judgement makes no request.
+
+The provider is reached through `protocol.Provider`; `provider_for` is where the real one
+(`provider.make_provider`, the SDK) is built, once per process.
 """
 
 from __future__ import annotations
@@ -19,52 +22,23 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
-from dispatchq.errors import DeliveriesFailed
 from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.queue.scheduler import schedule_typed_retry
-from dispatchq.storage.prepared import JobTemplate, PreparedJob
-from dispatchq.storage.serve import ServeStorage
-from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.typed import TypedStorage
-from dispatchq.tiers.typesafe import (
-    Answered,
-    Ask,
-    NoKey,
-    Permanent,
-    Provider,
-    ProviderOptions,
-    Transient,
-    make_provider,
-)
+from dispatchq.tiers.typed.batching import Answered, Ask, NoKey, Outcome, Permanent, Transient
+from dispatchq.tiers.typed.protocol import Provider, ProviderOptions
+from dispatchq.tiers.typed.provider import make_provider
 from dispatchq.triage.engine import Ask as TriageAsk
-from dispatchq.triage.engine import AskResult, TriageStore, budget_for, triage
-from dispatchq.triage.executors import build_executor
-from dispatchq.triage.rules import Event, Mode
+from dispatchq.triage.engine import AskResult
 
 if TYPE_CHECKING:
     from dispatchq.core.kinds import Kind
     from dispatchq.runtime import Runtime
     from dispatchq.storage.store import Claimed
 
-__all__ = [
-    "DELIVERIES_JOB",
-    "KEYLESS_WHY",
-    "SIBLING_CAP",
-    "TRIAGE_JOB",
-    "deliveries_template",
-    "enqueue_triage",
-    "prepare_deliveries",
-    "process_batch",
-    "provider_ask",
-    "provider_for",
-    "run_deliveries",
-    "run_triage",
-]
+__all__ = ["KEYLESS_WHY", "SIBLING_CAP", "process_batch", "provider_ask", "provider_for"]
 
 KEYLESS_WHY = "no TypeSafe key: the typed tier answers nothing"
-#: The RQ entry points of a triage event and of a batch of webhook deliveries (`jobs/tiers.py`).
-TRIAGE_JOB = "jobs.tiers.triage"
-DELIVERIES_JOB = "jobs.tiers.triage_deliveries"
 
 
 def provider_for(runtime: Runtime) -> Provider:
@@ -211,9 +185,34 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
     claimed += _claim_siblings(runtime, storage, claimed)
     provider = provider_for(runtime)
     moves = Moves()
+    asks, kinds = _answer_or_ask(runtime, storage, provider, moves, claimed)
+    if provider.keyless:  # `dispatchq status` reports the tier keyless while this is set
+        storage.note_keyless(runtime.settings.host)
+    else:
+        storage.clear_keyless(runtime.settings.host)
+    retries: dict[float, list[str]] = {}
+    if asks:
+        before = provider.calls
+        outcomes = provider.ask_many(asks)
+        storage.count_requests(provider.calls - before)
+        by_id = {c.id: c for c in claimed}
+        for jid, outcome in outcomes.items():
+            delay = _act(runtime, storage, moves, by_id[jid], kinds[jid], outcome, provider.requested_model)
+            if delay is not None:
+                retries.setdefault(round(delay, 3), []).append(jid)
+    dispatcher_for(runtime).commit(moves)
+    for delay, jids in retries.items():
+        _retry_later(runtime, jids, delay)
+    return len(claimed)
+
+
+def _answer_or_ask(
+    runtime: Runtime, storage: TypedStorage, provider: Provider, moves: Moves, claimed: Sequence[Claimed]
+) -> tuple[list[Ask], dict[str, Kind]]:
+    """What needs no request is settled here (a kind gone, no key, a cached answer); the
+    rest become asks. Returns the asks and every judgement's kind still in the config."""
     kinds: dict[str, Kind] = {}
     asks: list[Ask] = []
-    by_id: dict[str, Claimed] = {}
     model = provider.requested_model
     for c in claimed:
         kind = runtime.config.kinds.get(c.input["kind"])
@@ -221,7 +220,6 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
             moves.fail(c.id, "typed", f"kind {c.input['kind']!r} is no longer in the config")
             continue
         kinds[c.id] = kind
-        by_id[c.id] = c
         if provider.keyless:
             moves.move_up(c.id, kind, "typed", KEYLESS_WHY, host=_host(runtime, c))
             continue
@@ -232,40 +230,35 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
         questions = {qid: q.wire() for qid, q in kind.questions.items()}
         state: Any = c.input.get("state")  # the producer's JSON, as it was enqueued
         asks.append(Ask(c.id, state, questions))
-    if provider.keyless:  # `dispatchq status` reports the tier keyless while this is set
-        storage.note_keyless(runtime.settings.host)
-    else:
-        storage.clear_keyless(runtime.settings.host)
-    retries: dict[float, list[str]] = {}
-    if asks:
-        before = provider.calls
-        outcomes = provider.ask_many(asks)
-        storage.count_requests(provider.calls - before)
-        for jid, outcome in outcomes.items():
-            c, kind = by_id[jid], kinds[jid]
-            host = _host(runtime, c)
-            if isinstance(outcome, Answered):
-                _cache_put(storage, c.content_key, model, outcome, runtime.settings.typed_cache_ttl)
-                _decide(runtime, moves, c, kind, outcome, cached=False, model=model)
-            elif isinstance(outcome, Transient):
-                attempts = runtime.store.incr_attempts(jid)
-                if attempts < runtime.settings.typed_attempts:
-                    delay = (
-                        outcome.retry_after if outcome.retry_after is not None else min(2.0**attempts, 60.0)
-                    )
-                    retries.setdefault(round(delay, 3), []).append(jid)
-                else:
-                    why = f"provider {outcome.reason} after {attempts} attempts: {outcome.message}"
-                    moves.move_up(jid, kind, "typed", why, host=host, error=outcome.message)
-            elif isinstance(outcome, Permanent):
-                why = f"provider refused ({outcome.reason}): {outcome.message}"
-                moves.move_up(jid, kind, "typed", why, host=host, error=outcome.message)
-            elif isinstance(outcome, NoKey):
-                moves.move_up(jid, kind, "typed", KEYLESS_WHY, host=host)
-    dispatcher_for(runtime).commit(moves)
-    for delay, jids in retries.items():
-        _retry_later(runtime, jids, delay)
-    return len(claimed)
+    return asks, kinds
+
+
+def _act(
+    runtime: Runtime,
+    storage: TypedStorage,
+    moves: Moves,
+    c: Claimed,
+    kind: Kind,
+    outcome: Outcome,
+    model: str | None,
+) -> float | None:
+    """Act on one judgement's outcome; the delay to retry it after, when it is to be retried."""
+    host = _host(runtime, c)
+    if isinstance(outcome, Answered):
+        _cache_put(storage, c.content_key, model, outcome, runtime.settings.typed_cache_ttl)
+        _decide(runtime, moves, c, kind, outcome, cached=False, model=model)
+    elif isinstance(outcome, Transient):
+        attempts = runtime.store.incr_attempts(c.id)
+        if attempts < runtime.settings.typed_attempts:
+            return outcome.retry_after if outcome.retry_after is not None else min(2.0**attempts, 60.0)
+        why = f"provider {outcome.reason} after {attempts} attempts: {outcome.message}"
+        moves.move_up(c.id, kind, "typed", why, host=host, error=outcome.message)
+    elif isinstance(outcome, Permanent):
+        why = f"provider refused ({outcome.reason}): {outcome.message}"
+        moves.move_up(c.id, kind, "typed", why, host=host, error=outcome.message)
+    elif isinstance(outcome, NoKey):
+        moves.move_up(c.id, kind, "typed", KEYLESS_WHY, host=host)
+    return None
 
 
 def _retry_later(runtime: Runtime, ids: list[str], delay: float) -> None:
@@ -301,98 +294,3 @@ def provider_ask(provider: Provider) -> TriageAsk:
         return AskResult(unanswered=dict.fromkeys(questions, f"provider {reason}: {why}"), requests=requests)
 
     return ask
-
-
-def enqueue_triage(runtime: Runtime, event: dict[str, Any], mode: str | None) -> str:
-    """Put an event on the typed queue: a typed worker asks, resolves and runs the executor."""
-    settings = runtime.settings
-    job = dispatcher_for(runtime).queue("typed").enqueue_call(
-        TRIAGE_JOB,
-        args=(event, mode),
-        timeout=settings.typed_job_timeout,
-        result_ttl=settings.result_ttl,
-        failure_ttl=settings.result_ttl,
-        description=f"dispatchq triage {event.get('event')} {event.get('target')}",
-    )
-    return str(job.id)
-
-
-def deliveries_template(runtime: Runtime) -> JobTemplate:
-    """The RQ job of a batch of webhook deliveries, as a template (`dispatchq serve` makes one
-    job per accept call from it, and saves it in that call)."""
-    settings = runtime.settings
-    return JobTemplate(
-        dispatcher_for(runtime).queue("typed"),
-        DELIVERIES_JOB,
-        timeout=settings.typed_job_timeout,
-        result_ttl=settings.result_ttl,
-        failure_ttl=settings.result_ttl,
-    )
-
-
-def prepare_deliveries(template: JobTemplate, delivery_ids: Sequence[str]) -> PreparedJob:
-    """The job that triages these deliveries' events (`run_deliveries`), unwritten."""
-    unique = list(dict.fromkeys(delivery_ids))  # a redelivery riding with its first copy is named once
-    return template.prepare((unique,), f"dispatchq triage {len(unique)} webhook deliveries")
-
-
-def run_deliveries(runtime: Runtime, delivery_ids: Sequence[str], job_id: str) -> list[dict[str, Any]]:
-    """A typed worker's side of `POST /webhooks/github`: triage each delivery this job accepted.
-
-    A delivery whose record names another job is a redelivery that arrived in this
-    job's batch: its first copy's job triages it, so it is skipped here. One event
-    failing does not stop the others; the job then fails naming each, so nothing is
-    dropped without a trace.
-    """
-    storage = ServeStorage(runtime.redis)
-    results: list[dict[str, Any]] = []
-    failures: list[str] = []
-    for delivery_id in dict.fromkeys(delivery_ids):  # a copy in the same batch is the same delivery
-        record = storage.delivery(delivery_id)
-        if record is None or record.get("job") != job_id:
-            why = "its record expired" if record is None else "a redelivery, triaged by its first job"
-            results.append({"delivery": delivery_id, "skipped": why})
-            continue
-        try:
-            results.append({"delivery": delivery_id, **run_triage(runtime, record["envelope"], None)})
-        except Exception as error:
-            failures.append(f"{delivery_id}: {type(error).__name__}: {error}")
-    if failures:
-        raise DeliveriesFailed(
-            f"{len(failures)} of {len(delivery_ids)} deliveries failed: " + "; ".join(failures)
-        )
-    return results
-
-
-def run_triage(runtime: Runtime, event_data: dict[str, Any], mode: str | None) -> dict[str, Any]:
-    """The typed worker's side of `triage --enqueue`: one batched request, the table, the executor.
-
-    Triage has no confidence band of its own and never escalates to a session: the
-    table's gates are the band. Its budget is the one model the CLI uses too:
-    `triage.budget` and DISPATCHQ_TRIAGE_HOURLY_BUDGET, rolling windows kept in Redis.
-    """
-    config = runtime.config.triage
-    if config is None:
-        raise RuntimeError("the config has no triage section")
-    event = Event.from_json(event_data)
-    settings = runtime.settings
-    storage = TriageStorage(runtime.redis)
-    executor = build_executor(
-        config.executor,
-        storage,
-        github_token=settings.github_token,
-        github_api_url=settings.github_api_url,
-    )
-    try:
-        result = triage(
-            event,
-            config,
-            ask=provider_ask(provider_for(runtime)),
-            store=TriageStore(storage),
-            executor=executor,
-            budget=budget_for(storage, config, settings.triage_hourly_budget),
-            mode_override=cast("Mode | None", mode),  # the CLI offered only MODES
-        )
-    finally:
-        executor.close()
-    return result.to_json()
