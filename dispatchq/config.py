@@ -126,8 +126,9 @@ def _argv_list(value: Any, where: str) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def _check_criteria(where: str, qtype: Any, instructions: Any, criteria: Any) -> None:
-    """Each answer type's own shape: a noul's outcomes, a choice's options, a score's levels."""
+def _check_criteria(where: str, qtype: Any, instructions: Any, criteria: Any) -> str:
+    """Each answer type's own shape: a noul's outcomes, a choice's options, a score's levels.
+    Returns the type, now known to be one of the three."""
     if qtype == "noul":
         if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
             raise ConfigError(f"{where}.criteria: a noul's criteria is a mapping with true and/or false")
@@ -146,6 +147,7 @@ def _check_criteria(where: str, qtype: Any, instructions: Any, criteria: Any) ->
             raise ConfigError(f"{where}.criteria: a score needs a list of 2 to 10 levels (got {count})")
     else:
         raise ConfigError(f"{where}.type: must be noul, choice or score (got {qtype!r})")
+    return str(qtype)
 
 
 def _priority(where: str, qtype: Any, criteria: Any, priority: Any) -> dict[str, float] | None:
@@ -169,10 +171,9 @@ def _question(kind: str, qid: str, raw: Any) -> Question:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping with a type")
     _refuse_unknown(where, raw, QUESTION_KEYS)
-    qtype = raw.get("type")
     instructions = raw.get("instructions")
     criteria = raw.get("criteria")
-    _check_criteria(where, qtype, instructions, criteria)
+    qtype = _check_criteria(where, raw.get("type"), instructions, criteria)
     priority = _priority(where, qtype, criteria, raw.get("priority"))
     return Question(qid, qtype, instructions, criteria, priority)
 
