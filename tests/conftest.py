@@ -246,7 +246,7 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
     The config is read lazily from `dq_env`'s DISPATCHQ_CONFIG (tmp_path/dispatchq.yaml), so
     write it before the first enqueue. The process-wide runtime RQ jobs use is reset afterwards.
     """
-    from dispatchq.findings.kinds import builtin_kinds
+    from dispatchq.findings.run.kinds import builtin_kinds
     from dispatchq.process.wiring import set_runtime
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.lines import Decision
-from dispatchq.findings.pins import PinResult
-from dispatchq.findings.plans import Check
-from dispatchq.findings.record import DecisionRecord, RecordStore, report_lock_dir
+from dispatchq.findings.evidence.pins import PinResult
+from dispatchq.findings.evidence.record import DecisionRecord, RecordStore, report_lock_dir
+from dispatchq.findings.grammar.lines import Decision
+from dispatchq.findings.grammar.plans import Check
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "fake_claude.py"

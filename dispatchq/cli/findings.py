@@ -10,9 +10,9 @@ exits 1 when there is any violation, so it can gate a CI step. `pin` computes th
 
 Neither command writes anything, to the report or to the store. The stages that do:
 
-    dispatchq findings run REPORT [--repo DIR] [--json]       the whole gate (stages 0-4)
-    dispatchq findings sweep REPORT [--repo DIR] [--json]     stages 0-2: analysis and the sweep
-    dispatchq findings dispatch REPORT [--repo DIR] [--json]  stages 3-4 over decided findings
+    dispatchq findings run REPORT [--repo DIR] [--json]       the whole gate, decisions to grades
+    dispatchq findings sweep REPORT [--repo DIR] [--json]     locations, analysis and the sweep
+    dispatchq findings dispatch REPORT [--repo DIR] [--json]  fixers and grading of decided findings
 
 `sweep` and `run` take answers only from an interactive terminal: with none, they write
 nothing more, say how many findings were left undecided and exit 3. `dispatch` asks nothing
@@ -32,10 +32,10 @@ from typing import Any
 
 import click
 
-from dispatchq.findings.lines import LOCATION
-from dispatchq.findings.pins import check_location, compute_pin, git_toplevel, specs_for
-from dispatchq.findings.record import finding_state, inspect_finding
-from dispatchq.findings.report import read_report
+from dispatchq.findings.evidence.pins import check_location, compute_pin, git_toplevel, specs_for
+from dispatchq.findings.evidence.record import finding_state, inspect_finding
+from dispatchq.findings.grammar.lines import LOCATION
+from dispatchq.findings.grammar.report import read_report
 
 __all__ = [
     "check",
@@ -72,7 +72,7 @@ def _record(report: Path, root: Path) -> tuple[Any, str | None]:
     evidence needs dispatchq's copy in Redis, which `check` reads but never starts."""
     from dispatchq.cli import settings
     from dispatchq.errors import RedisUnavailable, RedisUnreachable
-    from dispatchq.findings.record import DecisionRecord, RecordStore
+    from dispatchq.findings.evidence.record import DecisionRecord, RecordStore
     from dispatchq.storage.connection import connect
 
     try:
@@ -195,9 +195,9 @@ def _gate(report: Path, repo: Path | None, as_json: bool, *, interactive: bool) 
     from dispatchq.cli import settings
     from dispatchq.config import load_config
     from dispatchq.errors import UserError
-    from dispatchq.findings.gate import Gate
-    from dispatchq.findings.kinds import builtin_kinds
-    from dispatchq.findings.terminal import Terminal
+    from dispatchq.findings.run.gate import Gate
+    from dispatchq.findings.run.kinds import builtin_kinds
+    from dispatchq.findings.run.terminal import Terminal
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime, set_runtime
 
@@ -269,7 +269,7 @@ def run(report: Path, repo: Path | None, as_json: bool) -> None:
 @_REPO
 @_JSON
 def sweep(report: Path, repo: Path | None, as_json: bool) -> None:
-    """Stages 0-2 on REPORT: locations, analysts, and a person's decision per finding."""
+    """Locations, analysts and a person's decision per finding, on REPORT."""
     gate = _gate(report, repo, as_json, interactive=True)
     try:
         gate.decide()
@@ -284,7 +284,7 @@ def sweep(report: Path, repo: Path | None, as_json: bool) -> None:
 @_REPO
 @_JSON
 def dispatch(report: Path, repo: Path | None, as_json: bool) -> None:
-    """Stages 3-4 on REPORT's decided findings: fixers, verification, grading (asks nothing)."""
+    """Fixers, verification and grading of REPORT's decided findings (asks nothing)."""
     gate = _gate(report, repo, as_json, interactive=False)
     try:
         aside = gate.dispatch()

@@ -2,7 +2,7 @@
 
 Its own module, free of I/O, because two rooms build git argv lists: the runner
 (`dispatchq.git.runner`) and the decision record's read-only plan checks
-(`dispatchq.findings.plans`), which are pure and may not import the runner.
+(`dispatchq.findings.grammar.plans`), which are pure and may not import the runner.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from dispatchq.config import Config, load_config
 from dispatchq.core.tiers import TIERS, automatic_tiers
-from dispatchq.findings.kinds import builtin_hooks, builtin_kinds
+from dispatchq.findings.run.kinds import builtin_hooks, builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.process import logs
 from dispatchq.queue import scheduler

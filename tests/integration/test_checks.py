@@ -1,4 +1,4 @@
-"""Verification plans and the execution boundary (dispatchq.findings.boundary)."""
+"""Verification plans and the execution boundary (dispatchq.findings.evidence.boundary)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 from dispatchq.errors import CheckError
-from dispatchq.findings.boundary import (
+from dispatchq.findings.evidence.boundary import (
     Approvals,
     CheckResult,
     PlanResult,
@@ -24,7 +24,7 @@ from dispatchq.findings.boundary import (
     run_check,
     run_plan,
 )
-from dispatchq.findings.plans import (
+from dispatchq.findings.grammar.plans import (
     Check,
     Expectation,
     format_plan,

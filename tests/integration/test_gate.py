@@ -360,9 +360,9 @@ def test_out_of_boundary_checks_are_approved_in_the_same_turn(world: World) -> N
         assert p.finish() == 0
     finally:
         p.close()
-    from dispatchq.findings.boundary import Approvals
-    from dispatchq.findings.pins import repo_id
-    from dispatchq.findings.plans import parse_plan
+    from dispatchq.findings.evidence.boundary import Approvals
+    from dispatchq.findings.evidence.pins import repo_id
+    from dispatchq.findings.grammar.plans import parse_plan
 
     record = world.record()
     for fid, approved in (("AP-1", True), ("AP-2", False)):

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Approvals
-from dispatchq.findings.pins import repo_id
-from dispatchq.findings.plans import parse_plan
+from dispatchq.findings.evidence.boundary import Approvals
+from dispatchq.findings.evidence.pins import repo_id
+from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.storage import keys
 from tests.conftest import run_cli
 from tests.gate_support import (
@@ -260,7 +260,7 @@ def test_a_change_in_the_expected_set_with_a_failing_plan_is_partially_fixed(wor
 
 
 def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> None:
-    from dispatchq.findings.contract import FIXER
+    from dispatchq.findings.texts.returns import FIXER
     from dispatchq.settings import load_settings
     from dispatchq.storage.store import Store
 
@@ -276,7 +276,7 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
-    from dispatchq.findings.fixer import RepoLock
+    from dispatchq.findings.run.fixer import RepoLock
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 

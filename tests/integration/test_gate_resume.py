@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.boundary import Approvals
-from dispatchq.findings.pins import repo_id
-from dispatchq.findings.plans import parse_plan
+from dispatchq.findings.evidence.boundary import Approvals
+from dispatchq.findings.evidence.pins import repo_id
+from dispatchq.findings.grammar.plans import parse_plan
 from tests.gate_support import (
     GONE,
     REMOVE,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq.findings.pins import repo_id
+from dispatchq.findings.evidence.pins import repo_id
 from tests.gate_support import (
     GONE,
     REMOVE,

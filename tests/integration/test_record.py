@@ -1,4 +1,4 @@
-"""The decision record's rules (dispatchq.findings.record), with real git repositories."""
+"""The decision record's rules (dispatchq.findings.evidence.record), with real git repositories."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import fakeredis
 import pytest
 
 from dispatchq.errors import TamperError, UnsafeToken, UserError
-from dispatchq.findings.boundary import CheckResult, PlanResult
-from dispatchq.findings.grading import (
+from dispatchq.findings.evidence.boundary import CheckResult, PlanResult
+from dispatchq.findings.evidence.grading import (
     Grade,
     Observation,
     changed_paths,
@@ -23,20 +23,7 @@ from dispatchq.findings.grading import (
     porcelain,
     verification_line,
 )
-from dispatchq.findings.lines import (
-    DECISION,
-    DISPATCH,
-    LOCATION,
-    PIN,
-    PLAN,
-    RETIRED,
-    STATUS,
-    VERIFICATION,
-    Decision,
-    Pin,
-    PinEntry,
-)
-from dispatchq.findings.pins import (
+from dispatchq.findings.evidence.pins import (
     ABSENT,
     UNPINNABLE,
     DispatchLogEntry,
@@ -54,8 +41,7 @@ from dispatchq.findings.pins import (
     repo_id,
     specs_for,
 )
-from dispatchq.findings.plans import Check, parse_plan
-from dispatchq.findings.record import (
+from dispatchq.findings.evidence.record import (
     DecisionRecord,
     RecordStore,
     apply_grade,
@@ -70,8 +56,22 @@ from dispatchq.findings.record import (
     write_decision,
     write_location,
 )
-from dispatchq.findings.report import FindingEditor, Report, finding_violations, lock_path
-from dispatchq.findings.tokens import path_tokens, sanitize
+from dispatchq.findings.grammar.lines import (
+    DECISION,
+    DISPATCH,
+    LOCATION,
+    PIN,
+    PLAN,
+    RETIRED,
+    STATUS,
+    VERIFICATION,
+    Decision,
+    Pin,
+    PinEntry,
+)
+from dispatchq.findings.grammar.plans import Check, parse_plan
+from dispatchq.findings.grammar.report import FindingEditor, Report, finding_violations, lock_path
+from dispatchq.findings.grammar.tokens import path_tokens, sanitize
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40

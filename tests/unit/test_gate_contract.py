@@ -1,4 +1,4 @@
-"""The decision gate's pure rules (dispatchq.findings.contract): framing, the analyst contract,
+"""The decision gate's pure rules (dispatchq.findings.texts): framing, the analyst contract,
 the sweep's options, the support test, and the built-in kinds' place in the config."""
 
 from __future__ import annotations
@@ -11,25 +11,10 @@ import pytest
 
 from dispatchq.config import load_config, parse_config
 from dispatchq.errors import ConfigError, ContractError
-from dispatchq.findings.contract import (
-    ANALYST,
-    FIXER,
-    RESTATER,
-    announce_analysis,
-    display,
-    parse_analysis,
-    parse_choice,
-    parse_citation,
-    parse_restatement,
-    render_evidence,
-    render_retired,
-    resolution_problem,
-    supported,
-    sweep_options,
-)
-from dispatchq.findings.kinds import builtin_kinds
-from dispatchq.findings.plans import Check
-from dispatchq.findings.prompts import (
+from dispatchq.findings.grammar.plans import Check
+from dispatchq.findings.grammar.report import Report
+from dispatchq.findings.run.kinds import builtin_kinds
+from dispatchq.findings.texts.prompts import (
     analyst_prompt,
     fixer_prompt,
     foreign_tokens,
@@ -39,7 +24,24 @@ from dispatchq.findings.prompts import (
     sanitize_untrusted,
     session_state,
 )
-from dispatchq.findings.report import Report
+from dispatchq.findings.texts.returns import (
+    ANALYST,
+    FIXER,
+    RESTATER,
+    parse_analysis,
+    parse_citation,
+    parse_restatement,
+    resolution_problem,
+    supported,
+)
+from dispatchq.findings.texts.screens import (
+    announce_analysis,
+    display,
+    parse_choice,
+    render_evidence,
+    render_retired,
+    sweep_options,
+)
 from dispatchq.process.wiring import session_hooks
 from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
@@ -395,7 +397,7 @@ def test_checks_in_one_line_or_structured_form_are_the_same() -> None:
     ],
 )
 def test_every_attempt_outcome_lands_under_its_heading(outcome: dict, expected: dict) -> None:
-    from dispatchq.findings.contract import Summary
+    from dispatchq.findings.texts.summary import Summary
 
     summary = Summary()
     summary.account("X", 2, outcome)
@@ -408,7 +410,7 @@ def test_every_attempt_outcome_lands_under_its_heading(outcome: dict, expected: 
 
 
 def test_every_allowed_git_reader_has_its_writing_forms_denied() -> None:
-    from dispatchq.findings.kinds import ANALYST_ARGS
+    from dispatchq.findings.run.kinds import ANALYST_ARGS
 
     args = list(ANALYST_ARGS)
     allowed = args[args.index("--allowedTools") + 1].split(",")

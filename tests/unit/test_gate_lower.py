@@ -9,11 +9,12 @@ import json
 import os
 from pathlib import Path
 
-from dispatchq.findings.boundary import plan_rejection
-from dispatchq.findings.contract import parse_analysis, parse_restatement, render_proposal
-from dispatchq.findings.pins import check_location
-from dispatchq.findings.plans import Check
-from dispatchq.findings.settle import describe_holders
+from dispatchq.findings.evidence.boundary import plan_rejection
+from dispatchq.findings.evidence.pins import check_location
+from dispatchq.findings.grammar.plans import Check
+from dispatchq.findings.run.settle import describe_holders
+from dispatchq.findings.texts.returns import parse_analysis, parse_restatement
+from dispatchq.findings.texts.screens import render_proposal
 from dispatchq.queue.liveness import SessionHolder
 from tests.gate_support import GONE, REMOVE, alt, analysis, standard_alternatives
 

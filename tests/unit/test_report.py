@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dispatchq.errors import GrammarError, ReportError, UserError
-from dispatchq.findings.lines import (
+from dispatchq.findings.grammar.lines import (
     DECISION,
     DISPATCH,
     LOCATION,
@@ -32,7 +32,7 @@ from dispatchq.findings.lines import (
     parse_path_line,
     terminal_kind,
 )
-from dispatchq.findings.report import (
+from dispatchq.findings.grammar.report import (
     FindingEditor,
     Hooks,
     Report,

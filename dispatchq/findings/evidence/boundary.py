@@ -3,7 +3,7 @@
 A plan is written by an analyst session, persisted as one report line, and executed by
 dispatchq after a fixer ran. The fixer can edit the report and the tree, so nothing in
 a plan may be able to do more than *read the repository*: that is the boundary. (The
-plan's grammar, pure text, is `dispatchq.findings.plans`.)
+plan's grammar, pure text, is `dispatchq.findings.grammar.plans`.)
 
 Inside it, with no approval, run only dispatchq's own `read`, `grep` and `glob` (Python,
 no shell, paths contained in the repository) and five read-only git subcommands with
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from dispatchq import git
 from dispatchq.errors import CheckError, RegexTimeout
-from dispatchq.findings.plans import (
+from dispatchq.findings.grammar.plans import (
     Check,
     Expectation,
     PathProbe,

@@ -1,7 +1,7 @@
 """One fixer attempt, run inside its session-tier job: lock, state, checks, spawn, grading.
 
 Everything that must be true at the moment of the spawn runs inside the job, in the
-session tier's hooks (`dispatchq.findings.kinds.FixerHooks` calls `FixerJob`): the
+session tier's hooks (`dispatchq.findings.run.kinds.FixerHooks` calls `FixerJob`): the
 repository lock (sequential per repository across workers), the job's own state (a
 dispatch with an unknown outcome is verified before anything else), tamper evidence,
 the pin comparison with the attribution rule, the before-observation, the dispatch copy
@@ -24,18 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import TrailEntry, canonical_json, sha256_hex
 from dispatchq.errors import CheckError, TamperError, UserError
-from dispatchq.findings.boundary import Approvals, PlanResult, run_plan
-from dispatchq.findings.grading import Grade, Observation, grade, rebase
-from dispatchq.findings.lines import PLAN, STATUS
-from dispatchq.findings.pins import (
+from dispatchq.findings.evidence.boundary import Approvals, PlanResult, run_plan
+from dispatchq.findings.evidence.grading import Grade, Observation, grade, rebase
+from dispatchq.findings.evidence.pins import (
     UNPINNABLE,
     PinSpec,
     repo_id,
     specs_for,
 )
-from dispatchq.findings.plans import parse_plan
-from dispatchq.findings.prompts import fixer_prompt, new_nonce
-from dispatchq.findings.record import (
+from dispatchq.findings.evidence.record import (
     DecisionRecord,
     RecordStore,
     dispatch_copy,
@@ -43,14 +40,17 @@ from dispatchq.findings.record import (
     stalled_resolutions,
     tamper_json,
 )
-from dispatchq.findings.report import Finding
+from dispatchq.findings.grammar.lines import PLAN, STATUS
+from dispatchq.findings.grammar.plans import parse_plan
+from dispatchq.findings.grammar.report import Finding
+from dispatchq.findings.texts.prompts import fixer_prompt, new_nonce
 from dispatchq.storage import keys
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.tiers.hooks import GO, Requeue, Settled, SpawnVerdict
 
 if TYPE_CHECKING:
-    from dispatchq.core.judgement import Record as Judgement
+    from dispatchq.core.judgement import Record
     from dispatchq.runtime import Runtime
     from dispatchq.window.limits import SessionOutcome
 
@@ -215,7 +215,7 @@ class FixerJob:
     attempt belongs to), status_at_start.
     """
 
-    def __init__(self, runtime: Runtime, judgement: Judgement) -> None:
+    def __init__(self, runtime: Runtime, judgement: Record) -> None:
         self.runtime = runtime
         self.judgement = judgement
         state = judgement.state if isinstance(judgement.state, dict) else {}
@@ -243,7 +243,7 @@ class FixerJob:
         self.tamper_seen: list[dict[str, object]] = []
 
     @classmethod
-    def load(cls, runtime: Runtime, judgement: Judgement) -> FixerJob:
+    def load(cls, runtime: Runtime, judgement: Record) -> FixerJob:
         return cls(runtime, judgement)
 
     # --- the job's log -----------------------------------------------------------------------
@@ -474,7 +474,7 @@ class FixerJob:
 
     # --- verification and grading ------------------------------------------------------------
     def _verify(self, finding: Finding) -> PlanResult | None:
-        """Stage 3.5: the persisted plan, inside the boundary plus approved checks; raw output logged."""
+        """Verification: the persisted plan, inside the boundary plus approved checks; raw output logged."""
         value = finding.value(PLAN)
         if value is None:
             self.log("verification: no plan")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dispatchq.errors import CheckError, GrammarError, ReportError, UserError
-from dispatchq.findings.lines import (
+from dispatchq.findings.grammar.lines import (
     CLUSTER,
     DECISION,
     DISPATCH,
@@ -54,7 +54,7 @@ from dispatchq.findings.lines import (
     require_one_line,
     terminal_kind,
 )
-from dispatchq.findings.plans import parse_plan
+from dispatchq.findings.grammar.plans import parse_plan
 
 __all__ = [
     "FieldLine",

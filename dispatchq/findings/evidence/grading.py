@@ -18,13 +18,8 @@ from typing import Literal
 
 from dispatchq import git
 from dispatchq.errors import GitUnavailable, UserError
-from dispatchq.findings.boundary import PlanResult
-from dispatchq.findings.lines import (
-    PinEntry,
-    Status,
-    VerificationLine,
-)
-from dispatchq.findings.pins import (
+from dispatchq.findings.evidence.boundary import PlanResult
+from dispatchq.findings.evidence.pins import (
     ABSENT,
     UNPINNABLE,
     DispatchLogEntry,
@@ -32,7 +27,12 @@ from dispatchq.findings.pins import (
     hash_paths,
     report_content_hash,
 )
-from dispatchq.findings.report import (
+from dispatchq.findings.grammar.lines import (
+    PinEntry,
+    Status,
+    VerificationLine,
+)
+from dispatchq.findings.grammar.report import (
     Report,
     is_loop_own,
     read_report,

@@ -26,25 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from dispatchq.errors import CheckError, GitUnavailable, TamperError, UserError
-from dispatchq.findings.boundary import contain, exists_in
-from dispatchq.findings.grading import Grade, Observation, observe
-from dispatchq.findings.lines import (
-    DECISION,
-    DISPATCH,
-    LOCATION,
-    LOOP_FIELDS,
-    PIN,
-    PLAN,
-    RETIRED,
-    STATUS,
-    VERIFICATION,
-    Decision,
-    DispatchMarker,
-    Pin,
-    Status,
-    format_location,
-)
-from dispatchq.findings.pins import (
+from dispatchq.findings.evidence.boundary import contain, exists_in
+from dispatchq.findings.evidence.grading import Grade, Observation, observe
+from dispatchq.findings.evidence.pins import (
     UNPINNABLE,
     DispatchLogEntry,
     LocationCheck,
@@ -60,8 +44,24 @@ from dispatchq.findings.pins import (
     pin_specs,
     repo_id,
 )
-from dispatchq.findings.plans import Check, format_plan, parse_plan
-from dispatchq.findings.report import (
+from dispatchq.findings.grammar.lines import (
+    DECISION,
+    DISPATCH,
+    LOCATION,
+    LOOP_FIELDS,
+    PIN,
+    PLAN,
+    RETIRED,
+    STATUS,
+    VERIFICATION,
+    Decision,
+    DispatchMarker,
+    Pin,
+    Status,
+    format_location,
+)
+from dispatchq.findings.grammar.plans import Check, format_plan, parse_plan
+from dispatchq.findings.grammar.report import (
     Finding,
     FindingEditor,
     Hooks,

@@ -14,8 +14,8 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dispatchq.findings.contract import display
-from dispatchq.findings.fixer import POLL
+from dispatchq.findings.run.fixer import POLL
+from dispatchq.findings.texts.screens import display
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
 from dispatchq.queue.retrigger import window_for

@@ -2,7 +2,7 @@
 
 Pure on purpose: a plan is parsed when a report is read, and reading a report must not
 be able to run anything. Everything here is text in, text (or a refusal) out; what
-touches the disk or runs a process is `dispatchq.findings.boundary`.
+touches the disk or runs a process is `dispatchq.findings.evidence.boundary`.
 
 The canonical one-line form of a check, used on the `**Verification-plan:**` line::
 
@@ -248,6 +248,37 @@ def _forbidden(option: str) -> bool:
     return name in _GIT_FORBIDDEN or (option.startswith("-O") and not option.startswith("--"))
 
 
+def _git_option(sub: str, spec: _OptSpec, tok: str, rest: Sequence[str], i: int) -> tuple[str, int]:
+    """One option token of `git sub`, as the argv will carry it, and the index after it
+    (past its value when the value is the next token); refused unless the allow-list names it."""
+    if _forbidden(tok):
+        raise CheckError(f"git option {tok} is not allowed: it can write or read outside the tree")
+    if _NUMERIC_OPT.match(tok) and sub in ("log", "show"):
+        return tok, i
+    name, eq, value = tok.partition("=")
+    mode = spec.get(name)
+    if mode is None and not name.startswith("--") and len(name) > 2:
+        # attached short value: -n5, -U3, -Sfoo, -L10,20, -uno
+        name, value, eq = name[:2], tok[2:], "attached"
+        mode = spec.get(name)
+        if mode == "flag":
+            mode = None
+    if mode is None:
+        raise CheckError(f"git {sub} option {tok} is not on the allow-list")
+    if mode == "flag" and eq:
+        raise CheckError(f"git {sub} option {name} takes no value")
+    if mode == "value" and not eq:
+        if i >= len(rest):
+            raise CheckError(f"git {sub} option {name} needs a value")
+        value = rest[i]
+        i += 1
+    if name == "-L" and not _BLAME_RANGE.match(value):
+        raise CheckError(f"git blame -L takes START[,END] line numbers, not {value!r}")
+    if eq or mode == "value":
+        return (f"{name}={value}" if name.startswith("--") else f"{name}{value}"), i
+    return name, i
+
+
 def parse_git_args(args: Sequence[str], is_path: PathProbe | None = None) -> GitArgs:
     """Sort a git check's tokens and refuse anything the allow-list does not name.
 
@@ -276,34 +307,8 @@ def parse_git_args(args: Sequence[str], is_path: PathProbe | None = None) -> Git
             after_dashdash = True
             continue
         if tok.startswith("-") and tok != "-":
-            if _forbidden(tok):
-                raise CheckError(f"git option {tok} is not allowed: it can write or read outside the tree")
-            if _NUMERIC_OPT.match(tok) and sub in ("log", "show"):
-                options.append(tok)
-                continue
-            name, eq, value = tok.partition("=")
-            mode = spec.get(name)
-            if mode is None and not name.startswith("--") and len(name) > 2:
-                # attached short value: -n5, -U3, -Sfoo, -L10,20, -uno
-                name, value, eq = name[:2], tok[2:], "attached"
-                mode = spec.get(name)
-                if mode == "flag":
-                    mode = None
-            if mode is None:
-                raise CheckError(f"git {sub} option {tok} is not on the allow-list")
-            if mode == "flag" and eq:
-                raise CheckError(f"git {sub} option {name} takes no value")
-            if mode == "value" and not eq:
-                if i >= len(rest):
-                    raise CheckError(f"git {sub} option {name} needs a value")
-                value = rest[i]
-                i += 1
-            if name == "-L" and not _BLAME_RANGE.match(value):
-                raise CheckError(f"git blame -L takes START[,END] line numbers, not {value!r}")
-            if eq or mode == "value":
-                options.append(f"{name}={value}" if name.startswith("--") else f"{name}{value}")
-            else:
-                options.append(name)
+            option, i = _git_option(sub, spec, tok, rest, i)
+            options.append(option)
             continue
         if is_path is not None and syntactic_path_problem(tok) is None and is_path(tok):
             paths.append(tok)

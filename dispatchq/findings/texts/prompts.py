@@ -22,8 +22,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from dispatchq.core.prompts import redact_frame_lookalikes
-from dispatchq.findings.lines import RETIRED
-from dispatchq.findings.report import Finding, field_of, is_loop_line
+from dispatchq.findings.grammar.lines import RETIRED
+from dispatchq.findings.grammar.report import Finding, field_of, is_loop_line
 
 __all__ = [
     "ANALYST_CONTRACT",

@@ -1,7 +1,7 @@
 """What a decision was made against: where a finding points, its pin, and who moved it.
 
 A person's decision is only worth replaying if it still applies. This module holds the
-rules that say so, on top of `dispatchq.findings.lines` (the line grammars):
+rules that say so, on top of `dispatchq.findings.grammar.lines` (the line grammars):
 
 - which checkout and which finding a stored fact belongs to (`repo_id`, `finding_ref`);
 - where a finding points (the Location read rule and containment);
@@ -26,8 +26,8 @@ from typing import Literal
 
 from dispatchq import git
 from dispatchq.errors import GitUnavailable, UnsafeToken, UserError
-from dispatchq.findings.boundary import contain
-from dispatchq.findings.lines import (
+from dispatchq.findings.evidence.boundary import contain
+from dispatchq.findings.grammar.lines import (
     LOCATION,
     PIN,
     Pin,
@@ -35,14 +35,14 @@ from dispatchq.findings.lines import (
     location_token,
     parse_path_line,
 )
-from dispatchq.findings.plans import syntactic_path_problem
-from dispatchq.findings.report import (
+from dispatchq.findings.grammar.plans import syntactic_path_problem
+from dispatchq.findings.grammar.report import (
     Finding,
     Report,
     is_loop_line,
     read_report,
 )
-from dispatchq.findings.tokens import LINE_SUFFIX, path_tokens, sanitize
+from dispatchq.findings.grammar.tokens import LINE_SUFFIX, path_tokens, sanitize
 
 __all__ = [
     "ABSENT",

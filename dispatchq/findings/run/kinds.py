@@ -3,7 +3,7 @@
 Defined in code, not YAML: their prompts state the contract and their hooks carry the
 gate's guarantees, so a config cannot redefine them. The analyst and restater only get
 their prompt built at spawn time (a fresh nonce each time); the fixer's hooks hand each
-step to `dispatchq.findings.fixer.FixerJob`.
+step to `dispatchq.findings.run.fixer.FixerJob`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, SessionSpec
-from dispatchq.findings.contract import ANALYST, FIXER, RESTATER
-from dispatchq.findings.fixer import FixerJob
-from dispatchq.findings.prompts import analyst_prompt, new_nonce, restater_prompt
+from dispatchq.findings.run.fixer import FixerJob
+from dispatchq.findings.texts.prompts import analyst_prompt, new_nonce, restater_prompt
+from dispatchq.findings.texts.returns import ANALYST, FIXER, RESTATER
 from dispatchq.tiers.hooks import SessionHooks, SpawnVerdict
 
 if TYPE_CHECKING:
-    from dispatchq.core.judgement import Record as Judgement
+    from dispatchq.core.judgement import Record
     from dispatchq.runtime import Runtime
     from dispatchq.window.limits import SessionOutcome
 
@@ -60,7 +60,7 @@ class QuestionHooks(SessionHooks):
     Built at spawn time so the nonce is fresh for every invocation and never stored.
     """
 
-    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
+    def render_prompt(self, runtime: Runtime, record: Record) -> str:
         state = record.state if isinstance(record.state, dict) else {}
         nonce = new_nonce()
         if record.kind == ANALYST:
@@ -71,18 +71,16 @@ class QuestionHooks(SessionHooks):
 class FixerHooks(SessionHooks):
     """The fixer job's own steps around the spawn (see `FixerJob`)."""
 
-    def before_spawn(self, runtime: Runtime, record: Judgement) -> SpawnVerdict:
+    def before_spawn(self, runtime: Runtime, record: Record) -> SpawnVerdict:
         return FixerJob.load(runtime, record).before_spawn()
 
-    def render_prompt(self, runtime: Runtime, record: Judgement) -> str:
+    def render_prompt(self, runtime: Runtime, record: Record) -> str:
         return FixerJob.load(runtime, record).prompt()
 
-    def after_session(
-        self, runtime: Runtime, record: Judgement, outcome: SessionOutcome, result: Any
-    ) -> None:
+    def after_session(self, runtime: Runtime, record: Record, outcome: SessionOutcome, result: Any) -> None:
         FixerJob.load(runtime, record).after_session(outcome, result)
 
-    def not_spawned(self, runtime: Runtime, record: Judgement, reason: str) -> None:
+    def not_spawned(self, runtime: Runtime, record: Record, reason: str) -> None:
         FixerJob.load(runtime, record).not_spawned(reason)
 
 

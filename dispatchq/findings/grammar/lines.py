@@ -3,7 +3,7 @@
 Each loop-written field (`**Decision:**`, `**Status:**`, `**Decision-pin:**`, `**Dispatch:**`,
 `**Verification:**`, `**Location:**`…) has one grammar here: a dataclass that parses the
 value and formats it back, refusing anything it would not have written. Pure text in and
-out; `dispatchq.findings.report` reads and writes the file these lines live in.
+out; `dispatchq.findings.grammar.report` reads and writes the file these lines live in.
 
 A value must fit on one physical line: a reader (ours, `grep`, `str.splitlines`) that saw
 two lines in it would read a different field, so such content is refused, never wrapped.
