@@ -23,6 +23,7 @@ from dispatchq.core.judgement import TIERS, JudgementIn, TrailEntry, content_key
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import RANK, entry_tier, next_tier
 from dispatchq.errors import EnqueueInterrupted, UserError
+from dispatchq.queue.entrypoints import FAILURE_CALLBACK, TIER_JOB
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord
@@ -171,14 +172,14 @@ class Dispatcher:
 
     def _enqueue_job(self, tier: str, host: str | None, ids: list[str], pipe: Pipeline, job_id: str) -> None:
         self.queue(tier, host if tier != "typed" else None).enqueue_call(
-            f"jobs.tiers.{tier}",
+            TIER_JOB[tier],
             args=(ids,),
             timeout=self.job_timeout(tier),
             result_ttl=0,
             failure_ttl=self.settings.result_ttl,
             job_id=job_id,
             retry=Retry(max=self.settings.job_retries) if self.settings.job_retries else None,
-            on_failure=Callback("jobs.tiers.on_job_failure"),
+            on_failure=Callback(FAILURE_CALLBACK),
             description=f"dispatchq {tier} x{len(ids)}",
             pipeline=pipe,
         )

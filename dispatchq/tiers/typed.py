@@ -63,8 +63,7 @@ __all__ = [
 
 KEYLESS_WHY = "no TypeSafe key: the typed tier answers nothing"
 #: The RQ entry points of a triage event and of a batch of webhook deliveries (`jobs/tiers.py`).
-TRIAGE_JOB = "jobs.tiers.triage"
-DELIVERIES_JOB = "jobs.tiers.triage_deliveries"
+from dispatchq.queue.entrypoints import DELIVERIES_JOB, TRIAGE_JOB  # noqa: E402
 
 
 def provider_for(runtime: Runtime) -> Provider:

@@ -31,6 +31,7 @@ from rq.registry import StartedJobRegistry
 from dispatchq.core.judgement import TIERS, TrailEntry
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import TIER_OF_JOB, DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
 from dispatchq.storage.outage import (
     Backoff,
@@ -61,9 +62,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("dispatchq.workers.run")
-#: The tier of each job entry point RQ records by name (`jobs.tiers.*`). A job of any other
-#: function (the retrigger, triage) carries no tier's judgements to put back.
-TIER_OF_JOB = {f"jobs.tiers.{tier}": tier for tier in TIERS}
 
 
 def make_worker(
@@ -333,4 +331,4 @@ def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:
     a dead worker's job forever.
     """
     for queue in queues:
-        StartedJobRegistry(queue.name, connection=redis_client).cleanup()
+        StartedJobRegistry(queue.name, connection=redis_client, job_class=DispatchqJob).cleanup()
