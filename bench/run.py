@@ -128,7 +128,8 @@ def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:
 
 def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:
     """Both sides alternate `repeat` times on the same Redis; medians are compared."""
-    bench.config("kinds:\n  noop:\n    check: jobs.examples:noop\n")
+    shutil.copy(ROOT / "examples" / "checks.py", bench.workdir / "checks.py")  # beside the config
+    bench.config("kinds:\n  noop:\n    check: checks:noop\n")
     jsonl = bench.workdir / "noop.jsonl"
     write_jsonl(jsonl, [{"kind": "noop", "target": f"bench/{i}", "state": {"i": i}} for i in range(n)])
     times: dict[str, list[float]] = {"rq_enqueue": [], "dq_enqueue": [], "rq_work": [], "dq_work": []}

@@ -88,10 +88,12 @@ def _refuse_unknown(where: str, raw: dict[str, Any], allowed: set[str]) -> None:
 @contextmanager
 def _on_path(directory: Path) -> Iterator[None]:
     # The directory stays on the path: a check may import its own helpers from there
-    # when it runs, long after the config was loaded.
+    # when it runs, long after the config was loaded. Last, not first: a folder of the
+    # user's must never shadow an installed package (their own `jobs/` once replaced
+    # dispatchq's entry points, and every job failed).
     entry = str(directory)
     if entry not in sys.path:
-        sys.path.insert(0, entry)
+        sys.path.append(entry)
     yield
 
 

@@ -1,39 +1,40 @@
-"""Example code-tier checks used by `examples/dispatchq.yaml` and the tests.
+"""Deprecated: the example checks moved to `examples/checks.py`; this shim goes next release.
 
-A check receives the judgement and returns an answer, or None for "cannot tell"
-(the judgement then moves up the ladder).
+A config beside them names them `checks:lockfile_only` (its folder is on `sys.path`).
+The `jobs` package holds dispatchq's RQ entry points only. Until the shim goes, the old
+names `jobs.examples:lockfile_only` and `jobs.examples:noop` still load the same
+functions, from the file in the checkout (no warning: the tests turn warnings into errors).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 
-from dispatchq.core.judgement import Judgement
+__all__ = ["LOCKFILES", "lockfile_only", "noop"]
 
-__all__ = [
-    "LOCKFILES",
-    "lockfile_only",
-    "noop",
-]
-
-LOCKFILES = ("poetry.lock", "package-lock.json", "yarn.lock", "uv.lock", "Cargo.lock", "pnpm-lock.yaml")
+_FILE = Path(__file__).resolve().parents[1] / "examples" / "checks.py"
+_NAME = "dispatchq_examples_checks"
 
 
-def lockfile_only(judgement: Judgement) -> Any:
-    """Is this merge conflict only in lockfiles? The file list says so; no model needed.
+def _load() -> ModuleType:
+    for name in ("checks", _NAME):
+        module = sys.modules.get(name)
+        found = getattr(module, "__file__", None)
+        if module is not None and found is not None and Path(found).resolve() == _FILE:
+            return module
+    spec = importlib.util.spec_from_file_location(_NAME, _FILE)
+    if spec is None or spec.loader is None or not _FILE.is_file():
+        raise ImportError(f"jobs.examples moved to examples/checks.py, which is not here ({_FILE})")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_NAME] = module
+    spec.loader.exec_module(module)
+    return module
 
-    state: {"conflicts": ["poetry.lock", ...]}. A conflict touching only lockfiles is
-    rebuilt rather than merged; anything else needs an editor, so we cannot tell.
-    """
-    state = judgement.state if isinstance(judgement.state, dict) else {}
-    conflicts = state.get("conflicts")
-    if not isinstance(conflicts, list) or not conflicts:
-        return None
-    if all(str(path).rsplit("/", 1)[-1] in LOCKFILES for path in conflicts):
-        return {"value": "rebuild-lockfile", "reason": "only lockfiles conflict"}
-    return None
 
-
-def noop(judgement: Judgement) -> Any:
-    """Answers immediately with the target: used by the throughput benchmark."""
-    return judgement.target
+_checks = _load()
+LOCKFILES = _checks.LOCKFILES
+lockfile_only = _checks.lockfile_only
+noop = _checks.noop

@@ -1,4 +1,8 @@
-"""RQ job entry points. Thin on purpose: workers import these by name; the work is in `dispatchq`."""
+"""RQ job entry points. Thin on purpose: the work is in `dispatchq`.
+
+Workers reach these through `dispatchq.queue.entrypoints` (a fixed table of these names,
+loaded from this file), never by importing the name read from Redis.
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
 from dispatchq import git
+from dispatchq.core.entrypoints import FAILURE_CALLBACK
 from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
@@ -180,7 +181,7 @@ class Dispatcher:
             failure_ttl=self.settings.result_ttl,
             job_id=job_id,
             retry=Retry(max=self.settings.job_retries) if self.settings.job_retries else None,
-            on_failure=Callback("jobs.tiers.on_job_failure"),
+            on_failure=Callback(FAILURE_CALLBACK),
             description=f"dispatchq {tier} x{len(ids)}",
             pipeline=pipe,
         )

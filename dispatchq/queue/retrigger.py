@@ -15,6 +15,7 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from dispatchq.queue.entrypoints import RETRIGGER_JOB
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.storage import keys
 from dispatchq.storage.window import WindowStore
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
 __all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "status_section", "window_for"]
-
-RETRIGGER_JOB = "jobs.tiers.retrigger"  # the name RQ jobs already in users' Redis carry
 
 
 def window_for(runtime: Runtime) -> Window:

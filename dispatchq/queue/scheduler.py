@@ -28,6 +28,7 @@ from rq_scheduler import Scheduler
 
 from dispatchq.core.tiers import batch_tiers
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import TYPED_JOB, DispatchqJob
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
@@ -71,7 +72,7 @@ def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
     when = math.ceil(time.time() + max(delay, 0.0))
     return scheduler_for(runtime).enqueue_at(
         datetime.fromtimestamp(when, UTC),
-        "jobs.tiers.typed",
+        TYPED_JOB,
         ids,
         queue_name=keys.queue_name("typed"),
         timeout=runtime.settings.typed_job_timeout,
@@ -290,7 +291,7 @@ def run_scheduler(
     change; the loop ends only when asked to stop.
     """
     scheduler = scheduler_for(runtime)
-    control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis)
+    control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis, job_class=DispatchqJob)
     stopping = False
     outage = OutageLog(runtime.settings.describe_redis(), log)
     memory = MemoryLog(log)
@@ -353,5 +354,5 @@ def _tick(runtime: Runtime, scheduler: Scheduler, control: Queue) -> None:
         finally:
             scheduler.remove_lock()
     if control.count:
-        worker = SimpleWorker([control], connection=runtime.redis)
+        worker = SimpleWorker([control], connection=runtime.redis, job_class=DispatchqJob)
         worker.work(burst=True, logging_level="WARNING", with_scheduler=False)

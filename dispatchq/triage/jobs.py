@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from dispatchq.core.entrypoints import DELIVERIES_JOB, TRIAGE_JOB
 from dispatchq.errors import DeliveriesFailed
 from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import ServeStorage
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from dispatchq.settings import Settings
 
 __all__ = [
-    "DELIVERIES_JOB",
-    "TRIAGE_JOB",
     "Queues",
     "TriageOne",
     "deliveries_template",
@@ -35,11 +34,6 @@ __all__ = [
     "run_deliveries",
     "run_triage",
 ]
-
-#: The RQ entry points of a triage event and of a batch of webhook deliveries (`jobs/tiers.py`).
-#: Stored in users' Redis with every queued job: renaming one strands the jobs already queued.
-TRIAGE_JOB = "jobs.tiers.triage"
-DELIVERIES_JOB = "jobs.tiers.triage_deliveries"
 
 TriageOne = Callable[[dict[str, Any]], dict[str, Any]]
 """Triage one event (an envelope) and return the result's JSON: `run_triage` with its parts bound."""

@@ -29,6 +29,7 @@ from rq.registry import StartedJobRegistry
 from dispatchq.core.tiers import row
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.settings import parent_environment
@@ -59,8 +60,13 @@ FIRST_RETRY = Backoff().next()
 
 
 class DispatchqWorker(SimpleWorker):
-    """A non-forking RQ worker that keeps its job's heartbeat alive from a thread."""
+    """A non-forking RQ worker that keeps its job's heartbeat alive from a thread.
 
+    Its jobs are `DispatchqJob`s: their function and callbacks come from dispatchq's table
+    of entry points, never from importing the names read from Redis.
+    """
+
+    job_class = DispatchqJob
     heartbeat_grace = 60
     #: True once the process was asked to stop (SIGTERM/SIGINT): the only clean exit.
     stopping = False
@@ -231,8 +237,14 @@ def build_worker(
 ) -> DispatchqWorker:
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
+    # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's
+    # failure callback) with the queue's job class, not the worker's.
+    queues = [
+        Queue(queue.name, connection=runtime.redis, job_class=DispatchqJob)
+        for queue in dispatcher_for(runtime).queues_for(tier)
+    ]
     worker = cls(
-        dispatcher_for(runtime).queues_for(tier),
+        queues,
         name=name,
         connection=runtime.redis,
         maintenance_interval=settings.recovery_interval,

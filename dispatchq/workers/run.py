@@ -32,6 +32,7 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.tiers import TIERS, row
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import TIER_OF_JOB, DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
 from dispatchq.storage.outage import (
     Backoff,
@@ -62,9 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("dispatchq.workers.run")
-#: The tier of each job entry point RQ records by name (`jobs.tiers.*`). A job of any other
-#: function (the retrigger, triage) carries no tier's judgements to put back.
-TIER_OF_JOB = {row(tier).entry_point: tier for tier in TIERS}
 
 
 def make_worker(
@@ -335,4 +333,4 @@ def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:
     a dead worker's job forever.
     """
     for queue in queues:
-        StartedJobRegistry(queue.name, connection=redis_client).cleanup()
+        StartedJobRegistry(queue.name, connection=redis_client, job_class=DispatchqJob).cleanup()

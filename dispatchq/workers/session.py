@@ -22,6 +22,7 @@ from rq.job import Job
 
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
@@ -46,9 +47,6 @@ if TYPE_CHECKING:
     from dispatchq.window.face import Window
 
 __all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_scrub", "session_job_lost", "stopped_cold"]
-
-SESSION_JOB = "jobs.tiers.session"  # the name RQ jobs already in users' Redis carry
-FAILURE_CALLBACK = "jobs.tiers.on_job_failure"
 
 log = logging.getLogger("dispatchq.session")
 _WARNED: set[str] = set()
@@ -84,7 +82,7 @@ class SessionWorker(DispatchqWorker):
         def model(kind_name: str) -> str | None:
             return model_of(runtime.config.kinds, kind_name)
 
-        queue = Queue(keys.queue_name("session"), connection=self.connection)
+        queue = Queue(keys.queue_name("session"), connection=self.connection, job_class=self.job_class)
         pubsub = None
         last_recheck = 0.0
         try:

@@ -16,6 +16,7 @@ import pytest
 
 import jobs.tiers
 from dispatchq.client import Client
+from dispatchq.core import entrypoints as entry_names
 from dispatchq.core import tiers
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
@@ -52,7 +53,10 @@ def lint_tier(monkeypatch: pytest.MonkeyPatch) -> tiers.TierRow:
     code = tiers.row("code")
     row = dataclasses.replace(code, name=LINT, rank=5, serves=_serves, queue="shared")
     monkeypatch.setattr(tiers, "TABLE", (*tiers.TABLE, row))
+    # Its one entry point: a function in jobs/tiers.py, named in the fixed table the workers
+    # resolve from (derived from the rows when the module loads, so a test adds it by hand).
     monkeypatch.setattr(jobs.tiers, LINT, lint, raising=False)
+    monkeypatch.setattr(entry_names, "JOB_FUNCTIONS", {**entry_names.JOB_FUNCTIONS, row.entry_point: LINT})
     return row
 
 

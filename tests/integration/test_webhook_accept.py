@@ -19,11 +19,12 @@ import redis.asyncio
 from rq import Queue, SimpleWorker
 from rq.job import Job
 
+from dispatchq.core.entrypoints import DELIVERIES_JOB
 from dispatchq.storage import keys
 from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
 from dispatchq.storage.triage import TriageStorage
-from dispatchq.triage.jobs import DELIVERIES_JOB, prepare_deliveries
+from dispatchq.triage.jobs import prepare_deliveries
 from tests.conftest import counting_check, run_cli
 from tests.serve_support import module_env, payload
 

@@ -6,7 +6,9 @@ reads YAML (1.2: `on`, `yes`, `no` stay strings).
 
 from __future__ import annotations
 
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from tests.conftest import write_check_module, write_config
 NOUL = {"type": "noul", "instructions": "Is it actionable?"}
 SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
 SESSION = {"prompt": "Decide {{ target }} given {{ state }}"}
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def config_of(kinds: dict[str, Any], tmp_path: Path | None = None) -> Config:
@@ -42,13 +45,25 @@ def typed_kind(**extra: Any) -> dict[str, Any]:
 # --- a valid config ---------------------------------------------------------------------------
 
 
-def test_the_documented_example_loads(tmp_path: Path) -> None:
+@pytest.fixture
+def fresh_checks() -> Iterator[None]:
+    """No `checks` module or config folder left by another test: `import_check` keeps
+    both, so `checks` would otherwise be whichever folder's came first."""
+    path = list(sys.path)
+    sys.modules.pop("checks", None)
+    yield
+    sys.modules.pop("checks", None)
+    sys.path[:] = path
+
+
+def test_the_documented_example_loads(tmp_path: Path, fresh_checks: None) -> None:
+    shutil.copy(EXAMPLES / "checks.py", tmp_path / "checks.py")  # the example checks, beside it
     path = write_config(
         tmp_path / "dispatchq.yaml",
         """
         kinds:
           lockfile-conflict:
-            check: jobs.examples:lockfile_only
+            check: checks:lockfile_only
           repair-main:
             produce: [["ruff", "format", "."]]
             verify: [["pytest", "-q"]]
@@ -71,7 +86,7 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     config = load_config(path)
     assert set(config.kinds) == {"lockfile-conflict", "repair-main", "comment-actionable"}
     lock = config.kinds["lockfile-conflict"]
-    assert lock.check == "jobs.examples:lockfile_only" and callable(lock.check_fn)
+    assert lock.check == "checks:lockfile_only" and callable(lock.check_fn)
     assert lock.escalate == "needs-triage"  # no session block: a person decides
     repair = config.kinds["repair-main"]
     assert repair.produce == (("ruff", "format", "."),) and repair.verify == (("pytest", "-q"),)
@@ -108,6 +123,34 @@ def test_a_check_imports_from_the_config_files_directory_also_when_it_runs(tmp_p
             sys.path.remove(str(tmp_path.resolve()))
 
 
+def test_the_shipped_example_config_loads_its_checks_from_beside_it(fresh_checks: None) -> None:
+    config = load_config(EXAMPLES / "dispatchq.yaml")
+    lock = config.kinds["lockfile-conflict"]
+    assert lock.check == "checks:lockfile_only" and lock.check_fn is not None
+    assert lock.check_fn.__code__.co_filename == str(EXAMPLES / "checks.py")
+
+
+def test_the_old_jobs_examples_names_still_load_the_same_checks_for_one_release() -> None:
+    """`jobs.examples` is a shim over examples/checks.py; it goes away next release."""
+    fn = parse_config({"kinds": {"k": {"check": "jobs.examples:lockfile_only"}}}).kinds["k"].check_fn
+    assert fn is not None and fn.__code__.co_filename == str(EXAMPLES / "checks.py")
+    state = {"conflicts": ["a/poetry.lock"]}
+    assert fn(type("J", (), {"state": state})())["value"] == "rebuild-lockfile"
+
+
+def test_the_config_folder_goes_last_on_the_path_never_first(tmp_path: Path) -> None:
+    """A user's folder must not shadow an installed package (their own `jobs/` once did)."""
+    module = write_check_module(tmp_path, "def check(judgement):\n    return 1\n")
+    entry = str(tmp_path.resolve())
+    before = [p for p in sys.path if p != entry]
+    try:
+        config_of({"k": {"check": f"{module}:check"}}, tmp_path)
+        assert sys.path[-1] == entry and sys.path[: len(before)] == before
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
+
+
 def test_missing_file_and_optional_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "absent.yaml")
@@ -127,7 +170,7 @@ def test_yaml_syntax_error_reports_file_line_and_column(tmp_path: Path) -> None:
         """
         kinds:
           k:
-            check: "jobs.examples:noop
+            check: "tests.fakes.checks:noop
         """,
     )
     with pytest.raises(ConfigError) as caught:
@@ -232,7 +275,7 @@ def test_kind_name_characters() -> None:
 
 
 def test_kind_must_be_a_mapping() -> None:
-    assert error_of({"k": "jobs.examples:noop"}).startswith("kinds.k: must be a mapping")
+    assert error_of({"k": "tests.fakes.checks:noop"}).startswith("kinds.k: must be a mapping")
 
 
 def test_kind_declaring_no_tier() -> None:
@@ -250,9 +293,9 @@ def test_effect_must_be_local_or_external() -> None:
     ("check", "fragment"),
     [
         ("no_such_module_dq:check", "cannot import 'no_such_module_dq'"),
-        ("jobs.examples:no_such_function", "has no callable 'no_such_function'"),
-        ("jobs.examples.lockfile_only", "is not module:function"),
-        ("jobs.examples:LOCKFILES", "has no callable 'LOCKFILES'"),
+        ("tests.fakes.checks:no_such_function", "has no callable 'no_such_function'"),
+        ("tests.fakes.checks.noop", "is not module:function"),
+        ("tests.fakes.checks:NOT_CALLABLE", "has no callable 'NOT_CALLABLE'"),
     ],
 )
 def test_a_check_that_does_not_import(check: str, fragment: str) -> None:
@@ -269,7 +312,7 @@ def test_a_check_module_that_raises_on_import(tmp_path: Path) -> None:
 
 
 def test_a_check_must_be_text() -> None:
-    assert error_of({"k": {"check": ["jobs.examples", "noop"]}}).startswith("kinds.k.check: ")
+    assert error_of({"k": {"check": ["tests.fakes.checks", "noop"]}}).startswith("kinds.k.check: ")
 
 
 def test_checks_are_not_imported_when_asked_not_to() -> None:
@@ -287,7 +330,10 @@ def test_checks_are_not_imported_when_asked_not_to() -> None:
         ({"produce": [["make"]], "verify": [[]]}, "kinds.k.verify[0]"),
         ({"produce": [["make", 1]], "verify": [["make"]]}, "kinds.k.produce[0]"),
         ({"produce": [["make"]], "verify": ["make test"]}, "kinds.k.verify[0]"),
-        ({"check": "jobs.examples:noop", "produce": [["make"]], "verify": [["make"]]}, "kinds.k.produce"),
+        (
+            {"check": "tests.fakes.checks:noop", "produce": [["make"]], "verify": [["make"]]},
+            "kinds.k.produce",
+        ),
     ],
 )
 def test_produce_and_verify_rules(kind: dict[str, Any], field: str) -> None:
