@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     World,

@@ -21,7 +21,7 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.queue.liveness import session_holders
 from dispatchq.storage import keys
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     REMOVE_EDIT,
     World,
     alt,

@@ -21,7 +21,7 @@ from dispatchq.findings.pins import repo_id
 from dispatchq.findings.plans import parse_plan
 from dispatchq.storage import keys
 from tests.conftest import run_cli
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,

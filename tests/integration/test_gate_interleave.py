@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate_support import GONE, REMOVE, REMOVE_EDIT, World, finding_block, fixer_step, make_world, until
+from tests.support.gate import GONE, REMOVE, REMOVE_EDIT, World, finding_block, fixer_step, make_world, until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 

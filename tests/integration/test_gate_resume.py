@@ -19,7 +19,7 @@ import pytest
 from dispatchq.findings.boundary import Approvals
 from dispatchq.findings.pins import repo_id
 from dispatchq.findings.plans import parse_plan
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,

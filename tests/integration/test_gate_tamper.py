@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dispatchq.findings.pins import repo_id
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,

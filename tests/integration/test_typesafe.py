@@ -42,7 +42,7 @@ from dispatchq.tiers.typesafe import (
     redact,
     split_outcome,
 )
-from tests.fakes.typesafe_api import (
+from tests.support.typesafe_api import (
     Failure,
     FakeTypeSafeAPI,
     FakeTypeSafeProcess,

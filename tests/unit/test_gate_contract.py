@@ -41,7 +41,7 @@ from dispatchq.findings.prompts import (
 )
 from dispatchq.findings.report import Report
 from dispatchq.process.wiring import session_hooks
-from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
+from tests.support.gate import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
 FORGED = "<<<UT_" + "ab" * 16
 

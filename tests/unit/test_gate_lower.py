@@ -15,7 +15,7 @@ from dispatchq.findings.pins import check_location
 from dispatchq.findings.plans import Check
 from dispatchq.findings.settle import describe_holders
 from dispatchq.queue.liveness import SessionHolder
-from tests.gate_support import GONE, REMOVE, alt, analysis, standard_alternatives
+from tests.support.gate import GONE, REMOVE, alt, analysis, standard_alternatives
 
 
 def with_plan(plan: list[object]) -> dict:

@@ -31,7 +31,7 @@ from dispatchq.findings.plans import Check
 from dispatchq.findings.record import DecisionRecord, RecordStore, report_lock_dir
 from tests.conftest import REPO
 
-FAKE = REPO / "tests" / "fake_claude.py"
+FAKE = REPO / "tests" / "support" / "fake_claude.py"
 SESSION_COMMAND = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"
 DAY = dt.date(2026, 8, 27)
 

@@ -20,7 +20,7 @@ In-process use (the `typesafe_api` pytest fixture yields one of these)::
 
 As a separate process (for tests where real worker processes make the requests)::
 
-    python -m tests.fakes.typesafe_api --port 0 --script script.json [--api-key K]
+    python -m tests.support.typesafe_api --port 0 --script script.json [--api-key K]
 
 prints ``listening on http://127.0.0.1:PORT`` once ready. The script file is JSON::
 
@@ -658,7 +658,7 @@ class FakeTypeSafeProcess:
             [
                 sys.executable,
                 "-m",
-                "tests.fakes.typesafe_api",
+                "tests.support.typesafe_api",
                 "--port",
                 "0",
                 "--script",
