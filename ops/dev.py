@@ -2,6 +2,7 @@
 """Set up and run dispatchq from a fresh clone, with nothing but python3.
 
     python3 ops/dev.py demo     # the main job, end to end, on the embedded Redis
+    python3 ops/dev.py check    # the fast loop: ruff, lint-imports, mypy, the unit tests
     python3 ops/dev.py test     # the whole test suite (what CI runs)
     python3 ops/dev.py bench    # the benchmarks (bench/README.md)
 
@@ -63,10 +64,10 @@ LIFT_AFTER = 6  # seconds: the stand-in's usage limit lifts this long after it i
 def demo() -> int:
     """Run examples/judgements.jsonl through every tier on a fresh embedded Redis.
 
-    Sessions use the stand-in in examples/ (never a real session command: the demo must
-    never spend a person's usage window). Its first session hits a usage limit that lifts
-    a few seconds later, so the demo shows the marker, zero spawns while it is up, the
-    probe at the lift and the drain.
+    Sessions use the shipped test double dispatchq.testing.stand_in_session (never a real
+    session command: the demo must never spend a person's usage window). Its first session
+    hits a usage limit that lifts a few seconds later, so the demo shows the marker, zero
+    spawns while it is up, the probe at the lift and the drain.
     """
     data = Path(tempfile.mkdtemp(prefix="dispatchq-demo-"))
     if os.environ.get("DISPATCHQ_SESSION_COMMAND"):
@@ -75,14 +76,13 @@ def demo() -> int:
     env["DISPATCHQ_DATA_DIR"] = str(data)
     env["DISPATCHQ_CONFIG"] = str(ROOT / "examples" / "dispatchq.yaml")
     env["DISPATCHQ_CHECKOUT_ROOTS"] = str(ROOT)
-    stand_in = ROOT / "examples" / "stand_in_session.py"
     env["DISPATCHQ_SESSION_COMMAND"] = (
-        f"{sys.executable} {stand_in} --state {data / 'stand-in.json'} --lift-after {LIFT_AFTER} "
-        "-p --output-format stream-json --verbose"
+        f"{BIN / 'python'} -m dispatchq.testing.stand_in_session --state {data / 'stand-in.json'} "
+        f"--lift-after {LIFT_AFTER} -p --output-format stream-json --verbose"
     )
     dispatchq = str(BIN / "dispatchq")
     judgements = str(ROOT / "examples" / "judgements.jsonl")
-    say("sessions run the STAND-IN examples/stand_in_session.py: no model, no usage window spent")
+    say("sessions run the STAND-IN dispatchq.testing.stand_in_session: no model, no usage window spent")
     say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
     try:
         run([dispatchq, "run", judgements], env=env, cwd=ROOT)

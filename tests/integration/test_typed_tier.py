@@ -27,11 +27,7 @@ from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, schedul
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
-from dispatchq.tiers.typed import KEYLESS_WHY
-from dispatchq.workers.run import make_worker
-from dispatchq.workers.status import collect_status
-from tests.conftest import REPO, run_cli, wait_for, write_config
-from tests.support.typesafe_api import (
+from dispatchq.testing.typesafe import (
     DEFAULT_RESOLVED_MODEL,
     Failure,
     FakeTypeSafeAPI,
@@ -42,6 +38,10 @@ from tests.support.typesafe_api import (
     score,
     unknown_answer,
 )
+from dispatchq.tiers.typed import KEYLESS_WHY
+from dispatchq.workers.run import make_worker
+from dispatchq.workers.status import collect_status
+from tests.conftest import REPO, run_cli, wait_for, write_config
 
 KEY = "ts-live-typed-tier-0123456789abcdef"
 TARGET = "acme/app#12"

@@ -22,6 +22,15 @@ from pydantic import SecretStr
 from dispatchq.core.answers import Answer
 from dispatchq.errors import SettingsError
 from dispatchq.settings import load_settings
+from dispatchq.testing.typesafe import (
+    Failure,
+    FakeTypeSafeAPI,
+    FakeTypeSafeProcess,
+    Rule,
+    choice,
+    noul,
+    score,
+)
 from dispatchq.tiers.typesafe import (
     REDACTED,
     Answered,
@@ -41,15 +50,6 @@ from dispatchq.tiers.typesafe import (
     plan_batches,
     redact,
     split_outcome,
-)
-from tests.support.typesafe_api import (
-    Failure,
-    FakeTypeSafeAPI,
-    FakeTypeSafeProcess,
-    Rule,
-    choice,
-    noul,
-    score,
 )
 
 NOUL_Q = {"type": "noul", "instructions": "Is this comment actionable?"}
