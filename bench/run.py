@@ -165,7 +165,7 @@ def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:
 
 
 def typed(bench: Bench, k: int, s: int) -> dict[str, Any]:
-    from tests.fakes.typesafe_api import FakeTypeSafeProcess
+    from dispatchq.testing.typesafe import FakeTypeSafeProcess
 
     bench.config(
         "kinds:\n"

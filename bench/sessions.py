@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply, Seen  # noqa: E402
+from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply, Seen  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"

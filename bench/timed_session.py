@@ -13,5 +13,5 @@ import time
 log, rest = sys.argv[1], sys.argv[2:]
 with open(log, "a", encoding="utf-8") as handle:
     handle.write(json.dumps({"time": time.time(), "pid": os.getpid()}) + "\n")
-fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fake_claude.py")
+fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support", "fake_claude.py")
 os.execv(sys.executable, [sys.executable, fake, *rest])

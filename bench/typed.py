@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dispatchq.storage import keys  # noqa: E402
-from tests.fakes.typesafe_api import FakeTypeSafeProcess  # noqa: E402
+from dispatchq.testing.typesafe import FakeTypeSafeProcess  # noqa: E402
 
 if TYPE_CHECKING:
     from bench.run import Bench

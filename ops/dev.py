@@ -2,6 +2,7 @@
 """Set up and run dispatchq from a fresh clone, with nothing but python3.
 
     python3 ops/dev.py demo     # the main job, end to end, on the embedded Redis
+    python3 ops/dev.py check    # the fast loop: ruff, lint-imports, mypy, unit tests (no apt/npm)
     python3 ops/dev.py test     # the whole test suite (what CI runs)
     python3 ops/dev.py bench    # the benchmarks (bench/README.md)
 
@@ -63,10 +64,10 @@ LIFT_AFTER = 6  # seconds: the stand-in's usage limit lifts this long after it i
 def demo() -> int:
     """Run examples/judgements.jsonl through every tier on a fresh embedded Redis.
 
-    Sessions use the stand-in in examples/ (never a real session command: the demo must
-    never spend a person's usage window). Its first session hits a usage limit that lifts
-    a few seconds later, so the demo shows the marker, zero spawns while it is up, the
-    probe at the lift and the drain.
+    Sessions use the shipped test double dispatchq.testing.stand_in_session (never a real
+    session command: the demo must never spend a person's usage window). Its first session
+    hits a usage limit that lifts a few seconds later, so the demo shows the marker, zero
+    spawns while it is up, the probe at the lift and the drain.
     """
     data = Path(tempfile.mkdtemp(prefix="dispatchq-demo-"))
     if os.environ.get("DISPATCHQ_SESSION_COMMAND"):
@@ -75,14 +76,13 @@ def demo() -> int:
     env["DISPATCHQ_DATA_DIR"] = str(data)
     env["DISPATCHQ_CONFIG"] = str(ROOT / "examples" / "dispatchq.yaml")
     env["DISPATCHQ_CHECKOUT_ROOTS"] = str(ROOT)
-    stand_in = ROOT / "examples" / "stand_in_session.py"
     env["DISPATCHQ_SESSION_COMMAND"] = (
-        f"{sys.executable} {stand_in} --state {data / 'stand-in.json'} --lift-after {LIFT_AFTER} "
-        "-p --output-format stream-json --verbose"
+        f"{BIN / 'python'} -m dispatchq.testing.stand_in_session --state {data / 'stand-in.json'} "
+        f"--lift-after {LIFT_AFTER} -p --output-format stream-json --verbose"
     )
     dispatchq = str(BIN / "dispatchq")
     judgements = str(ROOT / "examples" / "judgements.jsonl")
-    say("sessions run the STAND-IN examples/stand_in_session.py: no model, no usage window spent")
+    say("sessions run the STAND-IN dispatchq.testing.stand_in_session: no model, no usage window spent")
     say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
     try:
         run([dispatchq, "run", judgements], env=env, cwd=ROOT)
@@ -153,19 +153,44 @@ def install_test_tools() -> int:
     return 0
 
 
+def run_steps(steps: list[tuple[str, list[str]]], what: str) -> int:
+    """Each step in turn, stopping at the first that fails, with one line naming it."""
+    for title, argv in steps:
+        say(title)
+        code = run(argv, cwd=ROOT)
+        if code:
+            say(f"{what} FAILED at step: {title} (exit {code})")
+            return code
+    return 0
+
+
+def lint_steps() -> list[tuple[str, list[str]]]:
+    return [
+        ("ruff check", [str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"]),
+        # The cache named, so a second run only rechecks what changed (seconds, not minutes).
+        ("mypy (strict on the pure rooms)", [str(BIN / "mypy"), "--cache-dir", str(ROOT / ".mypy_cache")]),
+        ("import contracts (lint-imports)", [str(BIN / "lint-imports")]),
+    ]
+
+
+def check(args: list[str]) -> int:
+    """The fast loop before a commit: ruff, the import contracts, mypy, the unit tests.
+
+    No apt-get, no npm and no server: only what .venv has, so it runs the same on any
+    clone, offline, in about a minute when mypy's cache is warm. `test` is the whole
+    suite CI runs; this is the part of it a change breaks most often.
+    """
+    ruff, mypy, contracts = lint_steps()
+    pytest = [str(BIN / "python"), "-m", "pytest", "tests/unit", "-n", "2", "-q", *args]
+    unit = ("unit tests (pytest tests/unit -n 2)", pytest)
+    return run_steps([ruff, contracts, mypy, unit], "check")
+
+
 def test(args: list[str]) -> int:
     if install_test_tools():
         return 1
-    checks = [
-        ("ruff check", [str(BIN / "ruff"), "check", "dispatchq", "jobs", "tests", "bench", "ops"]),
-        ("mypy (strict on the pure rooms)", [str(BIN / "mypy")]),
-        ("import contracts (lint-imports)", [str(BIN / "lint-imports")]),
-    ]
-    for title, argv in checks:
-        say(title)
-        if run(argv, cwd=ROOT):
-            say(f"{title} failed")
-            return 1
+    if run_steps(lint_steps(), "test"):
+        return 1
     say("pytest (2 processes): tests/unit, tests/integration, tests/cli")
     return run([str(BIN / "python"), "-m", "pytest", "-n", "2", "-q", *args], cwd=ROOT)
 
@@ -175,13 +200,15 @@ def bench(args: list[str]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test", "bench", "setup"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "check", "test", "bench", "setup"):
         print(__doc__, file=sys.stderr)
         return 2
     setup()
     command, rest = sys.argv[1], sys.argv[2:]
     if command == "demo":
         return demo()
+    if command == "check":
+        return check(rest)
     if command == "test":
         return test(rest)
     if command == "bench":

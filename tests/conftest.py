@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from dispatchq.storage.connection import EmbeddedRedis, process_alive
-from tests.fakes.typesafe_api import FakeTypeSafeAPI
+from dispatchq.testing.typesafe import FakeTypeSafeAPI
 
 
 @pytest.fixture(scope="session")

@@ -136,7 +136,7 @@ def test_a_yaml_syntax_error_reports_line_and_column(cli_env: dict[str, str], tm
 
 def test_an_invalid_config_names_kind_and_field(cli_env: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "dispatchq.yaml").write_text(
-        "kinds:\n  lock:\n    check: tests.fakes.checks:noop\n    chek: typo\n"
+        "kinds:\n  lock:\n    check: tests.support.checks:noop\n    chek: typo\n"
     )
     assert_one_line_error(run_cli(["enqueue", "--kind", "lock", "--target", "a"], cli_env), "kinds.lock.chek")
 

@@ -81,7 +81,7 @@ def prepare(tmp_path: Path) -> Any:
     config = parse_config(
         {
             "kinds": {
-                "k": {"check": "tests.fakes.checks:noop"},
+                "k": {"check": "tests.support.checks:noop"},
                 "repair": {"produce": [["true"]], "verify": [["true"]]},
             }
         }

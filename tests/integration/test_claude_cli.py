@@ -1,8 +1,8 @@
 """The session tier against the real Claude Code CLI (pinned, from npm) and a stand-in Messages API.
 
-`tests/fake_claude.py` prints what we believe Claude Code prints; here the real CLI
+`tests/support/fake_claude.py` prints what we believe Claude Code prints; here the real CLI
 (`@anthropic-ai/claude-code`, installed by `python3 ops/dev.py test` under `.cache/claude-code`)
-is the session command, exactly as a user configures it, and `tests/fakes/anthropic_api.py`
+is the session command, exactly as a user configures it, and `dispatchq/testing/anthropic.py`
 answers its API calls on 127.0.0.1. What the CLI then prints (events, result text, stderr) is
 the CLI's own, so what is asserted is how dispatchq reads the real thing: one spawn for a
 limit hit and none until the lift, no marker for a throttle, a paid answer kept.
@@ -28,9 +28,9 @@ import pytest
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
+from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply, Seen
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.conftest import REPO
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Reply, Seen
 from tests.integration.test_session_tier import Harness, iso_epoch
 
 CLAUDE = REPO / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"

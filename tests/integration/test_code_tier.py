@@ -26,7 +26,7 @@ PY = sys.executable
 
 
 def check_kind(fn: Any) -> Kind:
-    kind = parse_config({"kinds": {"k": {"check": "tests.fakes.checks:noop"}}}).kinds["k"]
+    kind = parse_config({"kinds": {"k": {"check": "tests.support.checks:noop"}}}).kinds["k"]
     object.__setattr__(kind, "check_fn", fn)  # the check under test instead of the example
     return kind
 

@@ -21,7 +21,7 @@ from dispatchq.launcher.environment import (
 from dispatchq.launcher.sandbox import ScrubDecision, decide_scrub
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE = REPO / "tests" / "fake_claude.py"
+FAKE = REPO / "tests" / "support" / "fake_claude.py"
 
 BASE = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",

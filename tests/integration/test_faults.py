@@ -28,8 +28,8 @@ from rq import Queue
 from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
+from dispatchq.testing.typesafe import FakeTypeSafeAPI
 from tests.conftest import blocking_check, pid_alive, run_cli, wait_for, write_check_module, write_config
-from tests.fakes.typesafe_api import FakeTypeSafeAPI
 
 pytestmark = pytest.mark.slow
 
@@ -511,7 +511,7 @@ def test_status_tells_the_truth_about_a_dead_worker_and_its_orphaned_judgements(
 
 
 # --- the session tier: a worker's death is counted, a shutdown is not ------------------------
-FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "fake_claude.py"
+FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"
 FAKE_ARGS = "-p --output-format stream-json --verbose"
 SESSION_CONFIG = 'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     World,
@@ -24,7 +23,6 @@ from tests.gate_support import (
     analysis,
     analyst_step,
     finding_block,
-    make_world,
     restater_step,
     standard_alternatives,
 )
@@ -63,11 +61,6 @@ def app_analysis(candidate: dict | None = None) -> str:
         target=APP_TARGET,
         candidate=candidate,
     )
-
-
-@pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(tmp_path, dq_env, redis_client, "")
 
 
 def write_report(world: World, *blocks: str) -> None:

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.queue.liveness import session_holders
 from dispatchq.storage import keys
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,
@@ -29,7 +28,6 @@ from tests.gate_support import (
     finding_block,
     fixer_count,
     fixer_step,
-    make_world,
     start,
     until,
 )
@@ -41,10 +39,13 @@ NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 
 @pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    w = make_world(tmp_path, dq_env, redis_client, finding_block("DOC-1", "Guide cites a removed script"))
-    w.env["DISPATCHQ_HEARTBEAT_GRACE"] = "600"  # RQ alone would notice the dead job in ten minutes
-    return w
+def world_report() -> str:
+    return finding_block("DOC-1", "Guide cites a removed script")
+
+
+@pytest.fixture
+def world_env() -> dict[str, str]:
+    return {"DISPATCHQ_HEARTBEAT_GRACE": "600"}  # RQ alone would notice the dead job in ten minutes
 
 
 def test_a_rerun_after_a_killed_dispatch_recovers_its_session_at_once_and_says_whose(world: World) -> None:

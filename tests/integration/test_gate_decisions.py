@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     REMOVE_EDIT,
     World,
     alt,
@@ -20,7 +18,6 @@ from tests.gate_support import (
     analyst_step,
     finding_block,
     fixer_step,
-    make_world,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -29,11 +26,6 @@ pytestmark = pytest.mark.skipif(
 
 RENAME = "rename the call old_name() to new_name() at src/app.py:2"
 NO_OLD = "grep -F old_name src → empty"
-
-
-@pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(tmp_path, dq_env, redis_client, "")
 
 
 # --- case 5: a divergence withholds reject, whatever else was cited ----------------------------

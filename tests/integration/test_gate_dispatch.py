@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,14 +19,13 @@ from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.storage import keys
 from tests.conftest import run_cli
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,
     World,
     finding_block,
     fixer_step,
-    make_world,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
@@ -40,13 +37,10 @@ APPEND_EDIT = {"path": "docs/guide.md", "append": "See-also-notes\n"}
 
 
 @pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(
-        tmp_path,
-        dq_env,
-        redis_client,
+def world_report() -> str:
+    return (
         finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`"),
+        + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
     )
 
 

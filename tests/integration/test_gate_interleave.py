@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.gate_support import GONE, REMOVE, REMOVE_EDIT, World, finding_block, fixer_step, make_world, until
+from tests.support.gate import GONE, REMOVE, REMOVE_EDIT, World, finding_block, fixer_step, until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 
@@ -29,13 +27,10 @@ TRIMMED = "grep -F rest docs → empty"
 
 
 @pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(
-        tmp_path,
-        dq_env,
-        redis_client,
+def world_report() -> str:
+    return (
         finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`")
-        + finding_block("DOC-1", "Guide cites a removed script"),
+        + finding_block("DOC-1", "Guide cites a removed script")
     )
 
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     DAY,
     GONE,
     REMOVE,
@@ -21,7 +19,6 @@ from tests.gate_support import (
     analysis,
     analyst_step,
     finding_block,
-    make_world,
     restater_step,
     standard_alternatives,
 )
@@ -30,11 +27,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pt
 
 APP_EDIT = "rename the call old_name() to new_name() at src/app.py:2"
 NO_OLD = "grep -F old_name src → empty"
-
-
-@pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(tmp_path, dq_env, redis_client, "")
 
 
 def write_report(world: World, *blocks: str) -> None:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,
@@ -30,7 +28,6 @@ from tests.gate_support import (
     finding_block,
     fixer_count,
     fixer_step,
-    make_world,
     standard_alternatives,
     start,
     until,
@@ -43,13 +40,10 @@ NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 
 @pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(
-        tmp_path,
-        dq_env,
-        redis_client,
+def world_report() -> str:
+    return (
         finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`"),
+        + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`")
     )
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.gate_support import (
+from tests.support.gate import (
     GONE,
     REMOVE,
     REMOVE_EDIT,
@@ -17,7 +16,6 @@ from tests.gate_support import (
     finding_block,
     fixer_step,
     git,
-    make_world,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
@@ -26,8 +24,8 @@ ROLES = {"docs/guide.md": "edit", "scripts/old-tool.sh": "ref"}
 
 
 @pytest.fixture
-def world(tmp_path: Path, dq_env: dict[str, str], redis_client: Any) -> World:
-    return make_world(tmp_path, dq_env, redis_client, finding_block("DOC-1", "Guide cites a removed script"))
+def world_report() -> str:
+    return finding_block("DOC-1", "Guide cites a removed script")
 
 
 # --- case 7: writes into .git/ are out-of-scope writes that fail the attempt ---------------------

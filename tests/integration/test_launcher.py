@@ -1,4 +1,4 @@
-"""Prompt framing, argv, and real session processes (the fake `claude` in tests/fake_claude.py).
+"""Prompt framing, argv, and real session processes (the fake `claude` in tests/support/fake_claude.py).
 
 No timing assertions: waits are bounded, and what is asserted is *what* happened (which
 process is gone, which event arrived before the session finished), not how fast.
@@ -27,7 +27,7 @@ from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.window.limits import read_outcome
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE = str(REPO / "tests" / "fake_claude.py")
+FAKE = str(REPO / "tests" / "support" / "fake_claude.py")
 ARGS = ["-p", "--output-format", "stream-json", "--verbose"]
 # Run through this interpreter rather than the shebang: a `python3` shim on PATH (pyenv) would
 # rewrite the environment the fake reports.

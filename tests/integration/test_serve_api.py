@@ -15,7 +15,7 @@ import pytest
 from dispatchq.storage import keys
 from dispatchq.storage.connection import redis_server_binary
 from tests.conftest import counting_check, run_cli, wait_for
-from tests.serve_support import Server, deliver, free_port, module_env, payload, request
+from tests.support.serve import Server, deliver, free_port, module_env, payload, request
 
 TOKEN = "serve-api-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

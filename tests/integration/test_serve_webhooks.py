@@ -21,7 +21,7 @@ from dispatchq.storage import keys
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from tests.conftest import counting_check, run_cli
-from tests.serve_support import Server, deliver, module_env, payload, request, sign
+from tests.support.serve import Server, deliver, module_env, payload, request, sign
 
 TOKEN = "serve-test-token-0123456789abcdef"
 

@@ -1,5 +1,5 @@
 """The session tier end to end: real Redis, real `dispatchq worker session` and `dispatchq scheduler`
-processes, and the fake `claude` (tests/fake_claude.py) as the session command.
+processes, and the fake `claude` (tests/support/fake_claude.py) as the session command.
 
 What is asserted is what happened (how many sessions were spawned, which judgement ran with
 which argv, what the marker and the status say), never how fast: every wait is bounded by a
@@ -51,7 +51,7 @@ from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 
-FAKE = REPO / "tests" / "fake_claude.py"
+FAKE = REPO / "tests" / "support" / "fake_claude.py"
 FAKE_ARGS = "-p --output-format stream-json --verbose"
 # Through this interpreter, not the fake's shebang: a pyenv shim on PATH rewrites the environment.
 SESSION_COMMAND = f"{sys.executable} {FAKE} {FAKE_ARGS}"

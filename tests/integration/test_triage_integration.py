@@ -17,11 +17,11 @@ import pytest
 
 from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
+from dispatchq.testing.typesafe import FakeTypeSafeProcess, choice, noul
 from dispatchq.triage.engine import TriageStore
 from dispatchq.triage.executors import RecordingExecutor
 from tests.conftest import run_cli
-from tests.fakes.github_api import FakeGitHub
-from tests.fakes.typesafe_api import FakeTypeSafeProcess, choice, noul
+from tests.support.github_api import FakeGitHub
 
 KEY = "ts-live-triage-0123456789abcdef"
 GITHUB_TOKEN = "ghp_fake-triage-token-0123456789"

@@ -27,11 +27,7 @@ from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, schedul
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
-from dispatchq.tiers.typed.tier import KEYLESS_WHY
-from dispatchq.workers.run import make_worker
-from dispatchq.workers.status import collect_status
-from tests.conftest import REPO, run_cli, wait_for, write_config
-from tests.fakes.typesafe_api import (
+from dispatchq.testing.typesafe import (
     DEFAULT_RESOLVED_MODEL,
     Failure,
     FakeTypeSafeAPI,
@@ -42,6 +38,10 @@ from tests.fakes.typesafe_api import (
     score,
     unknown_answer,
 )
+from dispatchq.tiers.typed.tier import KEYLESS_WHY
+from dispatchq.workers.run import make_worker
+from dispatchq.workers.status import collect_status
+from tests.conftest import REPO, run_cli, wait_for, write_config
 
 KEY = "ts-live-typed-tier-0123456789abcdef"
 TARGET = "acme/app#12"
@@ -846,7 +846,7 @@ def test_a_keyless_run_completes_the_whole_ladder_and_status_says_keyless(
     write_config(tmp_path / "dispatchq.yaml", KEYLESS_LADDER.format(check="lockcheck:check"))
     env = {k: v for k, v in typed_env.items() if k != "TYPESAFE_API_KEY"}
     env.update(
-        DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {REPO / 'tests' / 'fake_claude.py'} -p "
+        DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {REPO / 'tests' / 'support' / 'fake_claude.py'} -p "
         "--output-format stream-json --verbose",
         FAKE_CLAUDE_ANSWER="yes, only the lockfile",
     )

@@ -22,6 +22,15 @@ from pydantic import SecretStr
 from dispatchq.core.answers import Answer
 from dispatchq.errors import SettingsError
 from dispatchq.settings import load_settings
+from dispatchq.testing.typesafe import (
+    Failure,
+    FakeTypeSafeAPI,
+    FakeTypeSafeProcess,
+    Rule,
+    choice,
+    noul,
+    score,
+)
 from dispatchq.tiers.typed.batching import (
     Answered,
     Ask,
@@ -37,15 +46,6 @@ from dispatchq.tiers.typed.batching import (
 )
 from dispatchq.tiers.typed.protocol import KeylessProvider, ProviderOptions
 from dispatchq.tiers.typed.provider import REDACTED, TypeSafeProvider, advised_delay, make_provider, redact
-from tests.fakes.typesafe_api import (
-    Failure,
-    FakeTypeSafeAPI,
-    FakeTypeSafeProcess,
-    Rule,
-    choice,
-    noul,
-    score,
-)
 
 NOUL_Q = {"type": "noul", "instructions": "Is this comment actionable?"}
 CHOICE_Q = {

@@ -170,7 +170,7 @@ def test_yaml_syntax_error_reports_file_line_and_column(tmp_path: Path) -> None:
         """
         kinds:
           k:
-            check: "tests.fakes.checks:noop
+            check: "tests.support.checks:noop
         """,
     )
     with pytest.raises(ConfigError) as caught:
@@ -275,7 +275,7 @@ def test_kind_name_characters() -> None:
 
 
 def test_kind_must_be_a_mapping() -> None:
-    assert error_of({"k": "tests.fakes.checks:noop"}).startswith("kinds.k: must be a mapping")
+    assert error_of({"k": "tests.support.checks:noop"}).startswith("kinds.k: must be a mapping")
 
 
 def test_kind_declaring_no_tier() -> None:
@@ -293,9 +293,9 @@ def test_effect_must_be_local_or_external() -> None:
     ("check", "fragment"),
     [
         ("no_such_module_dq:check", "cannot import 'no_such_module_dq'"),
-        ("tests.fakes.checks:no_such_function", "has no callable 'no_such_function'"),
-        ("tests.fakes.checks.noop", "is not module:function"),
-        ("tests.fakes.checks:NOT_CALLABLE", "has no callable 'NOT_CALLABLE'"),
+        ("tests.support.checks:no_such_function", "has no callable 'no_such_function'"),
+        ("tests.support.checks.noop", "is not module:function"),
+        ("tests.support.checks:NOT_CALLABLE", "has no callable 'NOT_CALLABLE'"),
     ],
 )
 def test_a_check_that_does_not_import(check: str, fragment: str) -> None:
@@ -312,7 +312,7 @@ def test_a_check_module_that_raises_on_import(tmp_path: Path) -> None:
 
 
 def test_a_check_must_be_text() -> None:
-    assert error_of({"k": {"check": ["tests.fakes.checks", "noop"]}}).startswith("kinds.k.check: ")
+    assert error_of({"k": {"check": ["tests.support.checks", "noop"]}}).startswith("kinds.k.check: ")
 
 
 def test_checks_are_not_imported_when_asked_not_to() -> None:
@@ -331,7 +331,7 @@ def test_checks_are_not_imported_when_asked_not_to() -> None:
         ({"produce": [["make", 1]], "verify": [["make"]]}, "kinds.k.produce[0]"),
         ({"produce": [["make"]], "verify": ["make test"]}, "kinds.k.verify[0]"),
         (
-            {"check": "tests.fakes.checks:noop", "produce": [["make"]], "verify": [["make"]]},
+            {"check": "tests.support.checks:noop", "produce": [["make"]], "verify": [["make"]]},
             "kinds.k.produce",
         ),
     ],

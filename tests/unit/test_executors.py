@@ -22,7 +22,7 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import AskResult, RunBudget, TriageStore, apply_suggested, triage
 from dispatchq.triage.executors import Command, GitHubExecutor, Ledger, RecordingExecutor, comment_marker
 from dispatchq.triage.rules import Event, TriageConfig, load_triage
-from tests.fakes.github_api import FakeGitHub
+from tests.support.github_api import FakeGitHub
 
 TARGET = "acme/app#12"
 TOKEN = "ghp_fake-token-0123456789"

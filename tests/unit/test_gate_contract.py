@@ -43,7 +43,7 @@ from dispatchq.findings.texts.screens import (
     sweep_options,
 )
 from dispatchq.process.wiring import session_hooks
-from tests.gate_support import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
+from tests.support.gate import GONE, REMOVE, RESTORE, alt, analysis, finding_block, standard_alternatives
 
 FORGED = "<<<UT_" + "ab" * 16
 

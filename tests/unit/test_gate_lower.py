@@ -16,7 +16,7 @@ from dispatchq.findings.run.settle import describe_holders
 from dispatchq.findings.texts.returns import parse_analysis, parse_restatement
 from dispatchq.findings.texts.screens import render_proposal
 from dispatchq.queue.liveness import SessionHolder
-from tests.gate_support import GONE, REMOVE, alt, analysis, standard_alternatives
+from tests.support.gate import GONE, REMOVE, alt, analysis, standard_alternatives
 
 
 def with_plan(plan: list[object]) -> dict:

@@ -33,14 +33,14 @@ def kind_of(doc: dict[str, Any]) -> Kind:
 
 #: Every shape a kind can take: (has a check, has questions, has a session block / escalate).
 SHAPES: dict[str, dict[str, Any]] = {
-    "check": {"check": "tests.fakes.checks:noop"},
-    "check+session": {"check": "tests.fakes.checks:noop", "session": SESSION},
+    "check": {"check": "tests.support.checks:noop"},
+    "check+session": {"check": "tests.support.checks:noop", "session": SESSION},
     "produce": {"produce": [["true"]], "verify": [["true"]]},
     "typed": {"questions": {"q": NOUL}, "answer": "q", "escalate": "needs-triage"},
     "typed+session": {"questions": {"q": NOUL}, "answer": "q", "session": SESSION},
-    "check+typed": {"check": "tests.fakes.checks:noop", "questions": {"q": NOUL}, "answer": "q"},
+    "check+typed": {"check": "tests.support.checks:noop", "questions": {"q": NOUL}, "answer": "q"},
     "check+typed+session": {
-        "check": "tests.fakes.checks:noop",
+        "check": "tests.support.checks:noop",
         "questions": {"q": NOUL},
         "answer": "q",
         "session": SESSION,

@@ -1,7 +1,7 @@
 """What the real Claude Code CLI (2.1.197) printed, read the way dispatchq must read it.
 
 Every text here was printed by the real CLI against the stand-in API
-(`tests/fakes/anthropic_api.py`) or is quoted in issue 12; `tests/unit/test_limits.py` keeps
+(`dispatchq/testing/anthropic.py`) or is quoted in issue 12; `tests/unit/test_limits.py` keeps
 the older forms. Pure and clock-free: `now` is always given.
 """
 

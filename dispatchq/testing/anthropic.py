@@ -1,6 +1,9 @@
 """A loopback stand-in for the Anthropic Messages API, for driving the real Claude Code CLI.
 
-Why: our fake session command (`tests/fake_claude.py`) prints what *we* believe Claude Code
+A test double: pointed at it, the real CLI runs and never spends a usage window (no request
+leaves 127.0.0.1). It ships in the package because bench/ drives it as the tests do.
+
+Why: our fake session command (`tests/support/fake_claude.py`) prints what *we* believe Claude Code
 prints, so it agrees with our parser by construction. The real CLI, pointed here with
 `ANTHROPIC_BASE_URL` and `CLAUDE_CODE_OAUTH_TOKEN=<anything>` (it then authenticates as a
 subscriber), decides for itself what to print from what this server answers: a streamed

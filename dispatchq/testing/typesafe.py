@@ -1,5 +1,9 @@
 """A loopback fake of the TypeSafe API, for driving the real `typesafe-sdk` in tests.
 
+A test double, shipped in the package so that the tests, bench/ and anyone testing their own
+kinds drive the same one: it answers from a script, binds 127.0.0.1 only, and never reaches
+the real service, so it spends no quota and needs no key.
+
 Why a real HTTP server rather than a mocked client: the typed tier's behaviour under
 trouble (retry-after honoured, retries bounded, errors classified, unknown answer types
 dropped, request bodies zstd-compressed) lives inside the SDK. Only a server that speaks
@@ -20,7 +24,7 @@ In-process use (the `typesafe_api` pytest fixture yields one of these)::
 
 As a separate process (for tests where real worker processes make the requests)::
 
-    python -m tests.fakes.typesafe_api --port 0 --script script.json [--api-key K]
+    python -m dispatchq.testing.typesafe --port 0 --script script.json [--api-key K]
 
 prints ``listening on http://127.0.0.1:PORT`` once ready. The script file is JSON::
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import math
 import signal
@@ -61,6 +66,28 @@ from typing import Any
 from pydantic import ValidationError
 from typesafe_sdk._schemas.models import SystemOneRequest
 
+__all__ = [
+    "CONTROL_PREFIX",
+    "DEFAULT_API_KEY",
+    "DEFAULT_RESOLVED_MODEL",
+    "MODELS_PATH",
+    "SYSTEM_ONE_PATH",
+    "Failure",
+    "FakeTypeSafeAPI",
+    "FakeTypeSafeProcess",
+    "RecordedRequest",
+    "Responder",
+    "Rule",
+    "WireAnswer",
+    "choice",
+    "default_answer",
+    "error_body",
+    "main",
+    "noul",
+    "score",
+    "unknown_answer",
+]
+
 DEFAULT_API_KEY = "test-key"
 DEFAULT_RESOLVED_MODEL = "jev-2026-09-15"
 SYSTEM_ONE_PATH = "/v1/systemone"
@@ -73,18 +100,16 @@ Responder = Callable[[str, dict[str, Any], Any], WireAnswer | None]
 
 # --- zstd: the SDK compresses bodies >= 1 KiB when a zstd module is importable -------------
 def _load_zstd() -> Callable[[bytes], bytes] | None:
-    """Find a zstd decompressor; the SDK's own choice (backports.zstd) first."""
-    with contextlib.suppress(ImportError):
-        from backports.zstd import decompress
+    """Find a zstd decompressor; the SDK's own choice (backports.zstd) first.
 
-        return decompress
+    By name, because which of them is installed differs by Python version and extra.
+    """
+    for module, name in (("backports.zstd", "decompress"), ("compression.zstd", "decompress")):
+        with contextlib.suppress(ImportError):
+            found: Callable[[bytes], bytes] = getattr(importlib.import_module(module), name)
+            return found
     with contextlib.suppress(ImportError):
-        from compression.zstd import decompress  # type: ignore[import-not-found,no-redef]
-
-        return decompress
-    with contextlib.suppress(ImportError):
-        import zstandard  # type: ignore[import-not-found]
-
+        zstandard = importlib.import_module("zstandard")
         return lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data)
     return None
 
@@ -517,6 +542,7 @@ class FakeTypeSafeAPI:
             return
         encoding = handler.headers.get("Content-Encoding")
         headers = {name: value for name, value in handler.headers.items()}
+        response: tuple[int, Any, dict[str, str]] | None
         try:
             content = self._decompress(encoding, raw)
             decoded = json.loads(content) if content else None
@@ -653,12 +679,13 @@ class FakeTypeSafeProcess:
         self.url = ""
 
     def start(self, timeout: float = 15.0) -> FakeTypeSafeProcess:
+        # Started beside the package this module came from, so `-m` runs this very copy.
         root = Path(__file__).resolve().parents[2]
         self._proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "tests.fakes.typesafe_api",
+                "dispatchq.testing.typesafe",
                 "--port",
                 "0",
                 "--script",
@@ -701,8 +728,10 @@ class FakeTypeSafeProcess:
 
     def _call(self, method: str, name: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(f"{self.url}{CONTROL_PREFIX}{name}", data=data, method=method)
-        with urllib.request.urlopen(request, timeout=10) as response:  # loopback only
+        # The http://127.0.0.1 address this object read from its own process: no other scheme.
+        url = f"{self.url}{CONTROL_PREFIX}{name}"
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
             return json.loads(response.read())
 
     @property

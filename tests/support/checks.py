@@ -1,4 +1,4 @@
-"""Checks the tests name in configs (`tests.fakes.checks:noop`), importable wherever they run.
+"""Checks the tests name in configs (`tests.support.checks:noop`), importable wherever they run.
 
 Not the example checks (`examples/checks.py`, loaded from the examples' own folder), and
 not in the `jobs` package, which is dispatchq's RQ entry points only.

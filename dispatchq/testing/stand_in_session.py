@@ -1,15 +1,15 @@
-#!/usr/bin/env python3
-"""A stand-in for `claude -p --output-format stream-json --verbose`, for the demo only.
+"""A stand-in for `claude -p --output-format stream-json --verbose`: a test double for the demo.
 
-It starts no model and spends no usage window: it prints the events a real headless
+It starts no model and never spends a usage window: it prints the events a real headless
 session prints. Its first run reports a usage limit that lifts a few seconds later (a
 `rate_limit_event` with `status: rejected` and the CLI's own limit wording); every later
 run answers. The demo uses it so that `python3 ops/dev.py demo` shows the marker, the
 countdown, zero spawns while the window is closed, the probe and the drain.
 
-    stand_in_session.py --state FILE [--lift-after SECONDS] [claude's own flags...]
+    python -m dispatchq.testing.stand_in_session --state FILE [--lift-after SECONDS] [claude's flags...]
 
-Standard library only; the prompt arrives on stdin, as it does for the real CLI.
+Standard library only (it imports nothing of dispatchq, so it also runs by path under any
+python3); the prompt arrives on stdin, as it does for the real CLI.
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+__all__ = ["emit", "main"]
+
 
 def emit(event: dict[str, object]) -> None:
+    """One event per line, flushed at once: the worker reads the stream as it comes."""
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
 
 def main() -> int:
+    """The first run (counted in the --state file) hits a limit; every later one answers."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--state", required=True)
     parser.add_argument("--lift-after", type=float, default=6.0)

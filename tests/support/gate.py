@@ -31,7 +31,7 @@ from dispatchq.findings.grammar.lines import Decision
 from dispatchq.findings.grammar.plans import Check
 from tests.conftest import REPO
 
-FAKE = REPO / "tests" / "fake_claude.py"
+FAKE = REPO / "tests" / "support" / "fake_claude.py"
 SESSION_COMMAND = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"
 DAY = dt.date(2026, 8, 27)
 
