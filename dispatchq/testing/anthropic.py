@@ -186,112 +186,117 @@ class FakeAnthropicAPI:
             self.seen.append(seen)
 
 
-def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    """One request to the stand-in; `api` is set on the subclass `_handler` makes per server."""
 
-        def log_message(self, format: str, *args: Any) -> None:
+    api: FakeAnthropicAPI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        with contextlib.suppress(ValueError):
+            return json.loads(raw) if raw else None
+        return raw.decode("utf-8", "replace")
+
+    def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self, method: str) -> None:
+        body = self._body() if method in ("POST", "PUT", "PATCH") else None
+        path = self.path.split("?", 1)[0]
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        seen = Seen(method, self.path, headers, body, time.time())
+        self.api.record(seen)
+        if method == "POST" and path == "/v1/messages":
+            self._messages(body if isinstance(body, dict) else {}, seen)
             return
+        if method == "POST" and path == "/v1/messages/count_tokens":
+            self._send(200, {"input_tokens": 12})
+            return
+        with self.api._lock:
+            self.api.unknown_paths.append(f"{method} {self.path}")
+        self._send(200, {})
 
-        def _body(self) -> Any:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            with contextlib.suppress(ValueError):
-                return json.loads(raw) if raw else None
-            return raw.decode("utf-8", "replace")
+    def _messages(self, body: Mapping[str, Any], seen: Seen) -> None:
+        reply = self.api.next_reply(seen)
+        if reply.status != 200:
+            self._send(reply.status, reply.body or error_body("api_error", "error"), reply.headers)
+            return
+        model = str(body.get("model") or MODEL)
+        if not body.get("stream"):
+            self._send(200, _message(reply.text, model), reply.headers)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        start = _message("", model)
+        start["content"] = []
+        start["stop_reason"] = None
+        start["usage"] = {"input_tokens": 12, "output_tokens": 1}
+        chunks = [
+            _sse("message_start", {"type": "message_start", "message": start}),
+            _sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            _sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": reply.text},
+                },
+            ),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": max(1, len(reply.text) // 4)},
+                },
+            ),
+            _sse("message_stop", {"type": "message_stop"}),
+        ]
+        for chunk in chunks:
+            self.wfile.write(chunk)
+            self.wfile.flush()
+        self.close_connection = True
 
-        def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+    def do_GET(self) -> None:
+        self._handle("GET")
 
-        def _handle(self, method: str) -> None:
-            body = self._body() if method in ("POST", "PUT", "PATCH") else None
-            path = self.path.split("?", 1)[0]
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            seen = Seen(method, self.path, headers, body, time.time())
-            api.record(seen)
-            if method == "POST" and path == "/v1/messages":
-                self._messages(body if isinstance(body, dict) else {}, seen)
-                return
-            if method == "POST" and path == "/v1/messages/count_tokens":
-                self._send(200, {"input_tokens": 12})
-                return
-            with api._lock:
-                api.unknown_paths.append(f"{method} {self.path}")
-            self._send(200, {})
+    def do_POST(self) -> None:
+        self._handle("POST")
 
-        def _messages(self, body: Mapping[str, Any], seen: Seen) -> None:
-            reply = api.next_reply(seen)
-            if reply.status != 200:
-                self._send(reply.status, reply.body or error_body("api_error", "error"), reply.headers)
-                return
-            model = str(body.get("model") or MODEL)
-            if not body.get("stream"):
-                self._send(200, _message(reply.text, model), reply.headers)
-                return
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("connection", "close")
-            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            start = _message("", model)
-            start["content"] = []
-            start["stop_reason"] = None
-            start["usage"] = {"input_tokens": 12, "output_tokens": 1}
-            chunks = [
-                _sse("message_start", {"type": "message_start", "message": start}),
-                _sse(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": 0,
-                        "content_block": {"type": "text", "text": ""},
-                    },
-                ),
-                _sse(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": reply.text},
-                    },
-                ),
-                _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                _sse(
-                    "message_delta",
-                    {
-                        "type": "message_delta",
-                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                        "usage": {"output_tokens": max(1, len(reply.text) // 4)},
-                    },
-                ),
-                _sse("message_stop", {"type": "message_stop"}),
-            ]
-            for chunk in chunks:
-                self.wfile.write(chunk)
-                self.wfile.flush()
-            self.close_connection = True
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
 
-        def do_GET(self) -> None:
-            self._handle("GET")
 
-        def do_POST(self) -> None:
-            self._handle("POST")
 
-        def do_HEAD(self) -> None:
-            self._handle("HEAD")
-
-    return Handler
+def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (_Handler,), {"api": api})
 
 
 def main() -> None:
