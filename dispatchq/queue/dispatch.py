@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, cast
 from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
-from dispatchq import git
 from dispatchq.core.entrypoints import FAILURE_CALLBACK
 from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
 from dispatchq.core.tiers import NEEDS_TRIAGE, TierRow, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
+from dispatchq.git import runner as git
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord

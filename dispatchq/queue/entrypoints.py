@@ -28,33 +28,9 @@ from typing import Any
 from rq.job import Job
 
 from dispatchq.core import entrypoints as entry_names
-from dispatchq.core.entrypoints import (
-    CALLBACKS,
-    CODE_JOB,
-    DELIVERIES_JOB,
-    FAILURE_CALLBACK,
-    JOB_FUNCTIONS,
-    RETRIGGER_JOB,
-    SESSION_JOB,
-    TIER_JOB,
-    TIER_OF_JOB,
-    TRIAGE_JOB,
-    TYPED_JOB,
-)
 
 __all__ = [
-    "CALLBACKS",
-    "CODE_JOB",
-    "DELIVERIES_JOB",
     "ENTRY_MODULE_FILE",
-    "FAILURE_CALLBACK",
-    "JOB_FUNCTIONS",
-    "RETRIGGER_JOB",
-    "SESSION_JOB",
-    "TIER_JOB",
-    "TIER_OF_JOB",
-    "TRIAGE_JOB",
-    "TYPED_JOB",
     "DispatchqJob",
     "RefusedEntryPoint",
     "entry_module",

@@ -15,7 +15,7 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.queue.entrypoints import RETRIGGER_JOB
+from dispatchq.core.entrypoints import RETRIGGER_JOB
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.storage import keys
 from dispatchq.storage.window import WindowStore

@@ -26,9 +26,10 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
 
+from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.core.tiers import batch_tiers
 from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.entrypoints import TYPED_JOB, DispatchqJob
+from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage

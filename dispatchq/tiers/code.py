@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dispatchq import git
 from dispatchq.core.judgement import Judgement
 from dispatchq.core.kinds import Kind
 from dispatchq.errors import GitError
+from dispatchq.git import runner as git
 from dispatchq.launcher.environment import child_environment
 from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.settings import parent_environment

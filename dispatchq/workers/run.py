@@ -28,11 +28,12 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from dispatchq.core.entrypoints import TIER_OF_JOB
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.tiers import TIERS, row
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.entrypoints import TIER_OF_JOB, DispatchqJob
+from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
 from dispatchq.storage.outage import (
     Backoff,

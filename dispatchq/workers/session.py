@@ -20,9 +20,9 @@ from rq import Callback, Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
 
+from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment

@@ -12,10 +12,10 @@ from typing import Any
 import fakeredis
 import pytest
 
-from dispatchq import git
 from dispatchq.config import parse_config
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
+from dispatchq.git import runner as git
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings

@@ -22,8 +22,9 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
 from dispatchq.client import Client
+from dispatchq.core.entrypoints import CODE_JOB
 from dispatchq.process.wiring import drain
-from dispatchq.queue.entrypoints import CODE_JOB, ENTRY_MODULE_FILE, entry_module
+from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, entry_module
 from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
 from tests.conftest import calls_of, counting_check, run_cli, write_config

@@ -7,17 +7,9 @@ import re
 
 import pytest
 
+from dispatchq.core.entrypoints import CALLBACKS, FAILURE_CALLBACK, JOB_FUNCTIONS, TIER_JOB, TIER_OF_JOB
 from dispatchq.core.tiers import TIERS
-from dispatchq.queue.entrypoints import (
-    CALLBACKS,
-    ENTRY_MODULE_FILE,
-    FAILURE_CALLBACK,
-    JOB_FUNCTIONS,
-    TIER_JOB,
-    TIER_OF_JOB,
-    RefusedEntryPoint,
-    resolve,
-)
+from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, RefusedEntryPoint, resolve
 
 
 @pytest.mark.parametrize("name", sorted(JOB_FUNCTIONS))

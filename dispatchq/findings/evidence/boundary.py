@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dispatchq import git
 from dispatchq.errors import CheckError, RegexTimeout
 from dispatchq.findings.grammar.plans import (
     Check,
@@ -41,6 +40,7 @@ from dispatchq.findings.grammar.plans import (
     read_target,
     syntactic_path_problem,
 )
+from dispatchq.git import runner as git
 from dispatchq.launcher.environment import child_environment
 from dispatchq.settings import parent_environment
 from dispatchq.storage.findings import FindingsStore

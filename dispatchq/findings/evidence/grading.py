@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dispatchq import git
 from dispatchq.errors import GitUnavailable, UserError
 from dispatchq.findings.evidence.boundary import PlanResult
 from dispatchq.findings.evidence.pins import (
@@ -37,6 +36,7 @@ from dispatchq.findings.grammar.report import (
     is_loop_own,
     read_report,
 )
+from dispatchq.git import runner as git
 
 __all__ = [
     "GIT_INTERNAL",

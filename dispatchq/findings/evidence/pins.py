@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dispatchq import git
 from dispatchq.errors import GitUnavailable, UnsafeToken, UserError
 from dispatchq.findings.evidence.boundary import contain
 from dispatchq.findings.grammar.lines import (
@@ -43,6 +42,7 @@ from dispatchq.findings.grammar.report import (
     read_report,
 )
 from dispatchq.findings.grammar.tokens import LINE_SUFFIX, path_tokens, sanitize
+from dispatchq.git import runner as git
 
 __all__ = [
     "ABSENT",
