@@ -304,6 +304,9 @@ def _read_environ_of(mark: bool, report_dir: Path) -> tuple[dict, str, str]:
     finally:
         target.kill()
         target.wait()
+        for pipe in (target.stdin, target.stdout):  # closed here, not left to the collector
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
