@@ -150,9 +150,13 @@ def rank(rung: str) -> int:
     return row(rung).rank
 
 
-def row_of(rung: str) -> TierRow | None:
-    """The row of a tier, None for `needs-triage` (a person, not a tier)."""
-    return None if rung == NEEDS_TRIAGE else row(rung)
+def row_of(rung: str | None) -> TierRow | None:
+    """The row of the tier a record names; None for `needs-triage` (a person, not a tier), no
+    tier at all, or a name outside the table (a record written by another version)."""
+    for candidate in TABLE:
+        if candidate.name == rung:
+            return candidate
+    return None
 
 
 def row(tier: str) -> TierRow:

@@ -22,7 +22,7 @@ from dispatchq.core.entrypoints import FAILURE_CALLBACK
 from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
-from dispatchq.core.tiers import NEEDS_TRIAGE, TierRow, rank, row, row_of
+from dispatchq.core.tiers import NEEDS_TRIAGE, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.git import runner as git
 from dispatchq.queue.liveness import job_liveness
@@ -354,7 +354,7 @@ class Dispatcher:
         store = self.store
         count = 0
         for record in store.get_many(list(ids)):
-            spec = _row(record.tier) if record is not None else None
+            spec = row_of(record.tier) if record is not None else None
             if record is None or spec is None:
                 continue
             pipe = self.redis.pipeline(transaction=True)
@@ -424,22 +424,14 @@ class Dispatcher:
         )
 
 
-def _row(rung: str | None) -> TierRow | None:
-    """The row of the tier `rung` names; None for `needs-triage`, or a record with no tier."""
-    try:
-        return row_of(rung) if rung else None
-    except KeyError:
-        return None
-
-
 def _admission(rung: str | None) -> str | None:
     """How work reaches the tier `rung` names (None: no tier, so no job and no line)."""
-    spec = _row(rung)
+    spec = row_of(rung)
     return spec.admission if spec is not None else None
 
 
 def _groups_by_state(rung: str) -> bool:
-    spec = _row(rung)
+    spec = row_of(rung)
     return spec is not None and spec.groups_by_state
 
 

@@ -24,6 +24,7 @@ def test_needs_triage_is_a_rung_not_a_tier() -> None:
     assert tiers.NEEDS_TRIAGE not in tiers.TIERS
     assert tiers.NEEDS_TRIAGE in typing.get_args(typing.get_args(tiers.Rung)[-1])
     assert tiers.row_of(tiers.NEEDS_TRIAGE) is None
+    assert tiers.row_of(None) is None and tiers.row_of("a-retired-tier") is None  # old records
     assert tiers.rank(tiers.NEEDS_TRIAGE) > max(r.rank for r in tiers.TABLE)
     with pytest.raises(KeyError, match="no tier named 'needs-triage'"):
         tiers.row(tiers.NEEDS_TRIAGE)
