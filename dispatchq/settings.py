@@ -218,6 +218,22 @@ class Settings(BaseSettings):
         "auto",
         description="Ask Claude Code to scrub its tool subprocesses (needs bubblewrap): auto, on or off.",
     )
+    session_allow_env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Extra variable names a session may receive (comma-separated, globs allowed).",
+    )
+    session_sandbox: Literal["on", "off"] = Field(
+        "on",
+        description="Run each session confined by bubblewrap (on) or unconfined (off: status says so).",
+    )
+    session_sandbox_bind: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Extra paths every session sees (comma-separated, PATH or PATH:rw; read-only by default).",
+    )
+    session_egress: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Extra host:port a confined session may reach through its proxy (the API host always).",
+    )
     timezone: str = Field(
         default_factory=_local_timezone, description="Zone for reset times printed without one."
     )
@@ -295,7 +311,7 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
 
-    @field_validator("session_deny_env", mode="before")
+    @field_validator("session_deny_env", "session_allow_env", "session_sandbox_bind", "session_egress", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -337,6 +353,17 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.redis_url is None
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Per-judgement session folders (scratch working dir, the CLI's config folder).
+
+        Beside the data dir, never inside it: a session's working directory is bound into its
+        sandbox, and nothing under the data dir (the store, its password) may be reachable
+        from there, even by `..` with the sandbox off.
+        """
+        data = self.data_dir.expanduser().resolve()
+        return data.with_name(f"{data.name}-sessions")
 
     def describe_redis(self) -> str:
         """Which server this process uses, with any password redacted."""
