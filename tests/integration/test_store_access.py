@@ -637,3 +637,47 @@ def test_a_wrong_or_missing_password_is_one_line_without_it(
     assert "refused the login" in done.stderr
     assert password not in done.stderr + done.stdout
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_shipped_redis_conf_refuses_to_start_until_the_auth_file_exists(tmp_path: Path) -> None:
+    auth = tmp_path / "redis-auth.conf"
+    text = (REPO / "ops" / "redis.conf").read_text()
+    assert text.rstrip().endswith("include /etc/dispatchq/redis-auth.conf")
+    config = tmp_path / "redis.conf"
+    config.write_text(text.replace("/etc/dispatchq/redis-auth.conf", str(auth)))
+    port = free_port()
+    argv = [
+        redis_server_binary(),
+        str(config),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(tmp_path),
+    ]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert refused.returncode != 0
+    assert str(auth) in refused.stderr + refused.stdout
+
+    password = "op-" + os.urandom(8).hex()
+    auth.write_text(f"user default off\nuser dispatchq on >{password} ~* &* +@all\n")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        url = f"redis://dispatchq:{password}@127.0.0.1:{port}/0"
+        wait_for(lambda: _logs_in(url), what="the shipped config's server")
+        anonymous = redis.Redis(port=port)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+        anonymous.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _logs_in(url: str) -> bool:
+    try:
+        connect(load_settings({"DISPATCHQ_REDIS_URL": url})).ping()
+    except RedisUnavailable:
+        return False
+    return True
