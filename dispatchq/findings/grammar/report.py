@@ -595,8 +595,8 @@ def is_loop_own(path: Path, report: Path) -> bool:
 def locked(report: Path, lock_dir: Path | None = None) -> Iterator[None]:
     """Hold the report's exclusive lock (blocking) for the duration."""
     if lock_dir is not None:
-        Path(lock_dir).mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(report, lock_dir), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        Path(lock_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(lock_path(report, lock_dir), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

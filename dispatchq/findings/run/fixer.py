@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -249,10 +250,11 @@ class FixerJob:
     # --- the job's log -----------------------------------------------------------------------
     def log(self, text: str) -> Path:
         folder = self.runtime.settings.data_dir.expanduser() / "findings" / self.repo
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in self.fid)
         path = folder / f"{safe}.log"
-        with path.open("a", encoding="utf-8") as handle:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the data dir's files are 0600
+        with os.fdopen(fd, "a", encoding="utf-8") as handle:
             handle.write(f"[{iso_now()}] {self.ref} attempt {self.attempt}\n{text.rstrip()}\n\n")
         return path
 
