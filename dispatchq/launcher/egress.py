@@ -28,6 +28,7 @@ import contextlib
 import logging
 import shutil
 import socket
+import struct
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
@@ -163,7 +164,10 @@ class EgressProxy:
         try:
             return socket.create_connection(destination, timeout=_CONNECT_TIMEOUT)
         except OSError:
-            conn.sendall(_status(502, "Bad Gateway"))
+            # Unreachable is passed on as unreachable (a reset, as a refused connect looks),
+            # not as a 502: a session must see "no network", a host-wide failure, not a
+            # server error it would retry.
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return None
 
 

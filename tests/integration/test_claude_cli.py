@@ -86,6 +86,9 @@ class RealHarness(Harness):
             # The fake session shows the window in a second; the real CLI takes seconds to reach
             # the API, and a probe must not be taken as open before its refusal arrives.
             DISPATCHQ_PROBE_GRACE="60",
+            # The real CLI runs as deployed: confined, reaching the stand-in only through the
+            # sandbox's egress proxy (HTTP_PROXY), with its non-secret settings allowed by name.
+            DISPATCHQ_SESSION_SANDBOX="on",
         )
 
     def use_api_key(self) -> None:
@@ -185,7 +188,8 @@ def test_without_bwrap_auto_warns_once_and_the_session_still_answers(real: RealH
     real.api.answer("unscrubbed")
     path = path_without_bwrap(real.tmp, real.env.get("PATH", os.defpath))
     jid = real.enqueue("ask", "q")
-    done = real.cli("worker", "session", "--burst", PATH=path)
+    # Unconfined: a confined session on a host without bwrap never starts (test_sandbox.py).
+    done = real.cli("worker", "session", "--burst", PATH=path, DISPATCHQ_SESSION_SANDBOX="off")
     assert done.returncode == 0, done.stderr
     assert real.record(jid).status == "answered", real.record(jid).reason
     assert done.stderr.count("subprocess scrubbing is off: bwrap not found on PATH") == 1
@@ -275,6 +279,7 @@ def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real
     # Scrubbing is on (bwrap works for the worker) but the session's own PATH has no bwrap: the
     # real CLI exits 1 with ~5 KB of minified source, the message, stack frames and its banner.
     real.env["DISPATCHQ_SESSION_COMMAND"] = f"/usr/bin/env PATH=/nonexistent {COMMAND}"
+    real.env["DISPATCHQ_SESSION_SANDBOX_BIND"] = str(CLAUDE.parents[1])  # env, not claude, is argv[0]
     jid = real.enqueue("ask", "q")
     done = real.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
     assert done.returncode == 0, done.stderr
@@ -294,7 +299,6 @@ def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real
 @pytest.mark.parametrize(
     ("setup", "why"),
     [
-        pytest.param({"CLAUDE_CODE_OAUTH_TOKEN": ""}, "Not logged in", id="not-logged-in"),
         pytest.param(
             {"reply": Reply.error(401, "authentication_error", "Invalid bearer token")}, "401", id="401"
         ),
