@@ -228,7 +228,7 @@ class Settings(BaseSettings):
     )
     session_sandbox_bind: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Extra paths every session sees (comma-separated, PATH or PATH:rw; read-only by default).",
+        description="Extra paths every session sees (comma-separated, PATH or PATH:rw; read-only by default)",
     )
     session_egress: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -311,7 +311,9 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
 
-    @field_validator("session_deny_env", "session_allow_env", "session_sandbox_bind", "session_egress", mode="before")
+    @field_validator(
+        "session_deny_env", "session_allow_env", "session_sandbox_bind", "session_egress", mode="before"
+    )
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -95,6 +95,12 @@ def dq_env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
         DISPATCHQ_HEARTBEAT_INTERVAL="1",
         DISPATCHQ_HEARTBEAT_GRACE="3",
         PYTHONPATH=str(REPO),
+        # The fake session is driven by FAKE_CLAUDE_* variables and writes its reports into
+        # tmp_path: it runs unconfined here. The sandbox has its own tests (test_sandbox.py,
+        # test_look_around.py) and the real CLI runs confined (test_claude_cli.py).
+        DISPATCHQ_SESSION_SANDBOX="off",
+        DISPATCHQ_SESSION_ALLOW_ENV="FAKE_CLAUDE_*,PYTHONPATH",
+        CLAUDE_CODE_OAUTH_TOKEN="test-session-credential",
     )
     return env
 

@@ -176,6 +176,11 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
             and w.get("subprocess_scrub_warning")
         ):
             console.print(f"[yellow]session worker on {w.get('host')}[/]: {w['subprocess_scrub_warning']}")
+        if w.get("tier") == "session" and w.get("sandbox") == "off":
+            console.print(
+                f"[yellow]session worker on {w.get('host')}[/]: sessions run UNCONFINED "
+                "(DISPATCHQ_SESSION_SANDBOX=off)"
+            )
     markers = data.get("markers") or []
     if not markers:
         console.print("usage window: [green]open[/] (no marker)")

@@ -22,7 +22,7 @@ The rule (issue 4, "Environment"):
   not accepted as the credential either.
 - A session then gets exactly one credential, added after the scrub, plus
   `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1` so Claude Code scrubs its own tool subprocesses too
-  (where bubblewrap works: `dispatchq.launcher.sandbox`).
+  (where bubblewrap works: `dispatchq.launcher.scrub`).
 
 Scrubbing the environment is not enough on its own: a process of the same user can read
 another's `/proc/<pid>/environ`. `mark_non_dumpable()` closes that door for dispatchq's own
@@ -205,7 +205,7 @@ def session_environment(
 ) -> dict[str, str]:
     """The environment of a headless session: the scrub, its one credential, the scrub flag.
 
-    `scrub_subprocesses` is `dispatchq.launcher.sandbox.decide_scrub`'s answer: the flag is
+    `scrub_subprocesses` is `dispatchq.launcher.scrub.decide_scrub`'s answer: the flag is
     `1` only where bubblewrap works (Claude Code refuses to start with it otherwise), and an
     explicit `0` elsewhere.
 

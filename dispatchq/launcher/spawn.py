@@ -33,12 +33,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dispatchq.errors import ConfigError, SettingsError, UserError
+from dispatchq.launcher.egress import EgressProxy
 from dispatchq.launcher.environment import NEVER_PASS
+from dispatchq.launcher.sandbox import SandboxPlan, installation_of
 
 __all__ = ["DEFAULT_SESSION_COMMAND", "LaunchResult", "build_argv", "launch"]
 
@@ -116,22 +118,30 @@ class LaunchResult:
 # - forwards SIGTERM/SIGINT/SIGHUP to the session, and exits with the session's status
 #   (128+N when the session died of signal N), or 127 when it cannot exec it.
 _SUPERVISOR = r"""
-import ctypes, os, signal, sys
+import ctypes, json, os, signal, sys
 PR_SET_PDEATHSIG = 1
 libc = ctypes.CDLL(None, use_errno=True)
-parent, exe, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+parent, mode, exe, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+sandboxed = mode == "sandbox"
 try:
     with open("/proc/self/environ", "rb") as f:
         env = dict(i.split(b"=", 1) for i in f.read().split(b"\0") if b"=" in i)
 except OSError:
     env = dict(os.environb)
 child = 0
+inner = 0
 def parent_died(signum, frame):
-    os.killpg(0, signal.SIGKILL)
-def forward(signum, frame):
     if child:
         try:
-            os.kill(child, signum)
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+    os.killpg(0, signal.SIGKILL)
+def forward(signum, frame):
+    target = inner or child
+    if target:
+        try:
+            os.kill(target, signum)
         except OSError:
             pass
 signal.signal(signal.SIGUSR1, parent_died)
@@ -139,12 +149,20 @@ for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, forward)
 if libc.prctl(PR_SET_PDEATHSIG, signal.SIGUSR1, 0, 0, 0) != 0 or os.getppid() != parent:
     os._exit(125)
+info_r = info_w = -1
+if sandboxed:
+    info_r, info_w = os.pipe()
+    os.set_inheritable(info_w, True)
+    argv = [str(info_w) if a == "@DISPATCHQ_INFO_FD@" else a for a in argv]
 me = os.getpid()
 child = os.fork()
 if child == 0:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != me:
         os._exit(125)
+    if sandboxed:
+        os.close(info_r)
+        os.setpgid(0, 0)
     for s in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(s, signal.SIG_DFL)
     try:
@@ -152,6 +170,20 @@ if child == 0:
     except OSError as e:
         os.write(2, ("dispatchq-supervisor: cannot execute %s: %s\n" % (exe, e.strerror)).encode())
     os._exit(127)
+if sandboxed:
+    os.close(info_w)
+    raw = b""
+    while True:
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            break
+        raw += chunk
+        try:
+            inner = int(json.loads(raw)["child-pid"])
+            break
+        except (ValueError, KeyError, TypeError):
+            continue
+    os.close(info_r)
 while True:
     pid, status = os.waitpid(child, 0)
     if pid == child:
@@ -238,6 +270,8 @@ def launch(
     cancel: threading.Event | None = None,
     kill_grace: float = 10.0,
     max_output: int = 64 * 1024 * 1024,
+    sandbox: SandboxPlan | None = None,
+    egress: frozenset[tuple[str, int]] = frozenset(),
 ) -> LaunchResult:
     """Run one session to completion (or timeout / cancel) and return what it printed.
 
@@ -255,6 +289,10 @@ def launch(
     forked the child ends, not the process. The fork happens here, in the calling thread,
     and this function does not return (even on an exception, see the `finally`) until the
     session's group leader has exited, so that thread always outlives the session.
+
+    `sandbox` confines the session (`dispatchq.launcher.sandbox`): the plan's working
+    directory becomes `cwd`, the command's installation is added to what it sees, and
+    `egress` (host, port) pairs are all its proxy lets it reach; None runs it unconfined.
     """
     argv = [str(a) for a in argv]
     if not argv:
@@ -273,23 +311,40 @@ def launch(
             return LaunchResult(
                 argv=tuple(argv), missing_executable=_missing_reason(argv[0]), cwd=str(workdir)
             )
-        return _run(argv, executable, prompt, workdir, env, timeout, on_event, cancel, kill_grace, max_output)
+        limits = (timeout, on_event, cancel, kill_grace, max_output)
+        if sandbox is None:
+            return _run(argv, _supervised_command(argv, executable), prompt, workdir, env, *limits)
+        with EgressProxy(egress) as proxy:
+            plan = replace(
+                sandbox,
+                workdir=workdir,
+                installs=(*sandbox.installs, *installation_of(executable)),
+                egress_socket=proxy.path,
+            )
+            command = plan.command(executable, argv, os.path.realpath(sys.executable))
+            supervised = _supervised_command(command, command[0], sandboxed=True)
+            return _run(argv, supervised, prompt, workdir, plan.environment(env), *limits)
     finally:
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _supervised_command(argv: list[str], executable: str) -> list[str]:
-    """What is actually exec'd: the session under `_SUPERVISOR`, which holds the parent-death signal."""
+def _supervised_command(argv: list[str], executable: str, *, sandboxed: bool = False) -> list[str]:
+    """What is actually exec'd: the session under `_SUPERVISOR`, which holds the parent-death signal.
+
+    Sandboxed, `argv` is bwrap's (`SandboxPlan.command`): the supervisor then reads the shim's
+    pid from `--info-fd` and forwards its signals there (see `dispatchq.launcher.sandbox`).
+    """
     if _USE_SUPERVISOR:
-        return [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), executable, *argv]
+        mode = "sandbox" if sandboxed else "plain"
+        return [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), mode, executable, *argv]
     # No parent-death signal outside Linux: the group and the timeout still apply.
     return [executable, *argv[1:]]
 
 
 def _run(
     argv: list[str],
-    executable: str,
+    command: list[str],
     prompt: str,
     workdir: Path,
     env: Mapping[str, str],
@@ -306,7 +361,7 @@ def _run(
     """
     try:
         proc = subprocess.Popen(
-            _supervised_command(argv, executable),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -41,15 +41,16 @@ from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.core.judgement import TrailEntry
+from dispatchq.core.judgement import FINISHED, TrailEntry
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
-from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.tiers.confine import Confinement, config_dir, confinement, forget, sandbox_refusal, work_dir
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
@@ -168,6 +169,8 @@ def host_fingerprint(settings: Settings, environ: Mapping[str, str]) -> str:
     parts = [
         settings.session_command,
         resolved,
+        settings.session_sandbox,
+        shutil.which("bwrap", path=environ.get("PATH")) or "",
         var,
         hashlib.sha256(secret.encode()).hexdigest(),
         file_name,
@@ -293,13 +296,6 @@ def write_session_log(data_dir: Path, jid: str, result: LaunchResult) -> None:
         log.warning("cannot write the session log %s", path, exc_info=True)
 
 
-def _session_dir(data_dir: Path, jid: str) -> Path:
-    """A stable, empty working directory per judgement, so `--resume` finds its session."""
-    path = data_dir.expanduser() / "sessions" / jid
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def run_claimed(
     runtime: Runtime,
     jid: str,
@@ -393,6 +389,7 @@ class _Spawn:
     prompt: str
     cwd: Path
     env: dict[str, str]
+    confined: Confinement
 
 
 class _ProbeWatch:
@@ -458,6 +455,11 @@ def _run(
     refused = _refused_before_spawn(attempt)
     if refused is not None:
         return refused
+    unconfinable = sandbox_refusal(attempt.settings, environ)
+    if unconfinable is not None:
+        block_host(window, record, unconfinable, host_fingerprint(attempt.settings, environ))
+        attempt.hooks.not_spawned(runtime, record, unconfinable)
+        return "sandbox unavailable"
     spawn = _build_spawn(attempt)
     watch = _ProbeWatch(attempt)
     watch.start_grace()
@@ -471,6 +473,8 @@ def _run(
             env=spawn.env,
             timeout=window.settings.session_timeout,
             on_event=watch.on_event,
+            sandbox=spawn.confined.plan,
+            egress=spawn.confined.egress,
         )
     finally:
         watch.stop_grace()
@@ -506,15 +510,19 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     settings, record, environ = attempt.settings, attempt.record, attempt.environ
     argv = build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
     credential = read_secret(settings.session_credential_var, environ)
+    confined = settings.session_sandbox == "on"
+    scrub = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     env = session_environment(
         environ,
         deny=settings.session_deny_env,
         credential_var=settings.session_credential_var,
         credential_value=credential,
-        scrub_subprocesses=decide_scrub(settings.session_subprocess_scrub, environ).enabled,
+        scrub_subprocesses=scrub.enabled,
     )
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
-    cwd = Path(checkout) if checkout else _session_dir(settings.data_dir, record.id)
+    cwd = Path(checkout) if checkout else work_dir(settings, record.id)
+    config = config_dir(settings, record.id)
+    env["CLAUDE_CONFIG_DIR"] = str(config)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
     # own way and keeps its own lines outside the frame); every other kind is rendered here.
     prompt = attempt.hooks.render_prompt(attempt.runtime, record)
@@ -523,7 +531,13 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
             attempt.kind.session.prompt,
             {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
         )
-    return _Spawn(argv=argv, prompt=prompt, cwd=cwd, env=env)
+    return _Spawn(
+        argv=argv,
+        prompt=prompt,
+        cwd=cwd,
+        env=env,
+        confined=confinement(settings, attempt.kind, environ, env, cwd, config),
+    )
 
 
 def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started: float) -> str:
@@ -554,6 +568,8 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     for signal, used in reserve_signals(outcome.events, reserve=settings.window_reserve, now=now):
         window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
     attempt.hooks.after_session(attempt.runtime, record, outcome, result)
+    if window.records.statuses([record.id])[0] in FINISHED:
+        forget(settings, record.id)  # its transcripts and scratch folder end with it
     return accounted
 
 

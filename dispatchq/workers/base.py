@@ -27,7 +27,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from dispatchq.core.tiers import row
-from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import reconcile
@@ -39,6 +39,7 @@ from dispatchq.storage.outage import (
     is_outage,
     wait_for_redis,
 )
+from dispatchq.tiers.confine import sandbox_refusal
 
 if TYPE_CHECKING:
     import redis
@@ -118,7 +119,13 @@ class DispatchqWorker(SimpleWorker):
         # typed worker never runs bwrap. bwrap's check is cached per PATH, so a heartbeat
         # does not start a process each time.
         spawns = row(self.tier).worker == "session"
-        scrub = decide_scrub(settings.session_subprocess_scrub, environ) if spawns else None
+        confined = settings.session_sandbox == "on"
+        problem = sandbox_refusal(settings, environ) if spawns else None
+        scrub = (
+            decide_scrub(settings.session_subprocess_scrub, environ, confined=confined and problem is None)
+            if spawns
+            else None
+        )
         return {
             "tier": self.tier,
             "host": settings.host,
@@ -128,6 +135,9 @@ class DispatchqWorker(SimpleWorker):
             and shutil.which(argv[0], path=environ.get("PATH")) is not None,
             "subprocess_scrub": None if scrub is None else "on" if scrub.enabled else "off",
             "subprocess_scrub_warning": None if scrub is None else scrub.warning,
+            # "on", "off" (unconfined: status says so) or "unavailable" (the host is blocked).
+            "sandbox": None if not spawns else "unavailable" if problem else settings.session_sandbox,
+            "sandbox_problem": problem,
         }
 
     def register_death(self) -> None:

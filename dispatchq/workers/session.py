@@ -21,18 +21,22 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
-from dispatchq.launcher.sandbox import decide_scrub
+from dispatchq.errors import SettingsError
+from dispatchq.launcher.environment import read_secret
+from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
     Admission,
     admit,
     hold_paused,
+    host_fingerprint,
     lines_for,
     model_of,
     recheck_blocked,
@@ -46,22 +50,51 @@ if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
     from dispatchq.window.face import Window
 
-__all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_scrub", "session_job_lost", "stopped_cold"]
+__all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_session_host", "session_job_lost", "stopped_cold"]
 
 log = logging.getLogger("dispatchq.session")
 _WARNED: set[str] = set()
 
 
-def check_scrub(runtime: Runtime) -> None:
-    """Before the first admission: can sessions here get the subprocess scrub?
+def _say_once(level: int, message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.log(level, "%s", message)
 
-    `on` without a usable bubblewrap raises `SettingsError` (the CLI exits 2 with the hint);
-    `auto` without it logs one warning line per process, however often RQ's loop restarts.
+
+def check_session_host(runtime: Runtime) -> None:
+    """Before the first admission: can sessions start here, confined, with their credential?
+
+    - no credential (neither the variable nor `<VAR>_FILE`): `SettingsError` with the
+      `claude setup-token` hint (the CLI exits 2): a stored login is not read by a session;
+    - the sandbox cannot start (`DISPATCHQ_SESSION_SANDBOX=on`): the host is blocked with the
+      reason and the hint, so judgements wait uncharged and status, the page and metrics
+      show it; the periodic host probe tries again, still spawning nothing until it works;
+    - the sandbox is off: one warning line, and `status` says so;
+    - the subprocess scrub: `on` without a usable bubblewrap (inside the sandbox, when there
+      is one) raises `SettingsError`; `auto` without it logs one warning line per process.
     """
-    decision = decide_scrub(runtime.settings.session_subprocess_scrub, parent_environment())
-    if decision.warning and decision.warning not in _WARNED:
-        _WARNED.add(decision.warning)
-        log.warning("%s", decision.warning)
+    settings = runtime.settings
+    environ = parent_environment()
+    var = settings.session_credential_var
+    if read_secret(var, environ) is None:
+        raise SettingsError(f"{var} is not set: {CREDENTIAL_HINT.format(var=var)}")
+    problem = sandbox_refusal(settings, environ)
+    if problem is not None:
+        _say_once(logging.ERROR, f"sessions cannot start on this host: {problem}")
+        window = window_for(runtime)
+        window.store.block(
+            settings.host,
+            problem,
+            fingerprint=host_fingerprint(settings, environ),
+            probe_after=settings.host_probe_interval,
+        )
+    elif settings.session_sandbox == "off":
+        _say_once(logging.WARNING, "sessions on this host run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)")
+    confined = settings.session_sandbox == "on" and problem is None
+    decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
+    if decision.warning:
+        _say_once(logging.WARNING, decision.warning)
 
 
 class SessionWorker(DispatchqWorker):
@@ -70,7 +103,7 @@ class SessionWorker(DispatchqWorker):
     runtime: Runtime
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
-        check_scrub(self.runtime)
+        check_session_host(self.runtime)
         return bool(super().work(*args, **kwargs))
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:

@@ -18,7 +18,7 @@ from dispatchq.launcher.environment import (
     read_secret,
     session_environment,
 )
-from dispatchq.launcher.sandbox import ScrubDecision, decide_scrub
+from dispatchq.launcher.scrub import ScrubDecision, decide_scrub
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "support" / "fake_claude.py"

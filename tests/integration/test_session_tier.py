@@ -37,7 +37,7 @@ from rq.job import Job
 
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
-from dispatchq.launcher.sandbox import bwrap_check
+from dispatchq.launcher.scrub import bwrap_check
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.dispatch import Moves, dispatcher_for
 from dispatchq.queue.retrigger import window_for
@@ -908,6 +908,10 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
             "DISPATCHQ_SESSION_COMMAND": f"{python} {fake} {FAKE_ARGS}",
             "CLAUDE_CODE_OAUTH_TOKEN": credential,
             "FAKE_CLAUDE_PLAN": str(root / "out" / "plan.json"),
+            # Unconfined on purpose: this is the environment scrub and the non-dumpable mark on
+            # their own; the sandbox around them is test_look_around.py's.
+            "DISPATCHQ_SESSION_SANDBOX": "off",
+            "DISPATCHQ_SESSION_ALLOW_ENV": "FAKE_CLAUDE_*",
             **secrets,
         }
         (root / "out" / "plan.json").write_text("[]")

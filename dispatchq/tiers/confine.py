@@ -1,0 +1,142 @@
+"""What one session spawn sees: its folders, its environment, and the sandbox around it.
+
+The session tier decides *when* a judgement's session runs; this module decides what that
+session is given, in one place, so the promise "a session gets its one credential and
+nothing else" can be read off one page:
+
+- a per-judgement folder under `Settings.sessions_dir` (beside the data dir, never in it)
+  holding its scratch working directory (when the judgement names no checkout) and the CLI's
+  own config folder (`CLAUDE_CONFIG_DIR`), kept until the judgement ends so `--resume` finds
+  its transcript, and removed then (`forget`): no session reads another's transcripts;
+- the environment (`dispatchq.launcher.environment.session_environment`: an allowlist plus
+  the one credential);
+- with `DISPATCHQ_SESSION_SANDBOX=on`, the bubblewrap plan (`dispatchq.launcher.sandbox`)
+  with the deployment's and the kind's extra binds, the secrets to keep hidden even under a
+  bound folder, and the egress allow-list (`dispatchq.launcher.egress`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dispatchq.errors import SettingsError
+from dispatchq.launcher.egress import allowed_destinations
+from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind, sandbox_problem
+
+if TYPE_CHECKING:
+    from dispatchq.core.kinds import Kind
+    from dispatchq.settings import Settings
+
+__all__ = [
+    "CREDENTIAL_HINT",
+    "Confinement",
+    "config_dir",
+    "confinement",
+    "forget",
+    "judgement_dir",
+    "sandbox_refusal",
+    "secret_paths",
+    "work_dir",
+]
+
+CREDENTIAL_HINT = (
+    "sessions authenticate only with their credential variable: run `claude setup-token` and put "
+    "the token in a file named by {var}_FILE (or set {var})"
+)
+
+
+def judgement_dir(settings: Settings, jid: str) -> Path:
+    """`<sessions_dir>/<jid>`, created 0700 (with its parent) when missing."""
+    root = settings.sessions_dir
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = root / jid
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def work_dir(settings: Settings, jid: str) -> Path:
+    """A stable, empty working directory per judgement, so `--resume` finds its session."""
+    path = judgement_dir(settings, jid) / "work"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def config_dir(settings: Settings, jid: str) -> Path:
+    """The CLI's own config folder for this judgement (transcripts, `.claude.json`)."""
+    path = judgement_dir(settings, jid) / "config"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def forget(settings: Settings, jid: str) -> None:
+    """The judgement ended: its scratch folder and its transcripts go."""
+    shutil.rmtree(settings.sessions_dir / jid, ignore_errors=True)
+
+
+def secret_paths(settings: Settings, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What must stay hidden even where it lies under a folder a session sees.
+
+    The data dir (the store's socket, its password, the append-only file), every file a
+    `*_FILE` variable names (the TypeSafe key, the GitHub token, the session credential's own
+    file: the credential reaches the session as a value, never as a readable file) and
+    `/etc/dispatchq`.
+    """
+    found = [str(settings.data_dir.expanduser().resolve()), "/etc/dispatchq"]
+    for name, value in environ.items():
+        if name.upper().endswith("_FILE") and value.startswith("/"):
+            found.append(os.path.realpath(value))
+    return tuple(dict.fromkeys(found))
+
+
+def sandbox_refusal(settings: Settings, environ: Mapping[str, str]) -> str | None:
+    """Why no confined session can start on this host (for the host breaker), or None."""
+    if settings.session_sandbox != "on":
+        return None
+    problem = sandbox_problem(environ.get("PATH", os.defpath))
+    return None if problem is None else f"{problem}: {BWRAP_HINT}"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """The plan for one spawn (None: unconfined) and where its proxy may lead."""
+
+    plan: SandboxPlan | None
+    egress: frozenset[tuple[str, int]]
+
+
+def _binds(settings: Settings, kind: Kind) -> tuple[Bind, ...]:
+    binds = [parse_bind(item, "DISPATCHQ_SESSION_SANDBOX_BIND") for item in settings.session_sandbox_bind]
+    extra = getattr(kind.session, "bind", ()) if kind.session is not None else ()
+    binds += [parse_bind(item, f"kinds.{kind.name}.session.bind") for item in extra]
+    return tuple(binds)
+
+
+def confinement(
+    settings: Settings,
+    kind: Kind,
+    environ: Mapping[str, str],
+    env: Mapping[str, str],
+    workdir: Path,
+    config: Path,
+) -> Confinement:
+    """The sandbox for a spawn in `workdir` with `env` (the session's own environment)."""
+    try:
+        egress = allowed_destinations(env, settings.session_egress)
+    except ValueError as error:
+        raise SettingsError(f"DISPATCHQ_SESSION_EGRESS: {error}") from None
+    if settings.session_sandbox != "on":
+        return Confinement(None, egress)
+    bwrap = shutil.which("bwrap", path=environ.get("PATH", os.defpath)) or "bwrap"
+    plan = SandboxPlan(
+        bwrap=bwrap,
+        workdir=workdir,
+        config_dir=config,
+        binds=_binds(settings, kind),
+        hide=secret_paths(settings, environ),
+    )
+    return Confinement(plan, egress)
