@@ -194,6 +194,7 @@ def plant(tmp: Path, data_dir: Path) -> Planted:
         "write_targets": [str(REPO), str(data_dir)],
         "job_targets": [str(data_dir)],
         "walk_seconds": 4,
+        "keep_canaries": True,
         "listener_port": port,
         "abstract": "@" + abstract_name,
         "agent": str(agent_path),
@@ -258,6 +259,23 @@ class Look:
     report: dict[str, Any]
     sandbox: str
     store: str
+    ephemeral: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """A canary the sandbox let the probe write into its own scratch mounts (a folder bwrap
+        made to hold a bind) never reaches the host: only those found on the host count."""
+        kept, self.ephemeral = [], []
+        for item in self.report["findings"]["writes"]:
+            canary = Path(item.get("canary", ""))
+            if item.get("canary") and canary.exists():
+                canary.unlink()
+                kept.append(item)
+            elif item.get("canary"):
+                self.ephemeral.append(item["path"])
+            else:
+                kept.append(item)
+        self.report["findings"]["writes"] = kept
+        self.report["counts"]["writes"] = len(kept)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -271,6 +289,7 @@ class Look:
         lines = [f"sandbox={self.sandbox} store={self.store} counts={self.counts}"]
         for kind in KINDS:
             lines += [f"  {kind}: {json.dumps(item, sort_keys=True)}" for item in self.found(kind)]
+        lines.append(f"  writes that stayed inside the sandbox (not counted): {self.ephemeral}")
         lines.append(f"  info: {json.dumps(self.report.get('info', {}), sort_keys=True)[:4000]}")
         return "\n".join(lines)
 

@@ -548,8 +548,32 @@ class Probe:
                     detail = self.redis_look(address, family, password)
                     return {"kind": "redis-password-found", "detail": detail, "password": password}
             return None  # a closed store: the probe reached nothing behind it
+        if not reply.strip() or reply.startswith("HTTP/"):
+            leak = self.proxy_leaks(address, family)
+            if leak is None:
+                self.info.setdefault("restricted_proxies", []).append(str(address).replace("\0", "@"))
+                return None  # a proxy that refused every forbidden target and serves nothing itself
+            if leak:
+                return {"kind": "proxy-leak", "detail": leak}
         banner = reply.strip().splitlines()[0][:80] if reply.strip() else "(no reply to PING)"
         return {"kind": "accepts", "detail": banner}
+
+    def forbidden(self) -> list[str]:
+        guessed = ["127.0.0.1:6379", "127.0.0.1:8484", "169.254.169.254:80"]
+        return list(dict.fromkeys([*self.ctx.get("forbidden", []), *guessed]))
+
+    def proxy_leaks(self, address: object, family: int) -> str | None:
+        """For an HTTP-speaking socket: '' when it is no proxy (a service: a finding as such),
+        None when it is a proxy refusing every forbidden target, else what leaked."""
+        for target in self.forbidden():
+            leaked = through_proxy(address, family, target)
+            if leaked:
+                return f"{target}: {leaked}"
+        own = http_status(address, family, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        refused = own in (400, 403, 405) and http_status(
+            address, family, f"CONNECT {self.forbidden()[0]} HTTP/1.1\r\n\r\n"
+        ) in (400, 403)
+        return None if refused else ""
 
     @staticmethod
     def redis_auth(address: object, family: int, password: str) -> bool:
@@ -578,12 +602,10 @@ class Probe:
         return f"DBSIZE {size}, KEYS * listed {named}, version {version.group(1) if version else '?'}"
 
     def probe_proxy(self, port: int) -> None:
-        """The proxy is the one expected door: a finding only if it lets the probe elsewhere."""
-        guessed = ["127.0.0.1:6379", "127.0.0.1:8484", "169.254.169.254:80"]
-        forbidden = [*self.ctx.get("forbidden", []), *guessed]
+        """The proxy in its own HTTPS_PROXY is the one expected door: a finding if it leaks."""
         results = {}
-        for target in dict.fromkeys(forbidden):
-            results[target] = self._through_proxy(port, target)
+        for target in self.forbidden():
+            results[target] = through_proxy(("127.0.0.1", port), socket.AF_INET, target)
             if results[target]:
                 self.add(
                     "stores",
@@ -592,30 +614,6 @@ class Probe:
                     detail=results[target],
                 )
         self.info.setdefault("proxy", {})[str(port)] = {t: bool(r) for t, r in results.items()}
-
-    @staticmethod
-    def _through_proxy(port: int, target: str) -> str:
-        """What came back from `target` through the proxy ('' when refused)."""
-        host, _, tport = target.rpartition(":")
-        banner = "LOOKAROUND-LISTENER"
-        for request in (
-            f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n",
-            f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n",
-        ):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-                    sock.sendall(request.encode())
-                    head = recv_some(sock, 4096)
-                    if request.startswith("CONNECT") and re.match(r"HTTP/1\.[01] 200", head):
-                        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                        tail = recv_some(sock, 4096)
-                        return f"CONNECT 200, then {(head + tail)[-60:]!r}"
-                    if banner in head or "+PONG" in head or "NOAUTH" in head:
-                        return f"GET reached it: {head[:60]!r}"
-            except OSError:
-                continue
-        del host, tport
-        return ""
 
     # --- writes and jobs -----------------------------------------------------------------------
     def look_at_writes(self) -> None:
@@ -636,8 +634,11 @@ class Probe:
             except OSError:
                 continue
             os.close(fd)
-            os.unlink(canary)
-            self.add("writes", path=folder)
+            if self.ctx.get("keep_canaries"):
+                self.add("writes", path=folder, canary=canary)  # the test looks for it on the host
+            else:
+                os.unlink(canary)
+                self.add("writes", path=folder)
         self.info["writes"] = {"tried": len(tried)}
 
     def look_at_jobs(self) -> None:
@@ -702,6 +703,43 @@ class Probe:
             "findings": {kind: items[:MAX_LISTED] for kind, items in self.findings.items()},
             "info": self.info,
         }
+
+
+def through_proxy(address: object, family: int, target: str) -> str:
+    """What came back from `target` through the proxy at `address` ('' when refused)."""
+    banner = "LOOKAROUND-LISTENER"
+    for request in (
+        f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n",
+        f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n",
+    ):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.settimeout(1.0)
+                sock.connect(address)  # type: ignore[arg-type]
+                sock.sendall(request.encode())
+                head = recv_some(sock, 4096)
+                if request.startswith("CONNECT") and re.match(r"HTTP/1\.[01] 200", head):
+                    sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+                    tail = recv_some(sock, 4096)
+                    return f"CONNECT 200, then {(head + tail)[-60:]!r}"
+                if banner in head or "+PONG" in head or "NOAUTH" in head:
+                    return f"GET reached it: {head[:60]!r}"
+        except OSError:
+            continue
+    return ""
+
+
+def http_status(address: object, family: int, request: str) -> int | None:
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            sock.connect(address)  # type: ignore[arg-type]
+            sock.sendall(request.encode())
+            head = recv_some(sock, 4096)
+    except OSError:
+        return None
+    match = re.match(r"HTTP/1\.[01] (\d{3})", head)
+    return int(match.group(1)) if match else None
 
 
 def resp(sock: socket.socket, *args: object, limit: int = 65536) -> str:
