@@ -17,7 +17,6 @@ Messages API stand-in, which a confined session reaches only through its proxy.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import signal
 import sys
@@ -32,12 +31,17 @@ import pytest
 from dispatchq.process.wiring import set_runtime
 from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply
 from tests.conftest import REPO
-from tests.integration.test_claude_cli import RealHarness
+from tests.integration.test_claude_cli import CLAUDE, RealHarness
 
-pytestmark = pytest.mark.slow
+# Importing test_claude_cli already fails under CI=true when the pinned CLI cannot run there.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CLAUDE.exists(), reason=f"REAL CLAUDE CODE CLI SANDBOX TESTS SKIPPED: no CLI at {CLAUDE}"
+    ),
+]
 
 PROBE = REPO / "tests" / "support" / "look_around.py"
-CLI_PROXY = re.compile(r"^unix /tmp/claude-(http|socks)-[0-9a-f]+\.sock$")
 TOOLED = """
   tooled:
     session:
@@ -153,8 +157,8 @@ def test_the_real_clis_own_tool_subprocess_sees_no_credential_inside_the_sandbox
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env_part and "stand-in-token" not in printed, printed[:4000]
     report = json.loads(probe_part.strip())
     assert report["info"]["environment"]["credential_present"] is False, report
-    # The CLI's own sandbox gives its tools an egress proxy socket in (the session's private)
-    # /tmp: that one is the CLI's own door, expected; anything else is a finding.
-    stores = [f for f in report["findings"]["stores"] if not CLI_PROXY.search(f["where"])]
-    counts = {**report["counts"], "stores": len(stores)}
+    # The CLI's own tool sandbox gives its tools egress proxies (sockets in the private /tmp, a
+    # loopback port): the probe counts them only if they relay a forbidden target.
+    counts = report["counts"]
     assert counts == dict.fromkeys(counts, 0), json.dumps(report["findings"])[:4000]
+    assert report["info"].get("restricted_proxies"), report["info"]

@@ -563,17 +563,23 @@ class Probe:
         return list(dict.fromkeys([*self.ctx.get("forbidden", []), *guessed]))
 
     def proxy_leaks(self, address: object, family: int) -> str | None:
-        """For an HTTP-speaking socket: '' when it is no proxy (a service: a finding as such),
-        None when it is a proxy refusing every forbidden target, else what leaked."""
+        """For a socket that speaks HTTP or waits for a request: '' when it serves something
+        itself (a finding as such), None when it relays none of the forbidden targets and
+        serves nothing (a restricted proxy: the sandbox's, or the CLI's own), else what leaked."""
         for target in self.forbidden():
             leaked = through_proxy(address, family, target)
             if leaked:
                 return f"{target}: {leaked}"
-        own = http_status(address, family, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        refused = own in (400, 403, 405) and http_status(
-            address, family, f"CONNECT {self.forbidden()[0]} HTTP/1.1\r\n\r\n"
-        ) in (400, 403)
-        return None if refused else ""
+        # A proxy that relayed nothing is the expected door only if it serves nothing itself:
+        # `dispatchq serve` (or any local web service) answers its own pages with 2xx/3xx.
+        # A socket that never speaks HTTP (a silent service) is no proxy: it is a door.
+        codes = [http_status(address, family, f"CONNECT {self.forbidden()[0]} HTTP/1.1\r\n\r\n")]
+        for path in ("/", "/healthz"):
+            request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            codes.append(http_status(address, family, request))
+        if any(code is not None and 200 <= code < 400 for code in codes[1:]):
+            return ""
+        return None if any(code is not None for code in codes) else ""
 
     @staticmethod
     def redis_auth(address: object, family: int, password: str) -> bool:
