@@ -23,6 +23,10 @@ test; `unknown_paths` lists them.
         api.rule = lambda seen: ...                       # a Reply (or None) per request, first
         env["ANTHROPIC_BASE_URL"] = api.url
         api.message_requests                              # the /v1/messages requests seen
+        api.push(Reply.tool_use("Bash", {"command": "env"}))  # the model asks for a tool
+        api.tool_call("Bash", {"command": "env"}, then="done")  # ... and answers its result
+        api.message_requests[-1].tool_results             # what the tool printed, as sent back
+        api.push(Reply.held(gate, "late"))                # answers only once `gate` is set
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ class Reply:
     text: str = "ok"
     body: Mapping[str, Any] | None = None  # an error body (status != 200)
     headers: Mapping[str, str] = field(default_factory=dict)
+    # A tool call instead of text: {"name": ..., "input": {...}} (stop_reason `tool_use`).
+    tool: Mapping[str, Any] | None = None
+    # Held: the reply is sent only once this is set (a session cut off mid-request).
+    hold: threading.Event | None = field(default=None, compare=False)
 
     @staticmethod
     def allowed_headers(**extra: str) -> dict[str, str]:
@@ -85,6 +93,18 @@ class Reply:
     def error(cls, status: int, kind: str, message: str, **headers: str) -> Reply:
         return cls(status, body=error_body(kind, message), headers=dict(headers))
 
+    @classmethod
+    def tool_use(cls, name: str, tool_input: Mapping[str, Any], **headers: str) -> Reply:
+        """The model calls tool `name` with `tool_input`; the CLI runs it and asks again."""
+        return cls(
+            200, "", headers=cls.allowed_headers(**headers), tool={"name": name, "input": dict(tool_input)}
+        )
+
+    @classmethod
+    def held(cls, gate: threading.Event, text: str = "ok", **headers: str) -> Reply:
+        """A streamed `text` sent only once `gate` is set (waited for outside the server's lock)."""
+        return cls(200, text, headers=cls.allowed_headers(**headers), hold=gate)
+
 
 def error_body(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
@@ -104,19 +124,47 @@ class Seen:
     def model(self) -> str:
         return str(self.body.get("model") or "") if isinstance(self.body, dict) else ""
 
+    @property
+    def tool_results(self) -> list[str]:
+        """The text of every `tool_result` block the CLI sent back in this request."""
+        messages = self.body.get("messages") if isinstance(self.body, dict) else None
+        found: list[str] = []
+        for message in messages if isinstance(messages, list) else []:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found.append(_block_text(block.get("content")))
+        return found
+
+
+def _block_text(content: Any) -> str:
+    """A tool_result's content: a string, or a list of text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _message(text: str, model: str) -> dict[str, Any]:
+def _tool_block(tool: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool["name"], "input": {}}
+
+
+def _message(text: str, model: str, tool: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if tool is not None:
+        content = [{**_tool_block(tool), "input": dict(tool["input"])}]
     return {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": content,
+        "stop_reason": "tool_use" if tool is not None else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 12, "output_tokens": max(1, len(text) // 4)},
     }
@@ -157,6 +205,15 @@ class FakeAnthropicAPI:
                 if chosen is not None:
                     return chosen
             return self.queue.popleft() if self.queue else self.default
+
+    def tool_call(self, name: str, tool_input: Mapping[str, Any], *, then: str = "done") -> None:
+        """Every request whose messages carry no tool_result asks for the tool; one that
+        carries one (the CLI's follow-up with the tool's output) is answered with `then`."""
+
+        def rule(seen: Seen) -> Reply:
+            return Reply.answer(then) if seen.tool_results else Reply.tool_use(name, tool_input)
+
+        self.rule = rule
 
     @property
     def message_requests(self) -> list[Seen]:
@@ -231,12 +288,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _messages(self, body: Mapping[str, Any], seen: Seen) -> None:
         reply = self.api.next_reply(seen)
+        if reply.hold is not None:
+            reply.hold.wait(timeout=300)
         if reply.status != 200:
             self._send(reply.status, reply.body or error_body("api_error", "error"), reply.headers)
             return
         model = str(body.get("model") or MODEL)
         if not body.get("stream"):
-            self._send(200, _message(reply.text, model), reply.headers)
+            self._send(200, _message(reply.text, model, reply.tool), reply.headers)
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -252,28 +311,15 @@ class _Handler(BaseHTTPRequestHandler):
         start["usage"] = {"input_tokens": 12, "output_tokens": 1}
         chunks = [
             _sse("message_start", {"type": "message_start", "message": start}),
-            _sse(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            ),
-            _sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": reply.text},
-                },
-            ),
-            _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            *(_text_chunks(reply.text) if reply.tool is None else _tool_chunks(reply.tool)),
             _sse(
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "delta": {
+                        "stop_reason": "end_turn" if reply.tool is None else "tool_use",
+                        "stop_sequence": None,
+                    },
                     "usage": {"output_tokens": max(1, len(reply.text) // 4)},
                 },
             ),
@@ -293,6 +339,38 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._handle("HEAD")
 
+
+def _text_chunks(text: str) -> list[bytes]:
+    return [
+        _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        _sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        ),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]
+
+
+def _tool_chunks(tool: Mapping[str, Any]) -> list[bytes]:
+    """A `tool_use` block as the API streams it: an empty input, then its JSON in one delta."""
+    return [
+        _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": _tool_block(tool)},
+        ),
+        _sse(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps(dict(tool["input"]))},
+            },
+        ),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]
 
 
 def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
