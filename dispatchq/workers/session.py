@@ -23,6 +23,7 @@ from rq.job import Job
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.launcher.sandbox import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
@@ -82,7 +83,7 @@ class SessionWorker(DispatchqWorker):
         def model(kind_name: str) -> str | None:
             return model_of(runtime.config.kinds, kind_name)
 
-        queue = Queue(keys.queue_name("session"), connection=self.connection, job_class=self.job_class)
+        queue = DispatchqQueue(keys.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
         try:
