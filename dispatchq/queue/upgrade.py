@@ -48,6 +48,8 @@ __all__ = ["NeedsGlobal", "Upgrade", "ensure_upgraded", "no_globals_loads", "upg
 
 log = logging.getLogger("dispatchq.queue.upgrade")
 
+#: The field of a job hash the upgrade refused: its one line (RQ ignores fields it does not know).
+_REFUSED = "dispatchq_refused"
 #: rq-scheduler's sorted set of scheduled job ids (a refused job must leave it too).
 _SCHEDULED = "rq:scheduler:scheduled_jobs"
 
@@ -155,9 +157,9 @@ def upgrade_job(client: redis.Redis, key: str) -> str:
         while True:
             try:
                 pipe.watch(key)
-                data, meta = cast("list[bytes | None]", pipe.hmget(key, ["data", "meta"]))
+                data, meta, seen = cast("list[bytes | None]", pipe.hmget(key, ["data", "meta", _REFUSED]))
                 raw = _inflate(data) if data is not None else None
-                if not _pickled(raw) and not _pickled(meta):
+                if seen is not None or (not _pickled(raw) and not _pickled(meta)):
                     return "unchanged"
                 fields: dict[Any, Any] = {}
                 try:
@@ -166,7 +168,11 @@ def upgrade_job(client: redis.Redis, key: str) -> str:
                     if meta is not None and _pickled(meta):
                         fields["meta"] = _as_json(meta, meta=True)
                 except RefusedEntryPoint as refused:
-                    pipe.unwatch()
+                    # Marked in the same compare-and-set, so of passes running at once only
+                    # one refuses it (and logs it); its data stays as it was, never read again.
+                    pipe.multi()
+                    pipe.hset(key, _REFUSED, str(refused))
+                    pipe.execute()
                     _refuse(client, key, refused)
                     return "refused"
                 pipe.multi()
