@@ -44,9 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rq.job import Job  # noqa: E402
-
 from dispatchq.process.wiring import build_runtime  # noqa: E402
+from dispatchq.queue.entrypoints import DispatchqJob  # noqa: E402
 from dispatchq.queue.scheduler import reconcile  # noqa: E402
 from dispatchq.settings import load_settings  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
@@ -286,7 +285,7 @@ def _whole_record_pass(runtime: Any) -> None:
     records = [r for r in store.get_many(store.ids("queued")) if r is not None]
     for start in range(0, len(records), 1000):
         chunk = records[start : start + 1000]
-        Job.fetch_many([r.job for r in chunk if r.job], connection=runtime.redis)
+        DispatchqJob.fetch_many([r.job for r in chunk if r.job], connection=runtime.redis)
 
 
 def reconcile_pass(n: int, passes: int = 3) -> dict[str, Any]:

@@ -41,8 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rq import Queue  # noqa: E402
-
+from dispatchq.queue.entrypoints import DispatchqQueue  # noqa: E402
 from dispatchq.storage import keys  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
@@ -222,7 +221,7 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
             seconds, ok = _load(serve_port, chunk)
             serve_rates.append(ok / seconds)
             serve_ok += ok
-        jobs = Queue(keys.queue_name("typed"), connection=redis).get_jobs()
+        jobs = DispatchqQueue(keys.queue_name("typed"), connection=redis).get_jobs()
         enqueued = len({delivery for job in jobs for delivery in job.args[0]})
         # How many deliveries each accept call carried: what group commit bought.
         accept_calls = int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))

@@ -25,6 +25,7 @@ from dispatchq.core.ladder import entry_tier, next_tier
 from dispatchq.core.tiers import NEEDS_TRIAGE, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.git import runner as git
+from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord
@@ -158,7 +159,7 @@ class Dispatcher:
     def queue(self, tier: str, host: str | None = None) -> Queue:
         name = keys.queue_name(tier, host)
         if name not in self._queues:
-            self._queues[name] = Queue(name, connection=self.redis)
+            self._queues[name] = DispatchqQueue(name, connection=self.redis)
         return self._queues[name]
 
     def queues_for(self, tier: str) -> list[Queue]:

@@ -19,12 +19,14 @@ from typing import Literal, cast
 
 import redis
 from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import JobStatus
 from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.worker import Worker
 
 from dispatchq.core.text import as_text
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, refusal_of
+from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.storage import keys
 from dispatchq.storage.connection import process_alive
 
@@ -63,12 +65,12 @@ def job_liveness(client: redis.Redis, job_id: str | None, *, workers: set[str] |
     if not job_id:
         return JobLiveness("lost", "the record names no job")
     try:
-        job = Job.fetch(job_id, connection=client)
+        job = DispatchqJob.fetch(job_id, connection=client)
     except NoSuchJobError:
         return JobLiveness("lost", "its job no longer exists")
     status = job.get_status(refresh=False)
     if status == JobStatus.QUEUED:
-        queue = Queue(job.origin, connection=client)
+        queue = DispatchqQueue(job.origin, connection=client)
         if client.lpos(queue.key, job_id) is None:
             return JobLiveness("lost", "its job says queued but is in no queue")
         return JobLiveness("alive", "queued")
@@ -119,14 +121,16 @@ def session_holders(
     runs one judgement (its first argument) holding one session slot (its second)."""
     out = []
     for queue in queues:
-        registry = StartedJobRegistry(queue.name, connection=client)
+        registry = _started(queue.name, client)
         started = cast("list[tuple[bytes, float]]", client.zrange(registry.key, 0, -1, withscores=True))
         for raw, score in started:
             entry = as_text(raw) or ""
             job_id = registry.parse_job_id(entry)
             try:
-                job = Job.fetch(job_id, connection=client)
+                job = DispatchqJob.fetch(job_id, connection=client)
             except NoSuchJobError:
+                continue
+            if refusal_of(job) is not None:  # not one of ours: a worker fails it, never runs it
                 continue
             if not job.args or (jids is not None and str(job.args[0]) not in jids):
                 continue
@@ -149,10 +153,16 @@ def session_holders(
     return out
 
 
+def _started(queue: str, client: redis.Redis) -> StartedJobRegistry:
+    # dispatchq's job class and JSON: the registry fetches jobs (and runs an abandoned one's
+    # failure callback) with what it is given, not with what the worker runs.
+    return StartedJobRegistry(queue, connection=client, job_class=DispatchqJob, serializer=JSONSerializer)
+
+
 def abandon_now(client: redis.Redis, holder: SessionHolder) -> None:
     """Hand a job whose worker is known dead to RQ's own abandoned-job handling now, instead of
     when its heartbeat lapses: the started entry is marked expired and the registry cleaned (the
     failure callback puts the judgement back in line and frees its session slot)."""
-    registry = StartedJobRegistry(holder.queue, connection=client)
+    registry = _started(holder.queue, client)
     client.zadd(registry.key, {holder.entry: 0}, xx=True)
     registry.cleanup()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rq import Queue, SimpleWorker
+from rq import SimpleWorker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
@@ -29,8 +29,10 @@ from rq_scheduler import Scheduler
 from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.core.tiers import batch_tiers
 from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.entrypoints import DispatchqJob
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, refusal_of, refuse
 from dispatchq.queue.liveness import job_liveness
+from dispatchq.queue.serializer import JSONSerializer
+from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.storage import keys
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
@@ -42,6 +44,7 @@ __all__ = [
     "HEARTBEAT_TTL",
     "RECONCILE_CHUNK",
     "TICK",
+    "DispatchqScheduler",
     "due_retries",
     "log",
     "reconcile",
@@ -60,8 +63,59 @@ HEARTBEAT_TTL = 10
 RECONCILE_CHUNK = 1000
 
 
-def scheduler_for(runtime: Runtime) -> Scheduler:
-    return Scheduler(queue_name=keys.CONTROL_QUEUE, connection=runtime.redis, interval=TICK)
+class DispatchqScheduler(Scheduler):
+    """rq-scheduler over dispatchq's job and queue classes, vetting each job it moves.
+
+    rq-scheduler has no serializer option: it fetches with its `job_class` and pushes with its
+    `queue_class`, so both are dispatchq's (strict JSON; nothing it reads is unpickled). Its
+    mover reads each job's function name before pushing it (a log line), and would import
+    whatever class a job's `meta` names for its queue; here a due job is vetted first
+    (`refusal_of`) and a refused one fails with its one line and leaves the schedule without
+    being pushed, while the loop goes on. Listings (`get_jobs`) skip refused jobs.
+    """
+
+    job_class = DispatchqJob
+    queue_class = DispatchqQueue
+
+    def get_jobs(
+        self, until: Any = None, with_times: bool = False, offset: Any = None, length: Any = None
+    ) -> Any:
+        for item in super().get_jobs(until=until, with_times=with_times, offset=offset, length=length):
+            job = item[0] if with_times else item
+            if refusal_of(job) is None:
+                yield item
+
+    def enqueue_jobs(self) -> list[Job]:
+        ensure_upgraded(self.connection)  # the previous release's pickled jobs first (once per store)
+        moved: list[Job] = []
+        for job in Scheduler.get_jobs(self, until=_utc_now()):
+            refused = refusal_of(job)
+            if refused is None:
+                self.enqueue_job(job)
+                moved.append(job)
+            else:
+                self.connection.zrem(self.scheduled_jobs_key, job.id)
+                refuse(job, refused)
+        return moved
+
+    def get_queue_for_job(self, job: Job) -> DispatchqQueue:
+        # Never the class a job's `meta` names (rq-scheduler would import it).
+        return DispatchqQueue(job.origin, connection=self.connection)
+
+
+def _utc_now() -> datetime:
+    # What rq-scheduler's `get_jobs_to_queue` passes: naive UTC, turned into a whole second.
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def scheduler_for(runtime: Runtime) -> DispatchqScheduler:
+    return DispatchqScheduler(
+        queue_name=keys.CONTROL_QUEUE,
+        connection=runtime.redis,
+        interval=TICK,
+        job_class=DispatchqJob,
+        queue_class=DispatchqQueue,
+    )
 
 
 def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
@@ -225,7 +279,7 @@ def _waiting_jobs(runtime: Runtime, origins: set[str]) -> set[str]:
     A snapshot, read queues first and intermediate lists second (the way a job moves), used
     only to clear a job ("it is waiting"); a job missing from it is asked about again.
     """
-    queues = [Queue(origin, connection=runtime.redis) for origin in sorted(origins)]
+    queues = [DispatchqQueue(origin, connection=runtime.redis) for origin in sorted(origins)]
     found: set[str] = set()
     for attr in ("key", "intermediate_queue_key"):
         pipe = runtime.redis.pipeline(transaction=False)
@@ -244,7 +298,7 @@ def _text(value: Any) -> str | None:
 
 def _queued_nowhere_id(runtime: Runtime, job_id: str, origin: str) -> bool:
     try:
-        job = Job.fetch(job_id, connection=runtime.redis)
+        job = DispatchqJob.fetch(job_id, connection=runtime.redis)
     except NoSuchJobError:
         return True
     if origin and not job.origin:
@@ -259,13 +313,13 @@ def _queued_nowhere(runtime: Runtime, job: Job) -> bool:
     Read in that order and the status read again last, so a job being taken right now
     (queue -> intermediate -> started) is never judged lost.
     """
-    queue = Queue(job.origin, connection=runtime.redis)
+    queue = DispatchqQueue(job.origin, connection=runtime.redis)
     if runtime.redis.lpos(queue.key, job.id) is not None:
         return False
     if runtime.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
         return False
     try:
-        return Job.fetch(job.id, connection=runtime.redis).get_status() == JobStatus.QUEUED
+        return DispatchqJob.fetch(job.id, connection=runtime.redis).get_status() == JobStatus.QUEUED
     except NoSuchJobError:
         return True  # gone meanwhile: nobody will run it either
 
@@ -292,7 +346,7 @@ def run_scheduler(
     change; the loop ends only when asked to stop.
     """
     scheduler = scheduler_for(runtime)
-    control = Queue(keys.CONTROL_QUEUE, connection=runtime.redis, job_class=DispatchqJob)
+    control = DispatchqQueue(keys.CONTROL_QUEUE, connection=runtime.redis)
     stopping = False
     outage = OutageLog(runtime.settings.describe_redis(), log)
     memory = MemoryLog(log)
@@ -347,7 +401,7 @@ def run_scheduler(
         runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)
 
 
-def _tick(runtime: Runtime, scheduler: Scheduler, control: Queue) -> None:
+def _tick(runtime: Runtime, scheduler: Scheduler, control: DispatchqQueue) -> None:
     runtime.redis.set(keys.SCHEDULER_HEARTBEAT, repr(time.time()), ex=HEARTBEAT_TTL)
     if scheduler.acquire_lock():
         try:
@@ -355,5 +409,11 @@ def _tick(runtime: Runtime, scheduler: Scheduler, control: Queue) -> None:
         finally:
             scheduler.remove_lock()
     if control.count:
-        worker = SimpleWorker([control], connection=runtime.redis, job_class=DispatchqJob)
+        worker = SimpleWorker(
+            [control],
+            connection=runtime.redis,
+            job_class=DispatchqJob,
+            queue_class=DispatchqQueue,
+            serializer=JSONSerializer,
+        )
         worker.work(burst=True, logging_level="WARNING", with_scheduler=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ALL_IDS",
     "CONTROL_QUEUE",
+    "JOBS_UPGRADED",
     "MARKER_AUDIT",
     "MARKER_SCOPES",
     "PREFIX",
@@ -249,3 +250,10 @@ unfinished judgements are there, `c:<class>` -> how many wait for that class of 
 STATS_WAITING_REASONS = f"{PREFIX}:stats:waiting-reasons"  # hash: waiting reason text -> how many
 STATS_FINISHED = f"{PREFIX}:stats:finished"  # hash: `<tier>:<status>` -> judgements ever finished so
 STATS_TRIAGE_OUTCOMES = f"{PREFIX}:stats:triage:outcomes"  # hash: resolution row (reason code) -> count
+
+
+# Appended for issue 20 (a worker runs only dispatchq's own jobs).
+JOBS_UPGRADED = f"{PREFIX}:upgrade:jobs-json"
+"""String, no TTL: JSON {at, rewritten, refused} once every pickled RQ job hash (`rq:job:*`) was
+rewritten as JSON or refused (`dispatchq.queue.upgrade`); while it is absent, each worker and
+the scheduler run the upgrade before their first job."""

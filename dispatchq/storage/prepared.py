@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rq.job import Job, JobStatus
+from rq.job import JobStatus
 from rq.queue import Queue
 from rq.utils import now
 
@@ -51,7 +51,9 @@ class JobTemplate:
 
     def __init__(self, queue: Queue, func: str, *, timeout: int, result_ttl: int, failure_ttl: int) -> None:
         self._queue = queue
-        self._job = Job.create(
+        # The queue's own job class and serializer (dispatchq's: strict JSON), so a webhook's
+        # job is written exactly as `queue.enqueue_call` would write it.
+        self._job = queue.job_class.create(
             func,
             args=(),
             connection=queue.connection,

@@ -29,9 +29,11 @@ from rq.registry import StartedJobRegistry
 from dispatchq.core.tiers import row
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.entrypoints import DispatchqJob
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
 from dispatchq.queue.scheduler import reconcile
+from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.stopping import note_stop_requested
+from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import (
     Backoff,
@@ -68,6 +70,7 @@ class DispatchqWorker(SimpleWorker):
     """
 
     job_class = DispatchqJob
+    queue_class = DispatchqQueue  # its dequeue fails a job that is not one of ours, unrun
     heartbeat_grace = 60
     #: True once the process was asked to stop (SIGTERM/SIGINT): the only clean exit.
     stopping = False
@@ -247,16 +250,19 @@ def build_worker(
 ) -> DispatchqWorker:
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
+    ensure_upgraded(runtime.redis)  # the previous release's pickled jobs, as JSON, before any dequeue
     # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's
     # failure callback) with the queue's job class, not the worker's.
     queues = [
-        Queue(queue.name, connection=runtime.redis, job_class=DispatchqJob)
+        DispatchqQueue(queue.name, connection=runtime.redis)
         for queue in dispatcher_for(runtime).queues_for(tier)
     ]
     worker = cls(
         queues,
         name=name,
         connection=runtime.redis,
+        queue_class=DispatchqQueue,
+        serializer=JSONSerializer,
         maintenance_interval=settings.recovery_interval,
         job_monitoring_interval=settings.heartbeat_interval,
         default_result_ttl=0,

@@ -35,6 +35,7 @@ from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
+from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.storage.outage import (
     Backoff,
     MemoryLog,
@@ -334,4 +335,6 @@ def clean_started(redis_client: redis.Redis, queues: Iterable[Queue]) -> None:
     a dead worker's job forever.
     """
     for queue in queues:
-        StartedJobRegistry(queue.name, connection=redis_client, job_class=DispatchqJob).cleanup()
+        StartedJobRegistry(
+            queue.name, connection=redis_client, job_class=DispatchqJob, serializer=JSONSerializer
+        ).cleanup()

@@ -25,6 +25,7 @@ from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
@@ -115,7 +116,7 @@ class SessionWorker(DispatchqWorker):
         def model(kind_name: str) -> str | None:
             return model_of(runtime.config.kinds, kind_name)
 
-        queue = Queue(keys.queue_name("session"), connection=self.connection, job_class=self.job_class)
+        queue = DispatchqQueue(keys.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
         try:

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rq import Callback, Queue
-from rq.job import Job, JobStatus
+from rq import Callback
+from rq.job import JobStatus
 from rq.registry import FailedJobRegistry
 
 from dispatchq.client import Client
 from dispatchq.core.entrypoints import CODE_JOB
 from dispatchq.process.wiring import drain
-from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, entry_module
+from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, DispatchqJob, DispatchqQueue, entry_module
 from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
 from tests.conftest import calls_of, counting_check, run_cli, write_config
@@ -159,16 +159,16 @@ def test_in_process_the_users_jobs_package_in_sys_modules_does_not_replace_dispa
 
 
 @pytest.fixture
-def code_queue(tmp_path: Path, make_runtime: Any, redis_client: Any) -> tuple[Any, Queue, Path]:
+def code_queue(tmp_path: Path, make_runtime: Any, redis_client: Any) -> tuple[Any, DispatchqQueue, Path]:
     """(runtime, the code queue, calls file of a counting check the kind `k` runs)."""
     check, calls = counting_check(tmp_path, answer="'answered'")
     write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  k:\n    check: {check}\n")
     rt = make_runtime(DISPATCHQ_RESULT_TTL="500")
-    return rt, Queue(keys.queue_name("code"), connection=redis_client), calls
+    return rt, DispatchqQueue(keys.queue_name("code"), connection=redis_client), calls
 
 
 def failure_of(redis_client: Any, job_id: str) -> str:
-    job = Job.fetch(job_id, connection=redis_client)
+    job = DispatchqJob.fetch(job_id, connection=redis_client)
     assert job.get_status() == JobStatus.FAILED
     result = job.latest_result()
     assert result is not None
@@ -235,7 +235,7 @@ def test_the_schedulers_control_queue_refuses_a_name_outside_the_table(
 ) -> None:
     rt = code_queue[0]
     mark = tmp_path / "mark"
-    control = Queue(keys.CONTROL_QUEUE, connection=redis_client)
+    control = DispatchqQueue(keys.CONTROL_QUEUE, connection=redis_client)
     refused = control.enqueue_call("os.system", args=(f"touch {mark}",), failure_ttl=500)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 import pytest
-from rq import Queue
 from rq.registry import StartedJobRegistry
 
+from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.liveness import session_holders
 from dispatchq.storage import keys
 from tests.support.gate import (
@@ -70,7 +70,7 @@ def test_a_rerun_after_a_killed_dispatch_recovers_its_session_at_once_and_says_w
 def test_a_holder_is_dead_only_on_this_host_with_its_heartbeat_stopped_and_its_pid_gone(
     redis_client: Any,
 ) -> None:
-    queue = Queue("dispatchq-session-liveness-test", connection=redis_client)
+    queue = DispatchqQueue("dispatchq-session-liveness-test", connection=redis_client)
     job = queue.create_job("jobs.tiers.session", args=("j1", "w1:slot"))
     job.worker_name = "w1"
     job.save()

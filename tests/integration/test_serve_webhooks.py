@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rq import Queue
 
+from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.storage import keys
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
@@ -47,7 +47,7 @@ def server(module_server: Server, redis_client: Any) -> Server:
 
 
 def typed_jobs(redis_client: Any) -> list[Any]:
-    return Queue(keys.queue_name("typed"), connection=redis_client).get_jobs()
+    return DispatchqQueue(keys.queue_name("typed"), connection=redis_client).get_jobs()
 
 
 def queued_envelope(redis_client: Any) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
     assert done.returncode == 0, done.stderr
     triage = TriageStorage(redis_client)
     assert all(triage.decision(decision) is not None for decision in decisions.values())
-    queue = Queue(keys.queue_name("typed"), connection=redis_client)
+    queue = DispatchqQueue(keys.queue_name("typed"), connection=redis_client)
     assert typed_jobs(redis_client) == [] and queue.failed_job_registry.count == 0
 
 

@@ -32,14 +32,14 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
-from rq import Queue, Worker
-from rq.job import Job
+from rq import Worker
 
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
 from dispatchq.launcher.scrub import bwrap_check
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
 from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.runtime import Runtime
@@ -525,14 +525,14 @@ def test_a_stale_retrigger_does_nothing_and_the_scheduler_process_lifts_the_mark
     assert len(harness.retriggers()) == 1
 
     # A retrigger for an earlier lift fires (as one would after the marker moved later).
-    stale = Queue(keys.CONTROL_QUEUE, connection=harness.redis).enqueue(
+    stale = DispatchqQueue(keys.CONTROL_QUEUE, connection=harness.redis).enqueue(
         "jobs.tiers.retrigger", GENERAL_SCOPE, time.time() - 5, result_ttl=600
     )
     harness.wait(
-        lambda: Job.fetch(stale.id, connection=harness.redis).is_finished,
+        lambda: DispatchqJob.fetch(stale.id, connection=harness.redis).is_finished,
         "the scheduler to run the control queue",
     )
-    assert "nothing to do" in str(Job.fetch(stale.id, connection=harness.redis).return_value())
+    assert "nothing to do" in str(DispatchqJob.fetch(stale.id, connection=harness.redis).return_value())
     assert harness.marker_state() == "closed"
     assert harness.marker().lifts_at == later.timestamp()
     assert len(harness.retriggers()) == 1

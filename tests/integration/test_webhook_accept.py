@@ -20,6 +20,7 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 
 from dispatchq.core.entrypoints import DELIVERIES_JOB
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
 from dispatchq.storage import keys
 from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
@@ -155,7 +156,7 @@ def test_a_typed_worker_triages_each_accepted_delivery_once_and_names_the_one_th
     check, _ = counting_check(tmp_path, answer="'ok'")
     env = module_env(redis_server, tmp_path, check)
     template = JobTemplate(
-        Queue(keys.queue_name("typed"), connection=redis_client),
+        DispatchqQueue(keys.queue_name("typed"), connection=redis_client),
         DELIVERIES_JOB,
         timeout=60,
         result_ttl=600,
@@ -182,10 +183,10 @@ def test_a_typed_worker_triages_each_accepted_delivery_once_and_names_the_one_th
     done = run_cli(["worker", "typed", "--burst"], env, timeout=180)
     assert done.returncode == 0, done.stderr
 
-    ok = Job.fetch(first.id, connection=redis_client)
+    ok = DispatchqJob.fetch(first.id, connection=redis_client)
     assert ok.get_status() == "finished"
     assert [r["delivery"] for r in ok.return_value()] == ["d-1"]
-    failed = Job.fetch(second.id, connection=redis_client)
+    failed = DispatchqJob.fetch(second.id, connection=redis_client)
     assert failed.get_status() == "failed"
     why = failed.latest_result().exc_string
     assert "DeliveriesFailed: 1 of 3 deliveries failed: d-bad: UserError" in why

@@ -1,0 +1,195 @@
+"""The upgrade from pickled RQ jobs to JSON ones, run once per store before the first job.
+
+The previous release let RQ pickle every job. A worker of this one never unpickles
+(`DispatchqQueue` fails a job whose data is not JSON), so the jobs already waiting in a
+user's Redis would all fail on the first start. Instead each pickled job hash (`rq:job:*`:
+its zlib-compressed `data`, and its `meta` if it has one) is decoded by an unpickler that
+admits no globals at all, and rewritten as JSON. dispatchq's own jobs need none: their data
+is `(function name, None, args, kwargs)` of strings, numbers, lists and dicts. A pickle that
+names a global (a `__reduce__` calling `os.system`, a class, a function) is refused at the
+first global it names, before anything of it is built: the job fails with the one line,
+leaves its queue and the schedule, and the line is logged.
+
+When: every worker (`build_worker`) and the scheduler's mover run `ensure_upgraded` before
+they take their first job; it costs one EXISTS once the store is marked done
+(`keys.JOBS_UPGRADED`). Several processes starting at once may each scan; that is safe and
+the same as one doing it, because every job is rewritten with a compare-and-set (WATCH on
+its hash: a job changed meanwhile is read again) and a job already JSON is left as it is.
+So no lock is needed, and no process takes a job before its own pass is over. A pickled job
+written after the mark (a previous-release producer still running) is refused by the
+worker like any other foreign job, and reconciliation re-enqueues its judgements.
+
+Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
+in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
+and they expire with their result TTL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import pickle
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+from redis.exceptions import WatchError
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+
+from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
+from dispatchq.queue.serializer import JSONSerializer, is_plain
+from dispatchq.storage import keys
+
+__all__ = ["NeedsGlobal", "Upgrade", "ensure_upgraded", "no_globals_loads", "upgrade_job", "upgrade_jobs"]
+
+log = logging.getLogger("dispatchq.queue.upgrade")
+
+#: The field of a job hash the upgrade refused: its one line (RQ ignores fields it does not know).
+_REFUSED = "dispatchq_refused"
+#: rq-scheduler's sorted set of scheduled job ids (a refused job must leave it too).
+_SCHEDULED = "rq:scheduler:scheduled_jobs"
+
+
+class NeedsGlobal(pickle.UnpicklingError):
+    """The pickle names a global (or a persistent id): it is not decoded any further."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"needs global {name!r}")
+
+
+class _NoGlobals(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise NeedsGlobal(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise NeedsGlobal("a persistent id")
+
+
+def no_globals_loads(data: bytes) -> Any:
+    """Unpickle `data` admitting no global: only str, bytes, numbers, None, bools, tuples, lists,
+    dicts and sets can be built, so nothing is imported or called. `NeedsGlobal` otherwise."""
+    return _NoGlobals(io.BytesIO(data)).load()
+
+
+@dataclass
+class Upgrade:
+    """What one pass did: jobs rewritten as JSON, refused (with their ids), already JSON."""
+
+    rewritten: int = 0
+    refused: int = 0
+    unchanged: int = 0
+
+
+def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
+    """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was."""
+    if client.exists(keys.JOBS_UPGRADED):
+        return None
+    return upgrade_jobs(client)
+
+
+def upgrade_jobs(client: redis.Redis) -> Upgrade:
+    """Rewrite every pickled job hash as JSON (or refuse it), then mark the store upgraded."""
+    done = Upgrade()
+    pattern = f"{Job.redis_job_namespace_prefix}*"
+    for raw in client.scan_iter(match=pattern, count=1000, _type="HASH"):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        outcome = upgrade_job(client, key)
+        if outcome == "rewritten":
+            done.rewritten += 1
+        elif outcome == "refused":
+            done.refused += 1
+        else:
+            done.unchanged += 1
+    client.set(
+        keys.JOBS_UPGRADED,
+        json.dumps({"at": time.time(), "rewritten": done.rewritten, "refused": done.refused}),
+    )
+    if done.rewritten or done.refused:
+        log.warning(
+            "upgrade: %d pickled RQ job(s) rewritten as JSON, %d refused (they needed a global)",
+            done.rewritten,
+            done.refused,
+        )
+    return done
+
+
+def _inflate(data: bytes) -> bytes:
+    try:
+        return zlib.decompress(data)
+    except zlib.error:
+        return data  # RQ's own fallback: stored uncompressed
+
+
+def _pickled(data: bytes | None) -> bool:
+    # RQ pickles with the highest protocol, whose first opcode is PROTO (0x80); JSON never starts so.
+    return data is not None and data[:1] == b"\x80"
+
+
+def _as_json(data: bytes, *, meta: bool) -> bytes:
+    """The JSON of a pickled job tuple (or `meta` dict), or the refusal saying why not."""
+    try:
+        value = no_globals_loads(data)
+    except NeedsGlobal as error:
+        raise RefusedEntryPoint("global", error.name) from None
+    except Exception:
+        raise RefusedData("a pickle that cannot be decoded") from None
+    if meta:
+        shaped = isinstance(value, dict)
+    else:
+        shaped = isinstance(value, tuple) and len(value) == 4 and isinstance(value[0], str)
+    if not shaped or not is_plain(value):
+        raise RefusedData("a pickle that is not a dispatchq job's plain data")
+    return JSONSerializer.dumps(list(value) if isinstance(value, tuple) else value)
+
+
+def upgrade_job(client: redis.Redis, key: str) -> str:
+    """Rewrite one job hash: `rewritten`, `refused` or `unchanged` (already JSON, or gone).
+
+    A compare-and-set: the hash is watched while it is read and decoded, and written only if
+    nobody changed it meanwhile (then it is read again), so concurrent passes agree.
+    """
+    with client.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                data, meta, seen = cast("list[bytes | None]", pipe.hmget(key, ["data", "meta", _REFUSED]))
+                raw = _inflate(data) if data is not None else None
+                if seen is not None or (not _pickled(raw) and not _pickled(meta)):
+                    return "unchanged"
+                fields: dict[Any, Any] = {}
+                try:
+                    if raw is not None and _pickled(raw):
+                        fields["data"] = zlib.compress(_as_json(raw, meta=False))
+                    if meta is not None and _pickled(meta):
+                        fields["meta"] = _as_json(meta, meta=True)
+                except RefusedEntryPoint as refused:
+                    # Marked in the same compare-and-set, so of passes running at once only
+                    # one refuses it (and logs it); its data stays as it was, never read again.
+                    pipe.multi()
+                    pipe.hset(key, _REFUSED, str(refused))
+                    pipe.execute()
+                    _refuse(client, key, refused)
+                    return "refused"
+                pipe.multi()
+                pipe.hset(key, mapping=fields)
+                pipe.execute()
+                return "rewritten"
+            except WatchError:
+                continue
+
+
+def _refuse(client: redis.Redis, key: str, refused: RefusedEntryPoint) -> None:
+    """Fail the job with the one line, out of its queue and the schedule: it never runs."""
+    job_id = key.removeprefix(Job.redis_job_namespace_prefix)
+    try:
+        job = DispatchqJob.fetch(job_id, connection=client)  # its data stays as it is, unread
+    except NoSuchJobError:
+        return
+    client.zrem(_SCHEDULED, job.id)
+    queue = DispatchqQueue(job.origin, connection=client) if job.origin else None
+    refuse(job, refused, queue=queue)
