@@ -123,13 +123,15 @@ def claude_code_installed() -> bool:
 
 
 def install_test_tools() -> int:
-    """bubblewrap, node/npm, chromium and the pinned Claude Code CLI, for the real-client tests.
+    """bubblewrap, socat, node/npm, chromium and the pinned Claude Code CLI, for the real-client tests.
 
     npm installs the CLI under .cache/claude-code (ignored by git); never with
     --omit=optional: the native binary is an optional, per-platform package. Under CI=true
     a missing npm fails the run; elsewhere the real-client tests skip, saying why.
     """
     missing = [] if shutil.which("bwrap") else ["bubblewrap"]
+    if not shutil.which("socat"):  # Claude Code's own tool sandbox relays through it
+        missing += ["socat"]
     if not (shutil.which("npm") and shutil.which("node")):
         missing += ["nodejs", "npm"]
     if not shutil.which("chromium"):  # the status page's browser test (Playwright drives it)

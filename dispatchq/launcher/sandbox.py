@@ -383,7 +383,9 @@ def nested_bwrap_problem(path_var: str, python: str = sys.executable) -> str | N
     bwrap = shutil.which("bwrap", path=path_var)
     if bwrap is None:
         return "bwrap not found on PATH"
-    nested = [bwrap, "--ro-bind", "/", "/", "true"]
+    bwrap = os.path.realpath(bwrap)  # a PATH folder of links may not be visible inside
+    true = os.path.realpath(shutil.which("true", path=path_var) or "/bin/true")
+    nested = [bwrap, "--ro-bind", "/", "/", true]
     return _run_inside(bwrap, nested, path_var, python, "bwrap --ro-bind / / true failed inside the sandbox")
 
 

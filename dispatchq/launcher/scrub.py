@@ -29,8 +29,8 @@ __all__ = ["BWRAP_HINT", "SCRUB_MODES", "ScrubDecision", "bwrap_check", "decide_
 
 SCRUB_MODES = ("auto", "on", "off")
 BWRAP_HINT = (
-    "install bubblewrap (Debian/Ubuntu: sudo apt-get install -y bubblewrap; "
-    "Fedora: sudo dnf install -y bubblewrap) on a host that allows user namespaces"
+    "install bubblewrap and socat (Debian/Ubuntu: sudo apt-get install -y bubblewrap socat; "
+    "Fedora: sudo dnf install -y bubblewrap socat) on a host that allows user namespaces"
 )
 
 
@@ -76,6 +76,10 @@ def decide_scrub(mode: str, environ: Mapping[str, str], *, confined: bool = Fals
         return ScrubDecision(False)
     path_var = environ.get("PATH", os.defpath)
     problem = nested_bwrap_problem(path_var) if confined else bwrap_check(path_var)
+    if problem is None and shutil.which("socat", path=path_var) is None:
+        # Claude Code's tool sandbox relays its network through socat: without it every Bash
+        # call fails ("Sandbox dependencies not available: socat not installed").
+        problem = "socat not found on PATH (Claude Code's tool scrub needs it beside bwrap)"
     if problem is None:
         return ScrubDecision(True)
     if mode == "on":

@@ -405,3 +405,21 @@ def test_sandbox_off_is_said_when_the_worker_starts(harness: Any) -> None:
     done = harness.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SANDBOX="off")
     assert done.returncode == 0, done.stderr
     assert "sessions on this host run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)" in done.stderr
+
+
+def test_the_tool_scrub_is_off_with_a_warning_where_socat_is_missing(tmp_path: Path) -> None:
+    from dispatchq.launcher.scrub import decide_scrub
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for directory in PATH.split(os.pathsep):
+        if Path(directory).is_dir():
+            for entry in Path(directory).iterdir():
+                if entry.name != "socat" and not (folder / entry.name).exists():
+                    (folder / entry.name).symlink_to(entry)
+    decision = decide_scrub("auto", {"PATH": str(folder)}, confined=True)
+    assert decision.enabled is False
+    assert decision.warning is not None and "socat not found on PATH" in decision.warning
+    assert decide_scrub("auto", {"PATH": PATH}, confined=True).enabled  # the same host, with socat
+    with pytest.raises(SettingsError, match="socat"):
+        decide_scrub("on", {"PATH": str(folder)})
