@@ -29,6 +29,7 @@ from dispatchq.core.kinds import Kind, Kinds, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.errors import ConfigError
+from dispatchq.launcher.environment import is_secret_name
 from dispatchq.triage.rules import load_triage
 
 __all__ = [
@@ -54,12 +55,16 @@ KIND_KEYS = {
     "order",
     "escalate",
     "session",
+    "env",
 }
 QUESTION_KEYS = {"type", "instructions", "criteria", "priority"}
-SESSION_KEYS = {"prompt", "args", "format", "model"}
+SESSION_KEYS = {"prompt", "args", "format", "model", "bind"}
 TOP_KEYS = {"kinds", "triage"}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An environment variable name, or a glob over names (`CARGO_*`, `GO?ATH`).
+_ENV_PATTERN = re.compile(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$")
+_BIND_MODES = ("ro", "rw")
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,58 @@ def _session(kind: str, raw: Any) -> SessionSpec:
         model = args[index + 1] if index + 1 < len(args) else None
     elif model is not None and "--model" not in args:
         args = [*args, "--model", model]
-    return SessionSpec(prompt, tuple(args), fmt, model)
+    bind = _bind(raw.get("bind", []), f"{where}.bind")
+    return SessionSpec(prompt, tuple(args), fmt, model, bind)
+
+
+def _bind(value: Any, where: str) -> tuple[str, ...]:
+    """Extra paths a kind's confined session sees: absolute, `PATH`, `PATH:ro` or `PATH:rw`.
+
+    Kept as written (the sandbox reads the suffix; no suffix is read-only). Checked here so
+    a typo is a config error at load, not a session that cannot find its tool.
+    """
+    if not isinstance(value, list):
+        raise ConfigError(f'{where}: must be a list of absolute paths, e.g. ["/opt/tool", "/srv/data:rw"]')
+    out = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, str) or not entry:
+            raise ConfigError(f"{where}[{i}]: must be an absolute path, optionally ending in :ro or :rw")
+        path, sep, mode = entry.rpartition(":")
+        if not sep or mode not in _BIND_MODES:
+            path = entry
+        if not path.startswith("/") or "\0" in path:
+            raise ConfigError(
+                f"{where}[{i}]: {entry!r} is not an absolute path (optionally ending in :ro or :rw)"
+            )
+        if ":" in path:
+            raise ConfigError(f"{where}[{i}]: {entry!r}: the only suffixes are :ro and :rw")
+        if any(part == ".." for part in path.split("/")):
+            raise ConfigError(f"{where}[{i}]: {entry!r}: no '..' in a bind path")
+        out.append(entry)
+    return tuple(out)
+
+
+def _kind_env(value: Any, where: str) -> tuple[str, ...]:
+    """The variables a kind's produce/verify commands need (`GOPATH`, `CARGO_*`).
+
+    An exact name that is secret-shaped is refused: repository commands never receive a
+    credential, and a name that would be silently withheld at every run is a config mistake.
+    A glob may match secret-shaped names at run time; those are withheld there.
+    """
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: must be a list of variable names or globs, e.g. [GOPATH, CARGO_*]")
+    out = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, str) or not _ENV_PATTERN.match(entry):
+            raise ConfigError(
+                f"{where}[{i}]: {entry!r} is not a variable name or glob (letters, digits, _, * and ?)"
+            )
+        if not any(c in entry for c in "*?") and is_secret_name(entry):
+            raise ConfigError(
+                f"{where}[{i}]: {entry} looks like a credential; produce/verify commands never receive one"
+            )
+        out.append(entry)
+    return tuple(out)
 
 
 def _first_non_json(value: Any, where: str) -> tuple[str, Any] | None:
@@ -313,6 +369,7 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
     check, check_fn, produce, verify = _code_tier(raw, where, base_dir, import_checks)
     questions, answer, gate_on, order = _typed_tier(name, raw, where)
     session = _session(name, raw["session"]) if raw.get("session") is not None else None
+    env = _kind_env(raw.get("env", []), f"{where}.env")
     escalate = raw.get("escalate", "session" if session else NEEDS_TRIAGE)
     if escalate not in ("session", NEEDS_TRIAGE):
         raise ConfigError(f"{where}.escalate: must be session or needs-triage (got {escalate!r})")
@@ -331,6 +388,7 @@ def load_kind(name: str, raw: Any, base_dir: Path, *, import_checks: bool = True
         order=order,
         escalate=escalate,
         session=session,
+        env=env,
         digest=sha256_hex(canonical_json(raw)),
     )
     if not any(row.serves(kind) for row in tiers.TABLE):

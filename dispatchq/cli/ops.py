@@ -244,15 +244,47 @@ def redis_status(as_json: bool) -> None:
 @click.command(name="settings")
 @click.option("--json", "as_json", is_flag=True)
 def settings_cmd(as_json: bool) -> None:
-    """Every setting, its environment variable and current value (secrets redacted)."""
-    data = settings().public()
+    """Every setting, its environment variable and current value (secrets redacted), and
+    the names of the variables a session started now would receive (never their values)."""
+    s = settings()
+    data = s.public()
+    names = _session_names(s)
     if as_json:
-        print_json(data)
+        print_json({**data, "session_environment": names})
         return
     table = Table("variable", "value", "meaning")
     for name, entry in data.items():
         table.add_row(name, str(entry["value"]), entry["description"] or "")
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    console.print("a session would get: " + (", ".join(names["passes"]) or "nothing"), markup=False)
+    if names["allowed_but_withheld"]:
+        withheld = ", ".join(names["allowed_but_withheld"])
+        console.print(
+            f"allowed but withheld (credential-shaped, denied or never passed): {withheld}", markup=False
+        )
+
+
+def _session_names(s: Any) -> dict[str, Any]:
+    """What `session_environment` would pass from this process's environment, by name.
+
+    The credential counts as present when its variable or its `_FILE` is set; the file is
+    not read here (a settings listing must not fail, or print, on a secret). HOME and TMPDIR
+    are the sandbox's own where it runs, and it adds CLAUDE_CONFIG_DIR.
+    """
+    from dispatchq.launcher.environment import session_env_names
+    from dispatchq.settings import parent_environment
+
+    environ = parent_environment()
+    var = s.session_credential_var
+    names = session_env_names(
+        environ,
+        deny=s.session_deny_env,
+        allow=s.session_allow_env,
+        credential_var=var,
+        credential_present=bool(environ.get(var) or environ.get(f"{var}_FILE")),
+    )
+    return {**names, "credential": var}
 
 
 _DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

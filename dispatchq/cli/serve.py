@@ -31,8 +31,13 @@ def serve(host: str | None, port: int | None) -> None:
     """
     import uvicorn
 
+    from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime_waiting
     from dispatchq.serve.app import create_app, is_loopback
+
+    # First: serve holds the API token, the webhook secret and the Redis password, and a
+    # session on this host must not read them from /proc/<pid>/environ.
+    mark_non_dumpable()
 
     s = settings()
     host = host or s.serve_host

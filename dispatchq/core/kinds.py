@@ -37,6 +37,9 @@ class SessionSpec:
     args: tuple[str, ...] = ()
     format: str = "text"
     model: str | None = None  # the model this kind's session runs, when it names one
+    # Extra paths the kind's confined session sees, as written: `/opt/tool` (read-only),
+    # `/opt/tool:ro` or `/srv/data:rw`. The sandbox mounts them; `dispatchq.config` checks them.
+    bind: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class Kind:
     order: str | None = None
     escalate: str = "session"
     session: SessionSpec | None = None
+    # Variables (exact names or globs) the kind's produce/verify commands receive beyond the
+    # toolchain-neutral base (`dispatchq.launcher.environment.CHILD_BASE`), e.g. GOPATH.
+    env: tuple[str, ...] = ()
     digest: str = ""
 
     @property

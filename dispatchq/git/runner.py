@@ -6,7 +6,8 @@ observations, and the execution boundary's read-only checks. One runner means on
 rules: config that could turn a read into a run is overridden on the command line
 (`GIT_HARDENING`), every inherited `GIT_*` variable is dropped (GIT_DIR, GIT_EXTERNAL_DIFF
 and friends would redirect or extend what a call does), and the rest of the environment
-is the parent's after `child_environment` withheld the secrets. The parent environment is
+is `child_environment`'s allowlisted base (PATH, HOME, locale, proxies without a password,
+CA bundles): all git needs to run locally, and no credential. The parent environment is
 an argument; when a caller gives none it comes from `dispatchq.settings`, the one reader.
 
 Produce-and-verify must never touch a person's working tree, so it works in a
@@ -45,7 +46,10 @@ DEFAULT_GIT_TIMEOUT = 60.0
 
 
 def git_environment(parent: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for every git child: scrubbed, with git's own knobs pinned."""
+    """The environment for every git child: the allowlisted base, with git's own knobs pinned.
+
+    A produce/verify environment passed as `parent` is reduced to the base as well (git needs
+    none of a toolchain's names), and `GIT_*` goes (`GIT_CONFIG_*` can carry a token)."""
     source = parent_environment() if parent is None else parent
     env = {k: v for k, v in child_environment(source).items() if not k.startswith("GIT_")}
     env.update(

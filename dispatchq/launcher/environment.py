@@ -1,28 +1,35 @@
 """The one definition of the environment a child of dispatchq starts with.
 
-Every child that runs repository code (produce-and-verify, approved checks) or a headless
-session is started with `child_environment(...)`; a session with `session_environment(...)`.
-Keeping the rule here, and only here, is what lets invariant 4 ("no secret-shaped variable of
-the parent reaches a spawned session") be tested once and trusted everywhere.
+Every child that runs repository code (produce-and-verify, approved checks, git) is started
+with `child_environment(...)`; a headless session with `session_environment(...)`. Keeping
+the rule here, and only here, is what lets invariant 4 ("a session gets its one credential and
+nothing else") be tested once and trusted everywhere.
 
-The rule (issue 4, "Environment"):
+The rule (issue 20, "The environment is an allowlist"). A deny list only ever withholds the
+names it knows, and every host grows names nobody listed (`GH_PAT`, `OTEL_EXPORTER_OTLP_HEADERS`,
+`AZURE_STORAGE_CONNECTION_STRING`, ...); so a child gets only what is *named*:
 
-- Withheld by *name*: any name whose segments (split on `_` and any other non-alphanumeric)
-  include one of `SECRET_SEGMENTS` (plus a few well-known compounds such as `PGPASSWORD`,
-  `MYSQL_PWD`, `*_APIKEY`); `INPUT_*` (CI inputs); exported shell functions
-  (`BASH_FUNC_*`); every `DISPATCHQ_*` (dispatchq's settings are none of a child's business);
-  `CLAUDECODE`; the operator's deny list (exact names or shell-style globs).
-- Withheld by *value*: a URL carrying userinfo (`scheme://user[:pass]@host`) anywhere in the
-  value; an exported shell function body (`() {`).
-- The keep list (`PATH`, `HOME`, locale, `XDG_*`, proxies, CA bundles, `CLAUDE_CONFIG_DIR`, ...)
-  wins over the *name* patterns and over the userinfo rule, except that a URL with a password
-  is withheld even there (`HTTPS_PROXY=http://user:pass@proxy`). The deny list wins over the
-  keep list: an operator who names a variable means it.
-- `TYPESAFE_API_KEY` and `TYPESAFE_API_KEY_FILE` never pass, whatever the settings: they are
-  not accepted as the credential either.
-- A session then gets exactly one credential, added after the scrub, plus
-  `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1` so Claude Code scrubs its own tool subprocesses too
-  (where bubblewrap works: `dispatchq.launcher.scrub`).
+- A session: `SESSION_BASE` (PATH, HOME, TMPDIR, TERM, TZ, locale: LANG, LANGUAGE, LC_*),
+  proxy settings (any case) and CA bundle paths, the CLI's own non-secret settings
+  (`CLI_SETTINGS`, by name), the operator's `DISPATCHQ_SESSION_ALLOW_ENV` (exact names or
+  globs), then its one credential, added last, and `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB`.
+- Repository code: `CHILD_BASE` (the session's base plus USER, LOGNAME, SHELL), proxies and CA
+  bundles, plus what the kind names under `env:` (exact names or globs).
+- Never, whatever is allowed (`_NEVER`): `TYPESAFE_API_KEY(_FILE)`, every `DISPATCHQ_*`,
+  `CLAUDECODE`, `SSH_AUTH_SOCK` (the operator's ssh-agent is a second credential),
+  `GIT_CONFIG_*` (`GIT_CONFIG_VALUE_0` carries `http.extraHeader` tokens), exported shell
+  functions (`BASH_FUNC_*`).
+- A name let in by the operator's allow list or a kind's `env:` is still withheld when it is
+  secret-shaped (`is_secret_name`: a segment such as TOKEN, PAT, PWD, JWT, WEBHOOK, HEADERS,
+  camelCase split too): the allow list widens what a session sees, never its credentials.
+  The base names and the CLI settings are fixed names and need no such check.
+- Any passed name is withheld when its *value* is secret-shaped (`is_secret_value`): a URL with
+  a password in its userinfo (a proxy's `user@` alone is kept), `ghp_`/`gho_`/`ghs_`/`ghu_`/
+  `ghr_`/`github_pat_`, `sk-`, `xox?-`, `glpat-`, `AKIA`/`ASIA` keys, `?password=`/`&password=`,
+  `AccountKey=`/`SharedAccessKey=`, a private key block, an exported shell function. The
+  session's own credential is exempt: it is the one secret it is meant to have.
+- The operator's deny list (`DISPATCHQ_SESSION_DENY_ENV`) wins over everything but the
+  credential: an operator who names a variable means it.
 
 Scrubbing the environment is not enough on its own: a process of the same user can read
 another's `/proc/<pid>/environ`. `mark_non_dumpable()` closes that door for dispatchq's own
@@ -35,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fnmatch
+import itertools
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -43,14 +51,20 @@ from pathlib import Path
 from dispatchq.errors import SettingsError
 
 __all__ = [
-    "KEEP_NAMES",
+    "CA_BUNDLE_NAMES",
+    "CHILD_BASE",
+    "CLI_SETTINGS",
     "NEVER_PASS",
+    "PROXY_NAMES",
     "SECRET_SEGMENTS",
+    "SESSION_BASE",
     "child_environment",
     "is_dumpable",
     "is_secret_name",
+    "is_secret_value",
     "mark_non_dumpable",
     "read_secret",
+    "session_env_names",
     "session_environment",
     "url_userinfo",
 ]
@@ -63,68 +77,143 @@ SECRET_SEGMENTS = frozenset(
         "PASS",
         "PASSWORD",
         "PASSWD",
+        "PW",
+        "PWD",
+        "PAT",
+        "JWT",
         "CREDENTIAL",
         "CREDENTIALS",
+        "CREDS",
         "AUTH",
+        "AUTHTOKEN",
+        "APIKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "PASSPHRASE",
+        "PGPASSWORD",
         "PRIVATE",
         "SIGNATURE",
         "COOKIE",
         "DSN",
+        "WEBHOOK",
+        "HEADERS",
+        "CONNECTIONSTRING",
+        "SAS",
     }
 )
+# Two segments that together name a secret though neither does alone.
+_SECRET_PAIRS = frozenset({("CONNECTION", "STRING")})
+# A name that is one of these whole is harmless although a segment matches (`PWD` is the
+# shell's working directory, `OLDPWD` its previous one).
+_HARMLESS_NAMES = frozenset({"PWD", "OLDPWD"})
 
-# Beyond the issue's segment list: well-known secrets whose names hide the word inside a
-# segment (`PGPASSWORD`, `OPENAI_APIKEY`). Strictly more withholding, never less.
-_EXTRA_SECRET_SEGMENTS = frozenset({"APIKEY", "ACCESSKEY", "SECRETKEY", "PASSPHRASE", "PGPASSWORD"})
-_EXTRA_SECRET_NAMES = frozenset({"MYSQL_PWD"})
-
-# Names that pass even though a pattern would withhold them (value rules still apply).
-KEEP_NAMES = frozenset(
+# What every session needs; HOME and TMPDIR are overridden by the sandbox where it runs.
+SESSION_BASE = frozenset({"PATH", "HOME", "TMPDIR", "TERM", "TZ", "LANG", "LANGUAGE"})
+# What a toolchain-neutral repository command needs besides (many tools read the user's name).
+CHILD_BASE = SESSION_BASE | {"USER", "LOGNAME", "SHELL"}
+_LOCALE_PREFIX = "LC_"
+# Honoured in either case by curl, requests, node and git; a value with a password is withheld.
+PROXY_NAMES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY"})
+CA_BUNDLE_NAMES = frozenset(
     {
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "LANG",
-        "TERM",
-        "TMPDIR",
-        "SSH_AUTH_SOCK",
         "SSL_CERT_FILE",
         "SSL_CERT_DIR",
         "REQUESTS_CA_BUNDLE",
         "CURL_CA_BUNDLE",
         "NODE_EXTRA_CA_CERTS",
         "GIT_SSL_CAINFO",
-        "CLAUDE_CONFIG_DIR",
     }
 )
-_KEEP_PREFIXES = ("LC_", "XDG_")
-# Proxy variables are honoured in either case by curl, requests, node and git.
-_KEEP_ANY_CASE = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY"})
+# Claude Code's own settings that carry no secret and point nowhere private, by name. Left
+# out on purpose: ANTHROPIC_CUSTOM_HEADERS (headers carry tokens), ANTHROPIC_PROFILE and
+# ANTHROPIC_CONFIG_DIR (a second login), every other credential or `*_FILE` of the CLI,
+# CLAUDE_CODE_USE_BEDROCK/VERTEX/FOUNDRY (another provider means another credential),
+# CLAUDE_CODE_RETRY_WATCHDOG* (dispatchq waits out limits itself: the watchdog would hide a
+# closed window in a silent sleep), CLAUDE_CODE_TMPDIR and CLAUDE_CONFIG_DIR (the sandbox
+# sets the session's own). An operator who wants one of them names it in the allow list.
+CLI_SETTINGS = frozenset(
+    {
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+        "ANTHROPIC_SMALL_FAST_MODEL",
+        "ANTHROPIC_DEFAULT_OPUS_MODEL",
+        "ANTHROPIC_DEFAULT_SONNET_MODEL",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+        "CLAUDE_CODE_SUBAGENT_MODEL",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+        "MAX_THINKING_TOKENS",
+        "MAX_MCP_OUTPUT_TOKENS",
+        "MCP_TIMEOUT",
+        "MCP_TOOL_TIMEOUT",
+        "API_TIMEOUT_MS",
+        "BASH_DEFAULT_TIMEOUT_MS",
+        "BASH_MAX_TIMEOUT_MS",
+        "BASH_MAX_OUTPUT_LENGTH",
+        "CLAUDE_CODE_MAX_RETRIES",
+        "CLAUDE_BASH_MAINTAIN_PROJECT_WORKING_DIR",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+        "CLAUDE_CODE_DISABLE_TERMINAL_TITLE",
+        "CLAUDE_CODE_DISABLE_DEFERRED_TOOL_RESUME",
+        "CLAUDE_CODE_RESUME_INTERRUPTED_TURN",
+        "CLAUDE_CODE_FORWARD_SUBAGENT_TEXT",
+        "CLAUDE_CODE_STARTUP_FAILURE_RESULTS",
+        "CLAUDE_CODE_PROJECT_DIR_NAME",
+        "CLAUDE_CODE_RESTRICTED",
+        "DISABLE_TELEMETRY",
+        "DISABLE_ERROR_REPORTING",
+        "DISABLE_AUTOUPDATER",
+        "DISABLE_BUG_COMMAND",
+        "DISABLE_COST_WARNINGS",
+        "DISABLE_PROMPT_CACHING",
+        "DISABLE_NON_ESSENTIAL_MODEL_CALLS",
+        "USE_BUILTIN_RIPGREP",
+    }
+)
 
 NEVER_PASS = frozenset({"TYPESAFE_API_KEY", "TYPESAFE_API_KEY_FILE"})
-_DROPPED_NAMES = frozenset({"CLAUDECODE"})
+# Never passed, not even when allowed (globs, matched case-insensitively).
+_NEVER = ("DISPATCHQ_*", "CLAUDECODE", "SSH_AUTH_SOCK", "GIT_CONFIG_*", "BASH_FUNC_*")
 
 SESSION_SCRUB_FLAG = "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"
 
 _NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SEGMENT_SPLIT = re.compile(r"[^A-Za-z0-9]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # scheme://userinfo@ anywhere in the value; userinfo stops at the first / ? # @ or space.
 _URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^/?#@\s]*)@")
+_SECRET_VALUE = re.compile(
+    r"(?<![A-Za-z0-9])(?:"
+    r"gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|sk-[A-Za-z0-9_\-]{16,}"
+    r"|xox[a-z]-[A-Za-z0-9\-]{10,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r")"
+    r"|[?&;]\s*(?:password|passwd|pwd)="
+    r"|(?:AccountKey|SharedAccessKey|SharedAccessSignature)="
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    re.IGNORECASE,
+)
+
+
+def _segments(name: str) -> list[str]:
+    return [seg.upper() for part in _SEGMENT_SPLIT.split(name) for seg in _CAMEL.split(part) if seg]
 
 
 def is_secret_name(name: str) -> bool:
-    """True when one of the name's segments is secret-shaped (`GITHUB_TOKEN`, `npm_config__auth`).
+    """True when one of the name's segments is secret-shaped (`GH_PAT`, `npm_config__authToken`).
 
     Segments, not substrings: `GIT_AUTHOR_NAME`, `TOKENIZERS_PARALLELISM` and `XAUTHORITY`
-    carry no secret and must keep working in the child.
+    carry no secret. camelCase splits too (`githubToken`), and a few pairs count together
+    (`..._CONNECTION_STRING`).
     """
-    upper = name.upper()
-    if upper in _EXTRA_SECRET_NAMES:
+    if name.upper() in _HARMLESS_NAMES:
+        return False
+    segments = _segments(name)
+    if any(seg in SECRET_SEGMENTS for seg in segments):
         return True
-    segments = [seg for seg in _SEGMENT_SPLIT.split(upper) if seg]
-    return any(seg in SECRET_SEGMENTS or seg in _EXTRA_SECRET_SEGMENTS for seg in segments)
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(segments))
 
 
 def url_userinfo(value: str) -> tuple[bool, bool]:
@@ -137,58 +226,85 @@ def url_userinfo(value: str) -> tuple[bool, bool]:
     return userinfo, has_password
 
 
-def _is_kept(name: str) -> bool:
-    return name in KEEP_NAMES or name.startswith(_KEEP_PREFIXES) or name.upper() in _KEEP_ANY_CASE
+def is_secret_value(value: str) -> bool:
+    """True when the value itself looks like a credential, whatever its name."""
+    if value.lstrip().startswith("() {"):  # an exported shell function: code, not a setting
+        return True
+    if url_userinfo(value)[1]:
+        return True
+    return _SECRET_VALUE.search(value) is not None
 
 
-def _is_shell_function(name: str, value: str) -> bool:
-    return name.startswith("BASH_FUNC_") or value.lstrip().startswith("() {")
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _denied(name: str, deny: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in deny)
-
-
-def _withheld(name: str, value: str, deny: tuple[str, ...]) -> bool:
+def _never(name: str) -> bool:
     upper = name.upper()
-    if upper in NEVER_PASS or upper.startswith("DISPATCHQ_") or name in _DROPPED_NAMES:
-        return True
-    if _denied(name, deny) or _is_shell_function(name, value):
-        return True
-    userinfo, password = url_userinfo(value)
-    if _is_kept(name):
-        return password
-    if userinfo:
-        return True
-    return upper.startswith("INPUT_") or is_secret_name(name)
+    return upper in NEVER_PASS or _matches(upper, _NEVER)
+
+
+def _clean(patterns: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p.strip() for p in patterns if p and p.strip())
+
+
+def _is_base(name: str, base: frozenset[str]) -> bool:
+    """A fixed name of the base: no name check (`TZ` and `LANG` are what they say)."""
+    return (
+        name in base
+        or name.startswith(_LOCALE_PREFIX)
+        or name.upper() in PROXY_NAMES
+        or name in CA_BUNDLE_NAMES
+    )
+
+
+def _passes(
+    name: str, value: str, fixed: frozenset[str], allow: tuple[str, ...], deny: tuple[str, ...]
+) -> bool:
+    """One name's verdict under the allowlist; the order of the checks is the rule's order."""
+    if _never(name) or _matches(name, deny):
+        return False
+    if not (_is_base(name, fixed) or (_matches(name, allow) and not is_secret_name(name))):
+        return False
+    return not is_secret_value(value)
 
 
 def _check_credential(credential: tuple[str, str]) -> tuple[str, str]:
     name, value = credential
     if not isinstance(name, str) or not _NAME_OK.match(name):
         raise SettingsError(f"session credential variable {name!r} is not a valid environment variable name")
-    if name.upper() in NEVER_PASS or name.upper().startswith("DISPATCHQ_"):
+    if _never(name):
         raise SettingsError(f"{name} can never be given to a child process as its credential")
     if not isinstance(value, str) or "\0" in value:
         raise SettingsError(f"the value of session credential {name} is not a valid environment value")
     return name, value
 
 
+def _allowed(
+    parent: Mapping[str, str], fixed: frozenset[str], allow: Iterable[str], deny: Iterable[str]
+) -> dict[str, str]:
+    allow_list, deny_list = _clean(allow), _clean(deny)
+    return {
+        name: value for name, value in parent.items() if _passes(name, value, fixed, allow_list, deny_list)
+    }
+
+
 def child_environment(
     parent: Mapping[str, str],
     *,
     deny: Iterable[str] = (),
+    allow: Iterable[str] = (),
     credential: tuple[str, str] | None = None,
 ) -> dict[str, str]:
-    """The parent's environment minus everything secret-shaped, plus at most one credential.
+    """The environment of a child running repository code: `CHILD_BASE` plus what `allow` names.
 
-    `parent` is passed in (callers give `os.environ` at the edge) so the rule is a pure
-    function that tests can feed any environment. `deny` holds exact names or globs.
-    The credential is added after the scrub, so it is the only secret-shaped name a child
-    can see; a repository-code child gets none (`credential=None`).
+    `parent` is passed in (callers give `parent_environment()` at the edge) so the rule is a
+    pure function that tests can feed any environment. `allow` is the kind's `env:` (exact
+    names or globs), `deny` the operator's deny list. A repository-code child gets no
+    credential (`credential=None`); one given is added after the rule, so it is the only
+    secret a child can see.
     """
-    deny_list = tuple(d.strip() for d in deny if d and d.strip())
-    env = {name: value for name, value in parent.items() if not _withheld(name, value, deny_list)}
+    env = _allowed(parent, CHILD_BASE, allow, deny)
     if credential is not None:
         name, value = _check_credential(credential)
         env[name] = value
@@ -199,27 +315,52 @@ def session_environment(
     parent: Mapping[str, str],
     *,
     deny: Iterable[str] = (),
+    allow: Iterable[str] = (),
     credential_var: str,
     credential_value: str | None,
     scrub_subprocesses: bool = True,
 ) -> dict[str, str]:
-    """The environment of a headless session: the scrub, its one credential, the scrub flag.
+    """The environment of a headless session: the allowlist, its one credential, the scrub flag.
 
+    `allow` is `DISPATCHQ_SESSION_ALLOW_ENV`, `deny` `DISPATCHQ_SESSION_DENY_ENV` (which wins).
     `scrub_subprocesses` is `dispatchq.launcher.scrub.decide_scrub`'s answer: the flag is
     `1` only where bubblewrap works (Claude Code refuses to start with it otherwise), and an
     explicit `0` elsewhere.
 
     A separate helper rather than a flag on `child_environment` so that a call site reads as
     what it starts: repository code never gets a credential by a forgotten keyword.
-    `credential_value=None` (no token configured: Claude Code then uses the login stored
-    under `CLAUDE_CONFIG_DIR`) adds nothing.
+    `credential_value=None` (no token configured) adds nothing; the name is checked anyway.
     """
-    credential = (credential_var, credential_value) if credential_value is not None else None
-    if credential is None:
-        _check_credential((credential_var, ""))
-    env = child_environment(parent, deny=deny, credential=credential)
+    name, _ = _check_credential((credential_var, credential_value or ""))
+    env = _allowed(parent, SESSION_BASE | CLI_SETTINGS, allow, deny)
+    env.pop(name, None)  # the parent's copy never stands in for the configured one
+    if credential_value is not None:
+        env[name] = _check_credential((name, credential_value))[1]
     env[SESSION_SCRUB_FLAG] = "1" if scrub_subprocesses else "0"
     return env
+
+
+def session_env_names(
+    parent: Mapping[str, str],
+    *,
+    deny: Iterable[str] = (),
+    allow: Iterable[str] = (),
+    credential_var: str,
+    credential_present: bool,
+) -> dict[str, list[str]]:
+    """What a session started now would get, by name only (`dispatchq settings`), and what the
+    allow list named but the rule withholds (secret-shaped, denied or never), so an operator
+    sees why a name they allowed does not arrive. Values are never returned."""
+    env = session_environment(
+        parent,
+        deny=deny,
+        allow=allow,
+        credential_var=credential_var,
+        credential_value="x" if credential_present else None,
+    )
+    allow_list = _clean(allow)
+    refused = sorted(name for name in parent if name not in env and _matches(name, allow_list))
+    return {"passes": sorted(env), "allowed_but_withheld": refused}
 
 
 def read_secret(name: str, environ: Mapping[str, str]) -> str | None:

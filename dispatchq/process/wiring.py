@@ -86,7 +86,12 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     says so once, and starts when Redis answers. The config is validated first, so a bad
     file is still a one-line error and exit 2. None: the process was asked to stop while
     it waited.
+
+    Marked non-dumpable first: a long-running role holds the Redis password and, for
+    workers, the keys, and may wait here for minutes; a session must not read them from
+    its `/proc/<pid>/environ` or memory meanwhile.
     """
+    mark_non_dumpable()
     logs.configure(role, settings.log_format)
     log = logging.getLogger(f"dispatchq.{role}")
     load_config(settings.config, builtin=builtin_kinds(), required=False)
@@ -119,7 +124,10 @@ def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
 
 
 def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = True) -> dict[str, object]:
-    """Run every tier in this process until nothing more can be answered now (`dispatchq run`)."""
+    """Run every tier in this process until nothing more can be answered now (`dispatchq run`).
+
+    This process runs sessions and holds every key, as a worker does: non-dumpable too."""
+    mark_non_dumpable()
     set_runtime(runtime)
     tiers = TIERS if sessions else automatic_tiers()
     return worker.drain(runtime, horizon=horizon, tiers=tiers)

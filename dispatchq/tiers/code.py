@@ -177,7 +177,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     claimed = runtime.store.claim(ids, "code")
     if not claimed:
         return 0
-    env = child_environment(parent_environment(), deny=settings.session_deny_env)
+    parent = parent_environment()
     moves = Moves()
     for c in claimed:
         judgement = Judgement(id=c.id, **c.input)
@@ -188,6 +188,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
         if kind.check is not None:
             outcome = run_check(kind, judgement)
         else:
+            env = child_environment(parent, deny=settings.session_deny_env, allow=kind.env)
             outcome = produce_and_verify(kind, judgement, env=env, timeout=settings.produce_timeout)
         host = settings.host if judgement.checkout else None
         if outcome.status == "answered":

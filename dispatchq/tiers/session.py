@@ -515,6 +515,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     env = session_environment(
         environ,
         deny=settings.session_deny_env,
+        allow=settings.session_allow_env,
         credential_var=settings.session_credential_var,
         credential_value=credential,
         scrub_subprocesses=scrub.enabled,

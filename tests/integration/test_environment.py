@@ -1,4 +1,8 @@
-"""The scrubbed child environment, `<NAME>_FILE` secrets, and the non-dumpable flag."""
+"""The allowlisted child environment, `<NAME>_FILE` secrets, and the non-dumpable flag.
+
+The allowlist's cases are issue 20's "names the scrub misses" (case 4), every one of them:
+a name nobody listed, a name listed but credential-shaped, a value that is a credential.
+"""
 
 from __future__ import annotations
 
@@ -13,175 +17,295 @@ import pytest
 
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import (
+    CLI_SETTINGS,
     child_environment,
     is_secret_name,
+    is_secret_value,
     read_secret,
+    session_env_names,
     session_environment,
 )
 from dispatchq.launcher.scrub import ScrubDecision, decide_scrub
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "support" / "fake_claude.py"
+CRED = "CLAUDE_CODE_OAUTH_TOKEN"
 
-BASE = {
+# What a session may have from this parent: its base names.
+SESSION_PART = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/home/u",
-    "USER": "u",
+    "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
+    "LANGUAGE": "en",
     "LC_ALL": "C.UTF-8",
     "TERM": "xterm",
-    "XDG_RUNTIME_DIR": "/run/user/1000",
-    "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
-    "EDITOR": "vim",
+    "TZ": "Europe/Berlin",
+    "SSL_CERT_FILE": "/etc/ssl/cert.pem",
+    "https_proxy": "http://alice@proxy:3128",  # userinfo without a password: kept
+    "NO_PROXY": "localhost,127.0.0.1",
 }
+# What a repository command has besides.
+CHILD_PART = {"USER": "u", "LOGNAME": "u", "SHELL": "/bin/bash"}
+# Harmless, but nobody named them: withheld from both.
+UNNAMED = {"EDITOR": "vim", "XDG_RUNTIME_DIR": "/run/user/1000", "PYTHONPATH": "/src", "GOPATH": "/go"}
+BASE = {**SESSION_PART, **CHILD_PART, **UNNAMED}
+
+# Issue 20, case 4: names the old scrub missed (and the ones it kept on purpose).
+CASE4_NAMES = [
+    "GH_PAT",
+    "NPM_CONFIG__AUTHTOKEN",
+    "npm_config__authToken",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "SLACK_WEBHOOK_URL",
+    "GIT_CONFIG_VALUE_0",
+    "GIT_CONFIG_KEY_0",
+    "GIT_CONFIG_COUNT",
+    "DB_PW",
+    "ADMIN_PWD",
+    "MYSQL_PWD",
+    "JWT",
+    "githubToken",
+    "apiKey",
+    "dbPassword",
+    "SSH_AUTH_SOCK",
+    "CLAUDE_CODE_RETRY_WATCHDOG",
+    "CLAUDE_CODE_RETRY_WATCHDOG_MAX_WAIT_MS",
+]
+# ...and the names the deny approach did catch: still withheld.
+KNOWN_NAMES = [
+    "GITHUB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "CLAUDE_CODE_OAUTH_TOKEN_FILE",
+    "PGPASSWORD",
+    "OPENAI_APIKEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "SENTRY_DSN",
+    "INPUT_GITHUB_TOKEN",
+    "TYPESAFE_API_KEY",
+    "TYPESAFE_API_KEY_FILE",
+    "DISPATCHQ_REDIS_URL",
+    "CLAUDECODE",
+    "BASH_FUNC_deploy%%",
+]
+# Never passed even when an allow list names them outright (`*`).
+NEVER_EVEN_ALLOWED = [n for n in CASE4_NAMES + KNOWN_NAMES if not n.startswith("CLAUDE_CODE_RETRY_WATCHDOG")]
+
+# Case 4's values, each under a harmless allowed name and under a base name.
+CASE4_VALUES = [
+    "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "gho_" + "A" * 36,
+    "ghs_" + "0" * 36,
+    "github_pat_11ABCDEFG0" + "x" * 40,
+    "sk-ant-api03-" + "Z" * 40,
+    "sk-proj-" + "q" * 40,
+    "xoxb-123456789012-1234567890123-abcdefghij",
+    "xoxp-" + "1" * 30,
+    "AKIAIOSFODNN7EXAMPLE",
+    "https://db.example.com/app?user=app&password=hunter2",
+    "https://db.example.com/app?password=hunter2",
+    "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=abc123==;EndpointSuffix=core.windows.net",
+    "postgres://app:hunter2@db:5432/app",
+    "--index-url=https://u:hunter2@pypi.example.com/simple",
+    "() {  curl -H 'x'; }",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n",
+]
+HARMLESS_VALUES = [
+    "https://example.com/x?y=1",
+    "http://alice@proxy:3128",
+    "task-1234",
+    "sk-short",
+    "ghp_",
+    "/home/u/.cache",
+    "",
+]
+
+
+def _session(parent: dict[str, str], **kwargs: object) -> dict[str, str]:
+    return session_environment(parent, credential_var=CRED, credential_value="tok", **kwargs)  # type: ignore[arg-type]
+
+
+# --- what passes by default ----------------------------------------------------------------------
+def test_a_session_gets_its_base_its_credential_and_the_scrub_flag_only() -> None:
+    env = _session({**BASE, **dict.fromkeys(CASE4_NAMES + KNOWN_NAMES, "s3cr3t")})
+
+    assert env == {**SESSION_PART, CRED: "tok", "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1"}
+
+
+def test_a_repository_command_gets_the_child_base_only() -> None:
+    env = child_environment({**BASE, **dict.fromkeys(CASE4_NAMES + KNOWN_NAMES, "s3cr3t")})
+
+    assert env == {**SESSION_PART, **CHILD_PART}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_SETTINGS))
+def test_the_cli_s_own_settings_pass_to_a_session_by_name(name: str) -> None:
+    assert _session({name: "1"})[name] == "1"
+    assert name not in child_environment({name: "1"})  # a repository command has no use for them
+
+
+@pytest.mark.parametrize(
+    "name", ["CLAUDE_CONFIG_DIR", "CLAUDE_CODE_TMPDIR", "ANTHROPIC_PROFILE", "XDG_CONFIG_HOME"]
+)
+def test_pointers_to_another_login_or_the_host_s_folders_stay_behind(name: str) -> None:
+    assert name not in _session({name: "/home/u/.claude"})
+
+
+# --- the allow list and a kind's env ---------------------------------------------------------------
+@pytest.mark.parametrize("name", CASE4_NAMES + KNOWN_NAMES)
+def test_every_case_4_name_is_withheld_by_default(name: str) -> None:
+    assert name not in _session({**BASE, name: "s3cr3t"})
+    assert name not in child_environment({**BASE, name: "s3cr3t"})
+
+
+@pytest.mark.parametrize("name", NEVER_EVEN_ALLOWED)
+def test_a_credential_shaped_or_reserved_name_is_withheld_even_when_allowed(name: str) -> None:
+    parent = {**BASE, name: "s3cr3t"}
+
+    assert name not in _session(parent, allow=["*", name])
+    assert name not in child_environment(parent, allow=["*", name])
+
+
+def test_the_retry_watchdog_passes_only_when_the_operator_names_it() -> None:
+    parent = {"CLAUDE_CODE_RETRY_WATCHDOG": "1", "CLAUDE_CODE_RETRY_WATCHDOG_MAX_WAIT_MS": "60000"}
+
+    assert not set(parent) & set(_session(parent))
+    assert set(parent) <= set(_session(parent, allow=["CLAUDE_CODE_RETRY_WATCHDOG*"]))
+
+
+def test_allow_takes_exact_names_and_globs() -> None:
+    env = _session(BASE, allow=["EDITOR", "XDG_*", " ", ""])
+
+    assert set(env) == set(SESSION_PART) | {
+        "EDITOR",
+        "XDG_RUNTIME_DIR",
+        CRED,
+        "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB",
+    }
+
+
+def test_a_kind_s_env_reaches_its_commands_but_not_a_glob_matched_credential() -> None:
+    parent = {
+        **BASE,
+        "CARGO_HOME": "/c",
+        "CARGO_REGISTRY_TOKEN": "s3cr3t",
+        "CARGO_NET_GIT_FETCH_WITH_CLI": "true",
+    }
+    env = child_environment(parent, allow=["GOPATH", "CARGO_*"])
+
+    assert env == {
+        **SESSION_PART,
+        **CHILD_PART,
+        "GOPATH": "/go",
+        "CARGO_HOME": "/c",
+        "CARGO_NET_GIT_FETCH_WITH_CLI": "true",
+    }
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        "GITHUB_TOKEN",
-        "github_token",
-        "AWS_SECRET_ACCESS_KEY",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_AUTH_TOKEN",
-        "CLAUDE_CODE_OAUTH_TOKEN",
-        "CLAUDE_CODE_OAUTH_TOKEN_FILE",
-        "DB_PASSWORD",
-        "PGPASSWORD",
-        "MYSQL_PWD",
-        "OPENAI_APIKEY",
-        "LDAP_PASSWD",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "DOCKER_CREDENTIAL",
-        "NPM_CONFIG__AUTH",
-        "GPG_PRIVATE_KEY",
-        "WEBHOOK_SIGNATURE",
-        "SESSION_COOKIE",
-        "SENTRY_DSN",
-        "KEY",
-        "TYPESAFE_API_KEY",
-        "TYPESAFE_API_KEY_FILE",
+        "GIT_AUTHOR_NAME",
+        "TOKENIZERS_PARALLELISM",
+        "XAUTHORITY",
+        "KEYBOARD_LAYOUT",
+        "PASSENGER_HOME",
+        "PWD",
+        "PATHEXT",
     ],
 )
-def test_secret_shaped_names_are_withheld(name: str) -> None:
-    env = child_environment({**BASE, name: "s3cr3t"})
-
-    assert name not in env
-    assert "s3cr3t" not in env.values()
-
-
-@pytest.mark.parametrize(
-    "name",
-    ["GIT_AUTHOR_NAME", "TOKENIZERS_PARALLELISM", "XAUTHORITY", "KEYBOARD_LAYOUT", "PASSENGER_HOME", "PWD"],
-)
-def test_names_that_only_contain_a_secret_word_pass(name: str) -> None:
+def test_names_that_only_contain_a_secret_word_pass_when_allowed(name: str) -> None:
     assert not is_secret_name(name)
-    assert child_environment({name: "v"}) == {name: "v"}
+    assert child_environment({name: "v"}, allow=[name]) == {name: "v"}
+
+
+def test_deny_wins_over_allow_and_over_the_base() -> None:
+    env = _session(
+        {**BASE, "MY_ONE": "1", "MY_TWO": "2"}, allow=["MY_*", "EDITOR"], deny=["MY_TWO", "EDITOR", "TZ"]
+    )
+
+    assert "MY_ONE" in env and not {"MY_TWO", "EDITOR", "TZ"} & set(env)
+    assert "HOME" not in child_environment(BASE, deny=["HOME"])
+
+
+# --- values ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", CASE4_VALUES)
+def test_a_credential_shaped_value_is_withheld_under_any_name(value: str) -> None:
+    assert is_secret_value(value)
+    parent = {"MY_SETTING": value, "ANTHROPIC_BASE_URL": value, "HTTPS_PROXY": value, "LANG": value}
+
+    assert not set(parent) & set(_session(parent, allow=["MY_SETTING"]))
+    assert not set(parent) & set(child_environment(parent, allow=["MY_SETTING"]))
+
+
+@pytest.mark.parametrize("value", HARMLESS_VALUES)
+def test_ordinary_values_pass(value: str) -> None:
+    assert not is_secret_value(value)
+    assert _session({"MY_SETTING": value}, allow=["MY_SETTING"])["MY_SETTING"] == value
+
+
+def test_the_credential_itself_is_exempt_from_the_value_rule() -> None:
+    token = "sk-ant-oat01-" + "k" * 60
+    env = session_environment({CRED: "from-parent"}, credential_var=CRED, credential_value=token)
+
+    assert env[CRED] == token
+
+
+def test_a_parent_copy_of_the_credential_never_stands_in_for_the_configured_one() -> None:
+    env = session_environment(
+        {**BASE, CRED: "from-parent"}, allow=[CRED], credential_var=CRED, credential_value=None
+    )
+
+    assert CRED not in env
+
+
+# --- the credential --------------------------------------------------------------------------------
+def test_exactly_one_credential_is_added_after_the_rule() -> None:
+    parent = {**BASE, CRED: "from-parent", "ANTHROPIC_API_KEY": "other", "TYPESAFE_API_KEY": "ts"}
+    env = child_environment(parent, credential=(CRED, "given"))
+
+    assert env[CRED] == "given"
+    assert [name for name in env if is_secret_name(name)] == [CRED]
 
 
 @pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("DATABASE_URL", "postgres://app:hunter2@db:5432/app"),
-        ("REDIS_URL", "redis://:hunter2@cache:6379/0"),
-        ("MIRROR", "https://deploy@git.example.com/repo.git"),
-        ("EXTRA_OPTS", "--index-url=https://u:hunter2@pypi.example.com/simple"),
-        ("INPUT_NAME", "whatever"),
-        ("INPUT_GITHUB_TOKEN", "whatever"),
-        ("BASH_FUNC_deploy%%", "() {  curl -H 'x'; }"),
-        ("MYFUNC", "() { :; }"),
-        ("DISPATCHQ_REDIS_URL", "redis://localhost:6379"),
-        ("DISPATCHQ_TIMEZONE", "Europe/Berlin"),
-        ("dispatchq_config", "x.yaml"),
-        ("CLAUDECODE", "1"),
-    ],
+    "name", ["TYPESAFE_API_KEY", "typesafe_api_key_file", "DISPATCHQ_X", "SSH_AUTH_SOCK", "BAD NAME", ""]
 )
-def test_value_shapes_and_reserved_prefixes_are_withheld(name: str, value: str) -> None:
-    assert name not in child_environment({**BASE, name: value})
-
-
-def test_everything_else_passes_unchanged() -> None:
-    parent = {**BASE, "FOO": "bar", "PLAIN_URL": "https://example.com/x?y=1", "EMPTY": ""}
-
-    assert child_environment(parent) == parent
-
-
-def test_keep_list_wins_over_patterns_but_never_for_a_url_password() -> None:
-    parent = {
-        **BASE,
-        "XDG_SECRET_DIR": "/run/user/1000/secrets",  # a kept prefix despite SECRET
-        "HTTP_PROXY": "http://proxy:3128",
-        "https_proxy": "http://alice@proxy:3128",  # userinfo without a password: kept
-        "HTTPS_PROXY": "http://alice:hunter2@proxy:3128",
-        "ALL_PROXY": "socks5://bob:pw@proxy:1080",
-        "NO_PROXY": "localhost,127.0.0.1",
-        "SSL_CERT_FILE": "/etc/ssl/cert.pem",
-        "REQUESTS_CA_BUNDLE": "/etc/ssl/cert.pem",
-        "NODE_EXTRA_CA_CERTS": "/etc/ssl/extra.pem",
-        "CLAUDE_CONFIG_DIR": "/home/u/.claude-work",
-    }
-    env = child_environment(parent)
-
-    kept = set(parent) - {"HTTPS_PROXY", "ALL_PROXY"}
-    assert set(env) == kept
-    assert env["https_proxy"] == "http://alice@proxy:3128"
-
-
-def test_deny_list_takes_exact_names_and_globs_and_wins_over_the_keep_list() -> None:
-    parent = {**BASE, "MY_ONE": "1", "MY_TWO": "2", "OTHER": "3"}
-    env = child_environment(parent, deny=["EDITOR", "MY_*", "HOME", " "])
-
-    assert set(env) == set(BASE) - {"EDITOR", "HOME"} | {"OTHER"}
-
-
-def test_exactly_one_credential_is_added_after_the_scrub() -> None:
-    parent = {
-        **BASE,
-        "CLAUDE_CODE_OAUTH_TOKEN": "from-parent",
-        "ANTHROPIC_API_KEY": "other",
-        "TYPESAFE_API_KEY": "ts",
-    }
-    env = child_environment(parent, credential=("CLAUDE_CODE_OAUTH_TOKEN", "given"))
-
-    assert env["CLAUDE_CODE_OAUTH_TOKEN"] == "given"
-    assert [name for name in env if is_secret_name(name) and name not in BASE] == ["CLAUDE_CODE_OAUTH_TOKEN"]
-
-
-@pytest.mark.parametrize("name", ["TYPESAFE_API_KEY", "typesafe_api_key_file", "DISPATCHQ_X", "BAD NAME", ""])
 def test_forbidden_credential_names_are_refused(name: str) -> None:
     with pytest.raises(SettingsError):
         child_environment(BASE, credential=(name, "v"))
-
-
-def test_session_environment_adds_the_scrub_flag_and_its_credential() -> None:
-    parent = {**BASE, "CLAUDECODE": "1", "GITHUB_TOKEN": "gh", "DISPATCHQ_SESSION_TIMEOUT": "60"}
-    env = session_environment(
-        parent, deny=["EDITOR"], credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value="tok"
-    )
-
-    assert env == {
-        **{k: v for k, v in BASE.items() if k != "EDITOR"},
-        "CLAUDE_CODE_OAUTH_TOKEN": "tok",
-        "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1",
-    }
+    with pytest.raises(SettingsError):
+        session_environment(BASE, credential_var=name, credential_value=None)
 
 
 def test_session_environment_without_a_credential_value_adds_none() -> None:
-    env = session_environment(BASE, credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value=None)
+    env = session_environment(BASE, credential_var=CRED, credential_value=None)
 
-    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert CRED not in env
     assert env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == "1"
-    with pytest.raises(SettingsError):
-        session_environment(BASE, credential_var="TYPESAFE_API_KEY", credential_value=None)
 
 
 def test_without_usable_bubblewrap_the_scrub_flag_is_an_explicit_zero() -> None:
     # Claude Code refuses to start with the flag set and no bwrap; a parent's own `1` must not leak.
     parent = {**BASE, "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1"}
-    env = session_environment(
-        parent, credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value="tok", scrub_subprocesses=False
-    )
+    env = _session(parent, allow=["CLAUDE_CODE_*"], scrub_subprocesses=False)
     assert env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"] == "0"
+
+
+def test_session_env_names_lists_names_only_and_what_the_allow_list_could_not_pass() -> None:
+    secret = "ghp_" + "s" * 36
+    parent = {**BASE, "GH_PAT": secret, "MY_URL": "https://u:hunter2@x/", "MY_OK": "1", CRED: "tok"}
+    names = session_env_names(parent, allow=["GH_*", "MY_*"], credential_var=CRED, credential_present=True)
+
+    assert names == {
+        "passes": sorted({*SESSION_PART, "MY_OK", CRED, "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"}),
+        "allowed_but_withheld": ["GH_PAT", "MY_URL"],
+    }
+    assert secret not in json.dumps(names) and "hunter2" not in json.dumps(names)
 
 
 def test_scrub_modes_decide_from_whether_bwrap_runs(tmp_path: Path) -> None:
@@ -195,7 +319,8 @@ def test_scrub_modes_decide_from_whether_bwrap_runs(tmp_path: Path) -> None:
 
 def test_the_parent_mapping_is_not_modified() -> None:
     parent = {**BASE, "GITHUB_TOKEN": "gh"}
-    child_environment(parent, credential=("CLAUDE_CODE_OAUTH_TOKEN", "x"))
+    child_environment(parent, credential=(CRED, "x"))
+    session_environment(parent, allow=["*"], credential_var=CRED, credential_value="x")
 
     assert parent == {**BASE, "GITHUB_TOKEN": "gh"}
 

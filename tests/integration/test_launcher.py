@@ -228,7 +228,9 @@ def test_the_scrubbed_environment_reaches_the_child_exactly(tmp_path: Path) -> N
         "CLAUDECODE": "1",
         "FAKE_CLAUDE_ENV_DUMP": str(dump),
     }
-    env = session_environment(parent, credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value="tok-1")
+    env = session_environment(
+        parent, allow=["FAKE_CLAUDE_*"], credential_var="CLAUDE_CODE_OAUTH_TOKEN", credential_value="tok-1"
+    )
 
     launch(STREAM, "p", cwd=tmp_path, env=env, timeout=60)
 

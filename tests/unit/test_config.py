@@ -554,3 +554,69 @@ def test_unknown_kind_lookup_lists_the_known_ones() -> None:
     config = config_of({"b": typed_kind(), "a": typed_kind()})
     with pytest.raises(ConfigError, match=r"unknown kind 'zzz' \(known: a, b\)"):
         config.kind("zzz")
+
+
+# --- a kind's `env:` (what its produce/verify commands receive) -----------------------------------
+PV: dict[str, Any] = {"produce": [["true"]], "verify": [["true"]]}
+
+
+def test_env_takes_exact_names_and_globs_and_defaults_to_none() -> None:
+    assert config_of({"k": PV}).kinds["k"].env == ()
+    kind = config_of({"k": {**PV, "env": ["GOPATH", "CARGO_*", "GO?LAGS", "_X"]}}).kinds["k"]
+    assert kind.env == ("GOPATH", "CARGO_*", "GO?LAGS", "_X")
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ("GOPATH", "kinds.k.env: must be a list"),
+        ({"GOPATH": 1}, "kinds.k.env: must be a list"),
+        (["GO PATH"], "kinds.k.env[0]: 'GO PATH' is not a variable name or glob"),
+        (["", "X"], "kinds.k.env[0]: '' is not a variable name or glob"),
+        (["OK", 3], "kinds.k.env[1]: 3 is not a variable name or glob"),
+        (["1ABC"], "kinds.k.env[0]: '1ABC' is not a variable name"),
+        (["CARGO-HOME"], "kinds.k.env[0]"),
+        (["NPM_TOKEN"], "kinds.k.env[0]: NPM_TOKEN looks like a credential"),
+        (["GH_PAT"], "kinds.k.env[0]: GH_PAT looks like a credential"),
+        (["githubToken"], "kinds.k.env[0]: githubToken looks like a credential"),
+    ],
+)
+def test_a_bad_env_entry_is_a_config_error_naming_the_field(env: Any, fragment: str) -> None:
+    assert fragment in error_of({"k": {**PV, "env": env}})
+
+
+def test_env_is_part_of_the_kind_s_digest() -> None:
+    plain = config_of({"k": PV}).kinds["k"]
+    with_env = config_of({"k": {**PV, "env": ["GOPATH"]}}).kinds["k"]
+    assert plain.digest != with_env.digest
+
+
+# --- `session.bind` (extra paths the kind's confined session sees) ---------------------------------
+def test_session_bind_keeps_absolute_paths_with_their_mode_as_written() -> None:
+    kind = config_of(
+        {"k": {"session": {**SESSION, "bind": ["/opt/tool", "/srv/data:rw", "/etc/x:ro"]}}}
+    ).kinds["k"]
+    assert kind.session is not None
+    assert kind.session.bind == ("/opt/tool", "/srv/data:rw", "/etc/x:ro")
+    plain = config_of({"k": {"session": SESSION}}).kinds["k"]
+    assert plain.session is not None and plain.session.bind == ()
+    assert plain.digest != kind.digest
+
+
+@pytest.mark.parametrize(
+    ("bind", "fragment"),
+    [
+        ("/opt/tool", "kinds.k.session.bind: must be a list of absolute paths"),
+        (["opt/tool"], "kinds.k.session.bind[0]: 'opt/tool' is not an absolute path"),
+        (["./tool:rw"], "kinds.k.session.bind[0]: './tool:rw' is not an absolute path"),
+        (["~/tool"], "kinds.k.session.bind[0]: '~/tool' is not an absolute path"),
+        (["/ok", ""], "kinds.k.session.bind[1]: must be an absolute path"),
+        (["/ok", 7], "kinds.k.session.bind[1]: must be an absolute path"),
+        (["/srv/data:rx"], "kinds.k.session.bind[0]: '/srv/data:rx': the only suffixes are :ro and :rw"),
+        (["/srv/data:RW"], "kinds.k.session.bind[0]: '/srv/data:RW': the only suffixes are :ro and :rw"),
+        (["/a:b:rw"], "kinds.k.session.bind[0]: '/a:b:rw': the only suffixes are :ro and :rw"),
+        (["/srv/../etc"], "kinds.k.session.bind[0]: '/srv/../etc': no '..'"),
+    ],
+)
+def test_a_bad_bind_is_a_config_error_naming_the_field(bind: Any, fragment: str) -> None:
+    assert fragment in error_of({"k": {"session": {**SESSION, "bind": bind}}})

@@ -193,3 +193,38 @@ def test_every_field_has_an_environment_variable_and_a_description() -> None:
     assert all(entry["description"] for entry in public.values())
     assert env_name("typesafe_api_key") == "TYPESAFE_API_KEY"
     assert env_name("result_ttl") == "DISPATCHQ_RESULT_TTL"
+
+
+# --- `dispatchq settings`: what a session would get, by name only ---------------------------------
+def test_the_settings_command_lists_the_session_s_names_never_its_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from dispatchq.cli import main
+
+    pat = "ghp_" + "p" * 36
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "tok-secret-value")
+    monkeypatch.setenv("GH_PAT", pat)
+    monkeypatch.setenv("EDITOR", "vim-is-a-value")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+    monkeypatch.setenv("DISPATCHQ_SESSION_ALLOW_ENV", "EDITOR,GH_*")
+
+    done = CliRunner().invoke(main, ["settings", "--json"], catch_exceptions=False)
+
+    assert done.exit_code == 0, done.output
+    names = json.loads(done.output)["session_environment"]
+    assert {"EDITOR", "CLAUDE_CODE_OAUTH_TOKEN", "PATH", "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"} <= set(
+        names["passes"]
+    )
+    assert not {"GH_PAT", "SSH_AUTH_SOCK"} & set(names["passes"])
+    assert names["allowed_but_withheld"] == ["GH_PAT"]
+    assert names["credential"] == "CLAUDE_CODE_OAUTH_TOKEN"
+    for value in ("tok-secret-value", pat, "vim-is-a-value"):
+        assert value not in done.output
+
+    text = CliRunner().invoke(main, ["settings"], catch_exceptions=False).output
+    assert "a session would get:" in text and "EDITOR" in text and "GH_PAT" in text
+    assert "tok-secret-value" not in text and pat not in text
