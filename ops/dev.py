@@ -80,9 +80,16 @@ def demo() -> int:
         f"{BIN / 'python'} -m dispatchq.testing.stand_in_session --state {data / 'stand-in.json'} "
         f"--lift-after {LIFT_AFTER} -p --output-format stream-json --verbose"
     )
+    # The stand-in is dispatchq's own trusted code and keeps its state in the data dir, so it
+    # runs unconfined (the README's first command needs nothing but python3, not bubblewrap);
+    # it checks no credential, but a session worker refuses to start without one.
+    env["DISPATCHQ_SESSION_SANDBOX"] = "off"
+    env["DISPATCHQ_SESSION_CREDENTIAL_VAR"] = "CLAUDE_CODE_OAUTH_TOKEN"
+    env["CLAUDE_CODE_OAUTH_TOKEN"] = "stand-in-needs-no-credential"
     dispatchq = str(BIN / "dispatchq")
     judgements = str(ROOT / "examples" / "judgements.jsonl")
     say("sessions run the STAND-IN dispatchq.testing.stand_in_session: no model, no usage window spent")
+    say("the stand-in is our own trusted code: it runs unconfined (DISPATCHQ_SESSION_SANDBOX=off)")
     say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
     try:
         run([dispatchq, "run", judgements], env=env, cwd=ROOT)

@@ -254,8 +254,10 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
     handled or waits for a reason it names.
     """
     from dispatchq.client import Client
+    from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import drain
 
+    mark_non_dumpable()  # before the runtime reads its secrets: it runs every tier's worker
     rt = runtime()
     client = Client(runtime=rt)
     console = make_console(stderr=as_json)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dispatchq.core.judgement import FINISHED
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.egress import allowed_destinations
 from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind, sandbox_problem
@@ -41,6 +42,7 @@ __all__ = [
     "judgement_dir",
     "sandbox_refusal",
     "secret_paths",
+    "sweep",
     "work_dir",
 ]
 
@@ -76,6 +78,24 @@ def config_dir(settings: Settings, jid: str) -> Path:
 def forget(settings: Settings, jid: str) -> None:
     """The judgement ended: its scratch folder and its transcripts go."""
     shutil.rmtree(settings.sessions_dir / jid, ignore_errors=True)
+
+
+def sweep(settings: Settings, statuses: Callable[[list[str]], list[str | None]]) -> int:
+    """Remove the folders of judgements that ended elsewhere (cancelled, pruned, failed by
+    another path); `statuses` is the record store's. Returns how many went."""
+    root = settings.sessions_dir
+    try:
+        names = sorted(entry.name for entry in root.iterdir() if entry.is_dir())
+    except OSError:
+        return 0
+    gone = 0
+    for start in range(0, len(names), 500):
+        chunk = names[start : start + 500]
+        for jid, status in zip(chunk, statuses(chunk), strict=True):
+            if status is None or status in FINISHED:
+                forget(settings, jid)
+                gone += 1
+    return gone
 
 
 def secret_paths(settings: Settings, environ: Mapping[str, str]) -> tuple[str, ...]:

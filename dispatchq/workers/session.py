@@ -30,7 +30,7 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
-from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal
+from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -92,6 +92,7 @@ def check_session_host(runtime: Runtime) -> None:
         )
     elif settings.session_sandbox == "off":
         _say_once(logging.WARNING, "sessions on this host run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)")
+    sweep(settings, window_for(runtime).records.statuses)  # folders of judgements that ended elsewhere
     confined = settings.session_sandbox == "on" and problem is None
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:

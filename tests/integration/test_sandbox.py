@@ -423,3 +423,35 @@ def test_the_tool_scrub_is_off_with_a_warning_where_socat_is_missing(tmp_path: P
     assert decide_scrub("auto", {"PATH": PATH}, confined=True).enabled  # the same host, with socat
     with pytest.raises(SettingsError, match="socat"):
         decide_scrub("on", {"PATH": str(folder)})
+
+
+def test_each_judgement_gets_its_own_cli_config_folder_and_it_goes_when_the_judgement_ends(
+    harness: Any,
+) -> None:
+    settings = harness.rt.settings
+    orphan = settings.sessions_dir / ("0" * 32)  # a judgement that ended elsewhere (pruned)
+    (orphan / "config").mkdir(parents=True)
+    dumps = [harness.tmp / f"env{i}.json" for i in range(2)]
+    harness.plan_file.write_text(json.dumps([{"env_dump": str(dump)} for dump in dumps]))
+    ids = [harness.enqueue("ask", f"q{i}") for i in range(2)]
+    done = harness.cli("worker", "session", "--burst")
+    assert done.returncode == 0, done.stderr
+    assert all(harness.record(jid).status == "answered" for jid in ids)
+    configs = [Path(json.loads(dump.read_text())["CLAUDE_CONFIG_DIR"]) for dump in dumps]
+    assert {config.parent.name for config in configs} == set(ids)  # one folder per judgement
+    assert all(config.parent.parent == settings.sessions_dir for config in configs)
+    assert settings.data_dir.resolve() not in configs[0].parents  # beside the data dir, not in it
+    assert not any(config.exists() for config in configs)  # answered: its transcripts are gone
+    assert not orphan.exists()  # swept when the worker started
+
+
+def test_a_judgement_cut_off_mid_run_keeps_its_folder_for_the_resume(harness: Any) -> None:
+    settings = harness.rt.settings
+    harness.plan_file.write_text(json.dumps([{"scenario": "limit_mid_run"}]))
+    jid = harness.enqueue("ask", "long")
+    done = harness.cli("worker", "session", "--burst")
+    assert done.returncode == 0, done.stderr
+    record = harness.record(jid)
+    assert record.status == "waiting" and record.resume_session, record
+    assert (settings.sessions_dir / jid / "config").is_dir()
+    assert (settings.sessions_dir / jid / "work").is_dir()
