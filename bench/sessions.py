@@ -3,6 +3,7 @@
 
     python3 ops/dev.py bench sessions    # or: .venv/bin/python bench/sessions.py
                                          # (runs tests/integration/test_claude_cli.py, pytest -n 2)
+    .venv/bin/python bench/sessions.py --sandbox   # only the sandbox's cost per spawn
 
 The cases are the real-client tests themselves (the pinned CLI against the loopback stand-in
 for the Messages API, real session workers on an embedded Redis): each asserts its spawn counts
@@ -15,6 +16,10 @@ The plain alternative is measured in the same run, with the same CLI and stand-i
 request, and the same loop retrying a failed session once (what a job queue's retry does) on a
 host whose credential is refused. The ratio is its spawns over dispatchq's.
 Results go to bench/results/sessions.json too.
+
+The sandbox's cost per spawn is measured the same way: the same session spawned confined
+(bubblewrap, the egress proxy, the shim) and unconfined, interleaved, in the same run; the
+ratio is confined over unconfined (bench/results/sandbox.json).
 """
 
 from __future__ import annotations
@@ -154,8 +159,80 @@ def run_sessions() -> dict[str, Any]:
     return out
 
 
+def _timed_spawns(argv: list[str], env: dict[str, str], work: Path, rounds: int) -> dict[str, list[float]]:
+    """`rounds` spawns each way, interleaved (unconfined, confined, ...), through `launch`."""
+    import shutil
+
+    from dispatchq.launcher.egress import allowed_destinations
+    from dispatchq.launcher.sandbox import SandboxPlan
+    from dispatchq.launcher.spawn import launch
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SystemExit("the sandbox figure needs bubblewrap (apt-get install -y bubblewrap)")
+    times: dict[str, list[float]] = {"unconfined": [], "confined": []}
+    for _ in range(rounds):
+        for way in ("unconfined", "confined"):
+            config = Path(tempfile.mkdtemp(prefix="dq-bench-cfg-"))
+            plan = SandboxPlan(bwrap=bwrap, workdir=work, config_dir=config) if way == "confined" else None
+            start = time.perf_counter()
+            result = launch(
+                argv,
+                "what is 2+2",
+                cwd=work,
+                env={**env, "CLAUDE_CONFIG_DIR": str(config)},
+                timeout=120,
+                sandbox=plan,
+                egress=allowed_destinations(env),
+            )
+            times[way].append(time.perf_counter() - start)
+            if result.returncode != 0:
+                raise SystemExit(f"a {way} spawn failed: {result.stderr[-500:]}")
+    return times
+
+
+def sandbox_cost(rounds: int = 8) -> dict[str, Any]:
+    """The sandbox's cost per spawn, as a ratio against an unconfined spawn in the same run.
+
+    Two sessions, each spawned `rounds` times both ways, interleaved: the real CLI answering
+    through the stand-in (what a judgement costs), and `true` (the fixed cost of bwrap, the
+    namespaces, the mounts and the shim, with nothing else to hide it).
+    """
+    import statistics
+
+    work = Path(tempfile.mkdtemp(prefix="dq-bench-work-"))
+    rows = []
+    with FakeAnthropicAPI() as api:
+        api.answer("4")
+        env = _cli_env(api, tempfile.mkdtemp(prefix="dq-bench-home-"))
+        cases = {
+            "real CLI answer": [str(CLAUDE), "-p", "--output-format", "stream-json", "--verbose"],
+            "`true` (fixed cost)": ["/bin/true"],
+        }
+        for case, argv in cases.items():
+            times = _timed_spawns(argv, env, work, rounds)
+            plain, confined = statistics.median(times["unconfined"]), statistics.median(times["confined"])
+            ratio = confined / plain
+            rows.append({"case": case, "unconfined_s": plain, "confined_s": confined, "ratio": ratio})
+    print(f"\n| spawn ({rounds} each way, medians) | unconfined | confined | ratio |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['case']} | {row['unconfined_s'] * 1000:.0f} ms | {row['confined_s'] * 1000:.0f} ms "
+            f"| {row['ratio']:.2f}x |"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sandbox.json").write_text(json.dumps({"rounds": rounds, "cases": rows}, indent=2))
+    return {"cases": rows}
+
+
 def main() -> int:
-    return int(run_sessions()["pytest_exit"])
+    if "--sandbox" in sys.argv[1:]:
+        sandbox_cost()
+        return 0
+    code = int(run_sessions()["pytest_exit"])
+    sandbox_cost()
+    return code
 
 
 if __name__ == "__main__":

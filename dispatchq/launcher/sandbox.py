@@ -170,7 +170,10 @@ def parse_bind(text: str, where: str) -> Bind:
             path, writable = raw[: -len(suffix)], rw
     if not path.startswith("/"):
         raise SettingsError(f"{where}: {raw!r} is not an absolute path (PATH, PATH:ro or PATH:rw)")
-    return Bind(os.path.normpath(path), writable)
+    path = os.path.normpath(path)
+    if path in ("/", "//", "/proc", "/dev", "/tmp", "/run"):  # noqa: S108
+        raise SettingsError(f"{where}: {raw!r} would undo the sandbox (name the folder a session needs)")
+    return Bind(path, writable)
 
 
 def installation_of(executable: str) -> tuple[Path, ...]:
@@ -306,7 +309,7 @@ class SandboxPlan:
             opts += ["--ro-bind", real, real]
         opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--dir", SANDBOX_HOME]
         for ro in _unique([*self.installs, *_interpreter_home(python)]):
-            if not str(ro).startswith("/usr/"):
+            if not _is_system(str(ro)):
                 opts += ["--ro-bind", str(ro), str(ro)]
         opts += self._writable()
         for bind in self.binds:
@@ -330,6 +333,15 @@ class SandboxPlan:
         if self.config_dir is not None:
             opts += ["--bind", str(self.config_dir), str(self.config_dir)]
         return opts
+
+
+def _is_system(path: str) -> bool:
+    """`/`, or what the sandbox mounts anyway (`/usr`, `/bin`, `/lib*`, `/etc`): never bound again.
+
+    A command in `/bin` would otherwise count `/` as its installation, and `/` bound read-only
+    would show the whole host.
+    """
+    return path == "/" or any(_under(path, root) for root in ("/usr", "/etc", *_ROOT_LINKS))
 
 
 def _under(path: str, root: str) -> bool:

@@ -455,3 +455,20 @@ def test_a_judgement_cut_off_mid_run_keeps_its_folder_for_the_resume(harness: An
     assert record.status == "waiting" and record.resume_session, record
     assert (settings.sessions_dir / jid / "config").is_dir()
     assert (settings.sessions_dir / jid / "work").is_dir()
+
+
+def test_a_command_in_bin_does_not_bind_the_whole_host(tmp_path: Path) -> None:
+    """`/bin/X` would make `/` its installation: the sandbox must not bind it."""
+    marker = tmp_path / "host-only.txt"
+    marker.write_text("x")
+    work = tmp_path / "work"
+    work.mkdir()
+    check = f"test -e {marker} && echo True || echo False"
+    result = launch(
+        ["/bin/sh", "-c", check], "", cwd=work, env={"PATH": PATH}, timeout=60, sandbox=plan_for(work)
+    )
+    assert result.stdout.strip() == "False", result.stderr
+    true = launch(["/bin/true"], "", cwd=work, env={"PATH": PATH}, timeout=60, sandbox=plan_for(work))
+    assert true.returncode == 0, true.stderr
+    with pytest.raises(SettingsError, match="would undo the sandbox"):
+        parse_bind("/", "DISPATCHQ_SESSION_SANDBOX_BIND")
