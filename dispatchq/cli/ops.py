@@ -284,7 +284,11 @@ def _session_names(s: Any) -> dict[str, Any]:
         credential_var=var,
         credential_present=bool(environ.get(var) or environ.get(f"{var}_FILE")),
     )
-    return {**names, "credential": var}
+    passes = set(names["passes"]) | {"HOME", "CLAUDE_CONFIG_DIR"}  # per session, set by dispatchq
+    if s.session_sandbox == "on":  # the sandbox's own /tmp and its egress proxy
+        passes |= {"TMPDIR", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"}
+        passes -= {"NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"}
+    return {**names, "passes": sorted(passes), "credential": var, "sandbox": s.session_sandbox}
 
 
 _DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
