@@ -85,7 +85,7 @@ def demo() -> int:
     # it checks no credential, but a session worker refuses to start without one.
     env["DISPATCHQ_SESSION_SANDBOX"] = "off"
     env["DISPATCHQ_SESSION_CREDENTIAL_VAR"] = "CLAUDE_CODE_OAUTH_TOKEN"
-    env["CLAUDE_CODE_OAUTH_TOKEN"] = "stand-in-needs-no-credential"
+    env["CLAUDE_CODE_OAUTH_TOKEN"] = "stand-in-needs-no-credential"  # noqa: S105 (not a secret)
     dispatchq = str(BIN / "dispatchq")
     judgements = str(ROOT / "examples" / "judgements.jsonl")
     say("sessions run the STAND-IN dispatchq.testing.stand_in_session: no model, no usage window spent")

@@ -40,7 +40,6 @@ than in any process's environment at all.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fnmatch
 import itertools
 import re
@@ -400,7 +399,9 @@ def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The process's own symbols hold libc's: `find_library` would start `ldconfig -p`, a
+        # child process, in every dispatchq process that marks itself.
+        libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.prctl
     except (OSError, AttributeError):
         return None
