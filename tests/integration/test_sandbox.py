@@ -472,3 +472,40 @@ def test_a_command_in_bin_does_not_bind_the_whole_host(tmp_path: Path) -> None:
     assert true.returncode == 0, true.stderr
     with pytest.raises(SettingsError, match="would undo the sandbox"):
         parse_bind("/", "DISPATCHQ_SESSION_SANDBOX_BIND")
+
+
+def test_git_works_in_a_worktree_but_the_main_checkouts_hooks_stay_read_only(tmp_path: Path) -> None:
+    """A worktree's `.git` is a pointer into the main checkout's `.git`: bound, with hooks fixed."""
+    main, tree = tmp_path / "main", tmp_path / "tree"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", str(main)], check=True)
+    (main / "f.txt").write_text("one\n")
+    subprocess.run([*git, "-C", str(main), "add", "f.txt"], check=True)
+    subprocess.run([*git, "-C", str(main), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(main), "worktree", "add", "-q", str(tree)], check=True)
+    program = r"""
+import json, subprocess
+git = ["git", "-c", "user.name=s", "-c", "user.email=s@example.invalid"]
+open("f.txt", "a").write("two\n")
+done = subprocess.run([*git, "commit", "-qam", "two"], capture_output=True, text=True)
+try:
+    open(HOOKS + "/post-commit", "w").write("#!/bin/sh\necho pwned\n"); hook = True
+except OSError:
+    hook = False
+print(json.dumps({"commit": done.returncode, "err": done.stderr[-300:], "hook": hook}))
+"""
+    program = f"HOOKS = {str(main / '.git' / 'hooks')!r}\n" + program
+    result = launch(
+        [sys.executable, "-c", program],
+        "",
+        cwd=tree,
+        env={"PATH": PATH},
+        timeout=60,
+        sandbox=plan_for(tree),
+    )
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["commit"] == 0, seen["err"]
+    assert seen["hook"] is False
+    log = subprocess.run(["git", "-C", str(tree), "log", "--format=%s"], capture_output=True, text=True)
+    assert log.stdout.split() == ["two", "one"]
+    assert not (main / ".git" / "hooks" / "post-commit").exists()
