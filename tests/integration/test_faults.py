@@ -688,6 +688,7 @@ def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawn
     )
     env["DISPATCHQ_SESSION_COMMAND"] = f"{sys.executable} {script} {FAKE_ARGS}"
     env["SELF_TERM_LOG"] = str(tmp_path / "self_term.log")
+    env["DISPATCHQ_SESSION_ALLOW_ENV"] += ",SELF_TERM_LOG"  # the session's own setting
     own_redis.ensure_running()
     suicidal, after = _enqueue_sessions(env, ["suicidal", "after"])
     store = Store(own_redis.client())
