@@ -132,6 +132,10 @@ class EmbeddedRedis:
             raise RedisUnreachable(
                 f"the embedded Redis in {self.data_dir} is not running (no socket recorded)"
             )
+        if not os.path.lexists(socket.parent):  # nothing there to distrust: just not running
+            raise RedisUnreachable(
+                f"the embedded Redis in {self.data_dir} is not running ({socket.parent} is missing)"
+            )
         problem = folder_problem(socket.parent, follow=socket.parent == self.data_dir)
         if problem is not None:
             raise RedisUnavailable(f"refusing the embedded Redis socket {socket}: {problem}")
@@ -486,7 +490,10 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
         server = embedded_for(settings)
         if start:
             server.ensure_running()
-        client = server.client(health_check_interval=30)
+        try:
+            client = server.client(health_check_interval=30)
+        except RedisUnreachable as error:  # never started here: no socket to connect to
+            raise RedisUnreachable(f"cannot reach Redis at {settings.describe_redis()}: {error}") from None
     try:
         client.ping()
         if settings.redis_url is None:
