@@ -369,17 +369,27 @@ def _unique(paths: Iterable[Path]) -> list[Path]:
     return seen
 
 
-@functools.lru_cache(maxsize=8)
 def sandbox_problem(path_var: str, python: str = sys.executable) -> str | None:
     """None when a confined spawn can start here, else why not (one line, for the host breaker).
 
     The check is a real sandbox of the same shape (namespaces, mounts, the shim as pid 1)
     running `true`: bwrap missing, user namespaces refused by the kernel or a container, or
-    a mount this host cannot make all show here, once per process.
+    a mount this host cannot make all show here. It runs once per bwrap binary: a worker
+    whose host got bubblewrap installed sees it at its next host probe, without a restart.
     """
     bwrap = shutil.which("bwrap", path=path_var)
     if bwrap is None:
         return "the session sandbox needs bubblewrap: bwrap not found on PATH"
+    try:
+        stamp = os.stat(bwrap).st_mtime_ns
+    except OSError:
+        stamp = 0
+    return _sandbox_check(bwrap, stamp, path_var, python)
+
+
+@functools.lru_cache(maxsize=8)
+def _sandbox_check(bwrap: str, stamp: int, path_var: str, python: str) -> str | None:
+    del stamp  # part of the cache key only
     true = shutil.which("true", path=path_var) or "/bin/true"
     return _run_inside(bwrap, [true], path_var, python, "the session sandbox cannot start")
 
