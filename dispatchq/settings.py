@@ -49,6 +49,7 @@ DAY = 86_400
 #: Settings that hold secrets: their values may come from `<ENV>_FILE`.
 SECRET_ENV = (
     "DISPATCHQ_REDIS_URL",
+    "DISPATCHQ_REDIS_SENTINEL_PASSWORD",
     "TYPESAFE_API_KEY",
     "DISPATCHQ_GITHUB_TOKEN",
     "DISPATCHQ_GITHUB_WEBHOOK_SECRET",
@@ -118,6 +119,10 @@ class Settings(BaseSettings):
     # --- Redis and storage -----------------------------------------------------------
     redis_url: SecretStr | None = Field(
         None, description="Redis server to use; unset starts the embedded server under the data dir."
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        None,
+        description="Password of the sentinels a redis+sentinel:// URL names (the URL's is the primary's).",
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir, description="Where the embedded Redis keeps its data."
@@ -398,7 +403,11 @@ def env_name(field: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """`redis://user:secret@host/0` -> `redis://user:***@host/0`."""
+    """`redis://user:secret@host/0` -> `redis://user:***@host/0`.
+
+    A `redis+sentinel://user:secret@h1:26379,h2:26379/service` URL too: only its userinfo
+    is rewritten, and `urlsplit` never needs the (several) ports for that.
+    """
     try:
         parts = urlsplit(url)
     except ValueError:
