@@ -33,6 +33,7 @@ import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from dispatchq.errors import RedisUnavailable, RedisUnreachable
 from dispatchq.settings import Settings, parent_environment
@@ -43,6 +44,14 @@ from dispatchq.storage.private import (
     secret_problem,
     tighten_tree,
     write_private,
+)
+from dispatchq.storage.sentinel import (
+    is_sentinel_url,
+    parse_sentinel_url,
+    refuse_a_sentinel,
+    sentinel_client,
+    sentinel_client_async,
+    sentinel_problem,
 )
 
 #: The client type every room names in its annotations, so only storage/ imports redis.
@@ -479,11 +488,21 @@ def embedded_for(settings: Settings) -> EmbeddedRedis:
 
 
 def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
-    """A Redis client for these settings, starting the embedded server when needed."""
+    """A Redis client for these settings, starting the embedded server when needed.
+
+    A `redis+sentinel://` URL gives a client of the service's primary that follows a
+    failover (`dispatchq.storage.sentinel`); a plain URL that names a sentinel is refused
+    here, once, rather than met as "unknown command" on a worker's first write.
+    """
+    target = None
     if settings.redis_url is not None:
         url = settings.redis_url.get_secret_value()
         try:
-            client = redis.Redis.from_url(url, health_check_interval=30)
+            if is_sentinel_url(url):
+                target = parse_sentinel_url(url)
+                client = sentinel_client(target, _sentinel_password(settings), health_check_interval=30)
+            else:
+                client = redis.Redis.from_url(url, health_check_interval=30)
         except ValueError as error:
             raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
     else:
@@ -494,21 +513,32 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
             client = server.client(health_check_interval=30)
         except RedisUnreachable as error:  # never started here: no socket to connect to
             raise RedisUnreachable(f"cannot reach Redis at {settings.describe_redis()}: {error}") from None
+    # Each refusal is raised after the `except`, never inside it: one raised there would
+    # carry redis-py's ConnectionError as its context, and a caller that looks down the
+    # chain for an outage would wait on a password or a service name forever.
+    refusal: RedisUnavailable | None = None
     try:
         client.ping()
         if settings.redis_url is None:
             _apply_appendfsync(client, settings.appendfsync)
+        elif target is None:
+            refuse_a_sentinel(client, settings.describe_redis())
+    except MasterNotFoundError:
+        # The sentinels offered no primary: a failover under way, or a URL that can never work.
+        if target is None:
+            raise
+        refusal = sentinel_problem(target, _sentinel_password(settings), settings.describe_redis())
     except redis.AuthenticationError:
         # Not an outage: waiting will not fix a password, so long-running roles stop here too.
-        raise RedisUnavailable(_login_refused(settings)) from None
+        refusal = RedisUnavailable(_login_refused(settings))
     except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
-        raise RedisUnreachable(
-            f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}"
-        ) from None
+        refusal = RedisUnreachable(f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}")
     except redis.ResponseError as error:
         if not _is_login_refusal(error):
             raise
-        raise RedisUnavailable(_login_refused(settings)) from None
+        refusal = RedisUnavailable(_login_refused(settings))
+    if refusal is not None:
+        raise refusal
     return client
 
 
@@ -516,17 +546,26 @@ def connect_async(settings: Settings) -> redis.asyncio.Redis:
     """An asyncio client to the same Redis as `connect` (which must have started it).
 
     Connections are made on first use, on the event loop that uses them; an outage
-    raises the same `redis.exceptions` errors as the blocking client.
+    raises the same `redis.exceptions` errors as the blocking client, and a
+    `redis+sentinel://` URL follows a failover as the blocking client does.
     """
     if settings.redis_url is not None:
+        url = settings.redis_url.get_secret_value()
         try:
-            return redis.asyncio.Redis.from_url(
-                settings.redis_url.get_secret_value(), health_check_interval=30
-            )
+            if is_sentinel_url(url):
+                return sentinel_client_async(
+                    parse_sentinel_url(url), _sentinel_password(settings), health_check_interval=30
+                )
+            return redis.asyncio.Redis.from_url(url, health_check_interval=30)
         except ValueError as error:
             raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
     kwargs = embedded_for(settings).connection_kwargs()
     return redis.asyncio.Redis(**kwargs, health_check_interval=30)  # type: ignore[arg-type]
+
+
+def _sentinel_password(settings: Settings) -> str | None:
+    secret = settings.redis_sentinel_password
+    return secret.get_secret_value() if secret is not None else None
 
 
 def _is_login_refusal(error: BaseException) -> bool:
