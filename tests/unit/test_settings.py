@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatchq.errors import SettingsError, UserError
+from dispatchq.errors import RedisUnavailable, SettingsError, UserError
 from dispatchq.settings import DAY, Settings, env_name, load_settings, redact_url
+from dispatchq.storage.sentinel import parse_sentinel_url
 
 REDIS_PASSWORD = "hunter2-redis-pw"
 TYPESAFE_KEY = "ts-live-0123456789abcdef"
@@ -120,6 +121,9 @@ def test_a_settings_error_never_carries_a_secret() -> None:
         ("redis://user:p@ss@host/0", "redis://user:***@host/0"),
         ("redis://host:6379/0", "redis://host:6379/0"),
         ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+        ("redis+sentinel://u:pw@h1:26379,h2:26380/svc/2", "redis+sentinel://u:***@h1:26379,h2:26380/svc/2"),
+        ("redis+sentinel://:p%40w@[::1]:26379,h2/svc", "redis+sentinel://:***@[::1]:26379,h2/svc"),
+        ("redis+sentinel://h1:26379,h2:26380/svc", "redis+sentinel://h1:26379,h2:26380/svc"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
@@ -228,3 +232,66 @@ def test_the_settings_command_lists_the_session_s_names_never_its_values(
     text = CliRunner().invoke(main, ["settings"], catch_exceptions=False).output
     assert "a session would get:" in text and "EDITOR" in text and "GH_PAT" in text
     assert "tok-secret-value" not in text and pat not in text
+
+
+def test_the_sentinel_password_is_a_secret_with_a_file_and_never_shown(tmp_path: Path) -> None:
+    secret_file = tmp_path / "sentinel.password"
+    secret_file.write_text("sentinel-pw\n")
+    url = f"redis+sentinel://:{REDIS_PASSWORD}@h1:26379,h2:26379/svc"
+    s = load_settings(
+        {"DISPATCHQ_REDIS_URL": url, "DISPATCHQ_REDIS_SENTINEL_PASSWORD_FILE": str(secret_file)}
+    )
+    assert s.redis_sentinel_password is not None
+    assert s.redis_sentinel_password.get_secret_value() == "sentinel-pw"
+    assert s.describe_redis() == "redis+sentinel://:***@h1:26379,h2:26379/svc"
+    shown = f"{s.public()} {s!r} {s}"
+    assert "sentinel-pw" not in shown and REDIS_PASSWORD not in shown
+    assert s.public()["DISPATCHQ_REDIS_SENTINEL_PASSWORD"]["value"] == "**********"
+
+
+@pytest.mark.parametrize(
+    ("url", "sentinels", "service", "db", "login"),
+    [
+        ("redis+sentinel://h1:26379,h2:26380/svc", (("h1", 26379), ("h2", 26380)), "svc", 0, {}),
+        (
+            "redis+sentinel://u:p%40ss@h1/svc/3",
+            (("h1", 26379),),
+            "svc",
+            3,
+            {"username": "u", "password": "p@ss"},
+        ),
+        (
+            "redis+sentinel://:pw@[::1]:5000,h2/svc/",
+            (("::1", 5000), ("h2", 26379)),
+            "svc",
+            0,
+            {"password": "pw"},
+        ),
+    ],
+)
+def test_a_sentinel_url_names_its_sentinels_service_db_and_the_primary_s_login(
+    url: str, sentinels: tuple[tuple[str, int], ...], service: str, db: int, login: dict[str, str]
+) -> None:
+    target = parse_sentinel_url(url)
+    assert (target.sentinels, target.service, target.db) == (sentinels, service, db)
+    assert target.primary_kwargs() == {"db": db, **login}
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+sentinel://h1:26379", "ends in /<service>"),
+        ("redis+sentinel://h1:26379/svc/zero", "must be a number"),
+        ("redis+sentinel://h1:26379/svc/0/extra", "ends in /<service>"),
+        ("redis+sentinel://h1:port/svc", "not a port number"),
+        ("redis+sentinel://h1:26379,/svc", "empty"),
+        ("redis+sentinel://h1:26379/svc?ssl=true", "no ?query"),
+        ("rediss+sentinel://h1:26379/svc", "not supported yet"),
+    ],
+)
+def test_a_bad_sentinel_url_is_one_line_naming_the_variable(url: str, says: str) -> None:
+    with pytest.raises(RedisUnavailable) as caught:
+        parse_sentinel_url(url.replace("h1", f"u:{REDIS_PASSWORD}@h1", 1))
+    assert str(caught.value).startswith("DISPATCHQ_REDIS_URL: ")
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+    assert REDIS_PASSWORD not in str(caught.value)
