@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import require_room
+from dispatchq.storage.outage import is_outage, require_room, waiting_here
 
 __all__ = [
     "parse_until",
@@ -81,13 +82,7 @@ def status(as_json: bool, recount: bool) -> None:
     Counts come from counters kept with every change, so this answers in constant time
     however many judgements wait; it lists a sample of the waiting ones, not all.
     """
-    from dispatchq.workers.status import collect_status
-
-    rt = runtime(config=False)
-    if recount:
-        counted = rt.store.recount()
-        click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
-    data = collect_status(rt)
+    data = _collect_status(recount)
     if data.get("waiting_counts_rebuilt"):
         click.echo(
             f"the live counts were missing (a store from an older dispatchq): rebuilt once from "
@@ -98,12 +93,8 @@ def status(as_json: bool, recount: bool) -> None:
         print_json(data)
         return
     console = make_console()
-    memory = _bytes(data["redis_used_memory"])
-    limit = _bytes(data["redis_maxmemory"]) if data["redis_maxmemory"] else "no maxmemory"
-    console.print(
-        f"[bold]redis[/]: {data['redis']} (v{data['redis_version']}, appendfsync "
-        f"{data['redis_appendfsync']}, memory {memory} of {limit})"
-    )
+    _print_redis(console, data)
+    _print_waiting_here(console, data["waiting_for_redis_here"])
     table = Table("tier", "queued", "workers", "answered")
     for tier in TIERS:
         table.add_row(
@@ -154,6 +145,64 @@ def status(as_json: bool, recount: bool) -> None:
                 f"triage: last {t['runs']} runs ({counts}); last at {when}; "
                 f"{t.get('needs_triage', 0)} events marked needs-triage"
             )
+
+
+def _collect_status(recount: bool) -> dict[str, Any]:
+    """What `status` shows; when Redis cannot be used, what this host's waiting processes say
+    comes first (on stderr), then the command's own one-line refusal."""
+    from dispatchq.workers.status import collect_status
+
+    try:
+        rt = runtime(config=False)
+    except UserError:
+        # This shell cannot use Redis either (a password rotated on the server, Redis away):
+        # what this host's waiting processes say comes first, then the one-line refusal.
+        with contextlib.suppress(UserError):
+            _print_waiting_here(make_console(stderr=True), waiting_here(settings()))
+        raise
+    if recount:
+        counted = rt.store.recount()
+        click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
+    try:
+        data = collect_status(rt)
+    except Exception as error:
+        if is_outage(error):  # a demoted master refuses status's own upkeep writes: say why here
+            _print_waiting_here(make_console(stderr=True), waiting_here(rt.settings))
+        raise
+    # This host's processes waiting for Redis, from their notes under the data dir: one that
+    # cannot log in or reach the server cannot say so in Redis.
+    data["waiting_for_redis_here"] = waiting_here(rt.settings)
+    return data
+
+
+def _print_redis(console: Console, data: dict[str, Any]) -> None:
+    """The server line; what the Redis user may not read (INFO, CONFIG without `@dangerous`)
+    is "unknown", and a second line says which commands were refused."""
+    used, limit = data.get("redis_used_memory"), data.get("redis_maxmemory")
+    memory = "memory unknown" if used is None else f"memory {_bytes(used)} of "
+    if used is not None:
+        memory += _bytes(limit) if limit else "no maxmemory" if limit is not None else "unknown"
+    version = f"v{data['redis_version']}" if data.get("redis_version") else "version unknown"
+    fsync = data.get("redis_appendfsync") or "unknown"
+    console.print(f"[bold]redis[/]: {data['redis']} ({version}, appendfsync {fsync}, {memory})", markup=True)
+    refused = data.get("redis_unreadable") or []
+    if refused:
+        console.print(
+            f"  could not read: {', '.join(refused)} (the Redis user may not run them: "
+            "an ACL user without @dangerous; dispatchq does not need them)",
+            markup=False,
+        )
+
+
+def _print_waiting_here(console: Console, notes: list[dict[str, Any]]) -> None:
+    """One line per process of this host waiting for Redis, with the reason it gave."""
+    for note in notes:
+        since = max(0.0, time.time() - float(note.get("since") or time.time()))
+        console.print(
+            f"waiting for Redis here: pid {note.get('pid')} ({note.get('role')}) since {since:.0f} s: "
+            f"Redis {note.get('state')} at {note.get('redis')} ({note.get('reason')})",
+            markup=False,
+        )
 
 
 def _bytes(count: int) -> str:

@@ -98,7 +98,8 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        client = wait_for_redis(settings, log=log, stopping=stop.is_set)
+        # `starting`: a wrong password now is a one-line exit 2; once running, it is waited on.
+        client = wait_for_redis(settings, log=log, stopping=stop.is_set, starting=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

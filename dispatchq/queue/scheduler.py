@@ -348,9 +348,9 @@ def run_scheduler(
     scheduler = scheduler_for(runtime)
     control = DispatchqQueue(keys.CONTROL_QUEUE, connection=runtime.redis)
     stopping = False
-    outage = OutageLog(runtime.settings.describe_redis(), log)
+    outage = OutageLog.for_settings(runtime.settings, log)
     memory = MemoryLog(log)
-    backoff = Backoff()
+    backoff = Backoff()  # for memory refusals; an outage's back-off is kept by its log
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
@@ -377,12 +377,14 @@ def run_scheduler(
             oom = is_out_of_memory(error)
             if not oom and not is_outage(error):
                 raise
-            delay = backoff.next()
             if oom:
                 # Redis answers but refuses writes: skip ticks until an operator makes room.
+                delay = backoff.next()
                 memory.down(error, delay, runtime.redis)
             else:
-                outage.down(error, delay)
+                # Each tick's first command is a write: the tick is the wait's write probe. The
+                # back-off is kept across ticks that flap (a demoted master, NOREPLICAS).
+                delay = outage.step(error)
             deadline = time.monotonic() + delay
             while not stopping and time.monotonic() < deadline:
                 sleep(min(0.2, deadline - time.monotonic()))

@@ -60,6 +60,7 @@ __all__ = [
     "triage_labels_added",
     "typed_cache",
     "typed_state",
+    "wait_probe",
     "worker_info",
 ]
 
@@ -257,3 +258,11 @@ JOBS_UPGRADED = f"{PREFIX}:upgrade:jobs-json"
 """String, no TTL: JSON {at, rewritten, refused} once every pickled RQ job hash (`rq:job:*`) was
 rewritten as JSON or refused (`dispatchq.queue.upgrade`); while it is absent, each worker and
 the scheduler run the upgrade before their first job."""
+
+
+# Appended for issue 21 (waiting means waiting for a writable primary).
+def wait_probe(host: str, pid: int) -> str:
+    """String, 5 s TTL: the write a process waiting out an outage makes to learn that Redis takes
+    writes again (a demoted master answers PING but refuses every write), one key per process.
+    Not `probe(scope)`'s namespace: a window scope may be any name."""
+    return f"{PREFIX}:wait-probe:{host}:{pid}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -476,16 +476,30 @@ class Store:
         """What `status` shows of the server in effect: version, fsync mode, memory.
 
         Read from the server itself, not from the settings: a server started by another
-        process, or configured by hand, is what the data's durability depends on.
+        process, or configured by hand, is what the data's durability depends on. An ACL
+        user without `@dangerous` may not run INFO or CONFIG: what it could not read is
+        None, and `redis_unreadable` names the commands refused, instead of a traceback.
         """
-        server = self.redis.info("server")
-        memory = self.redis.info("memory")
-        fsync = self.redis.config_get("appendfsync").get("appendfsync")
+        unreadable: list[str] = []
+
+        def read(what: str, call: Callable[[], Any], empty: Any) -> Any:
+            try:
+                return call()
+            except redis.exceptions.NoPermissionError:
+                unreadable.append(what)
+                return empty
+
+        server = read("INFO server", lambda: self.redis.info("server"), {})
+        memory = read("INFO memory", lambda: self.redis.info("memory"), {})
+        fsync = read(
+            "CONFIG GET appendfsync", lambda: self.redis.config_get("appendfsync").get("appendfsync"), None
+        )
         return {
             "redis_version": server.get("redis_version"),
             "redis_appendfsync": as_text(fsync) if fsync is not None else None,
-            "redis_used_memory": int(memory.get("used_memory") or 0),
-            "redis_maxmemory": int(memory.get("maxmemory") or 0),
+            "redis_used_memory": int(memory["used_memory"]) if "used_memory" in memory else None,
+            "redis_maxmemory": int(memory["maxmemory"]) if "maxmemory" in memory else None,
+            "redis_unreadable": unreadable,
         }
 
     def publish_worker(self, name: str, info: Mapping[str, Any], ttl: float) -> None:

@@ -27,6 +27,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from dispatchq.core.tiers import row
+from dispatchq.errors import UserError
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
@@ -102,9 +103,19 @@ class DispatchqWorker(SimpleWorker):
     def _ride_out(self, error: BaseException) -> None:
         assert self.runtime is not None
         if self._outage is None:
-            self._outage = OutageLog(self.runtime.settings.describe_redis(), log)
+            # One per worker, so the back-off is kept across rounds: a primary that takes the
+            # probe write and then refuses the next write again does not restart it.
+            self._outage = OutageLog.for_settings(self.runtime.settings, log)
         self._outage.down(error, FIRST_RETRY)
-        wait_for_redis(self.runtime.settings, log=log, stopping=lambda: self.stopping, outage=self._outage)
+        try:
+            settings = self.runtime.settings
+            wait_for_redis(settings, log=log, stopping=lambda: self.stopping, outage=self._outage)
+        except UserError as refusal:
+            # A configuration error met while waiting (the Redis user may not write our keys):
+            # one line and exit 2, as at start. Raised from inside RQ's loop, anything but
+            # SystemExit would be logged with a traceback and the loop started again.
+            log.error("%s", refusal)
+            raise SystemExit(2) from None
         if self.stopping:
             raise StopRequested()
 

@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from pathlib import Path
 
 import pytest
 import redis
 
 from dispatchq.errors import RedisUnavailable, RedisUnreachable, UserError
 from dispatchq.process import logs
+from dispatchq.settings import Settings, load_settings
+from dispatchq.storage import keys
+from dispatchq.storage import outage as outage_module
 from dispatchq.storage.outage import (
     Backoff,
     MemoryLog,
     OutageLog,
+    is_login_refused,
     is_out_of_memory,
     is_outage,
     out_of_memory_message,
+    outage_reason,
+    wait_for_redis,
+    waiting_here,
+    weather_kind,
 )
 
 
@@ -194,3 +204,167 @@ def test_a_refusal_wrapped_by_a_script_or_a_transaction_is_out_of_memory_too(tex
     )
     assert is_out_of_memory(redis.ResponseError(text))
     assert not is_out_of_memory(redis.ResponseError("Error running script: @user_script:3: WRONGTYPE"))
+
+
+# --- weather: what a long-running process waits out (issue 21) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (
+            redis.ReadOnlyError("You can't write against a read only replica.", status_code="READONLY"),
+            "writes",
+        ),
+        (redis.ResponseError("NOREPLICAS Not enough good replicas to write."), "writes"),
+        (redis.exceptions.MasterDownError("Link with MASTER is down"), "writes"),
+        (redis.BusyLoadingError("Redis is loading the dataset in memory"), "writes"),
+        (redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"), "writes"),
+        (
+            redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed"),
+            "writes",
+        ),
+        # A record's transition script refused at its first write on a demoted master.
+        (
+            redis.ResponseError(
+                "Error running script (call to f_35508e9a): @user_script:11: "
+                "@user_script: 11: -READONLY You can't write against a read only replica."
+            ),
+            "writes",
+        ),
+        (redis.AuthenticationError("invalid username-password pair", status_code="WRONGPASS"), "login"),
+        (redis.ResponseError("NOAUTH Authentication required."), "login"),
+        (redis.ConnectionError("Error 111 connecting to x. Connection refused."), "unreachable"),
+    ],
+)
+def test_weather_is_named_by_kind(error: BaseException, kind: str) -> None:
+    assert weather_kind(error) == kind
+    assert is_outage(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.exceptions.NoPermissionError("this user has no permissions to run the 'set' command"),
+        redis.ResponseError("ERR unknown command 'FOO'"),
+        redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value READONLYx"),
+    ],
+)
+def test_a_refused_permission_or_a_wrong_request_is_not_weather(error: BaseException) -> None:
+    assert weather_kind(error) is None
+
+
+def _refused_at_login() -> RedisUnavailable:
+    # As `connect` raises it: a one-line refusal `from None` over redis-py's AuthenticationError.
+    try:
+        try:
+            raise redis.AuthenticationError("invalid username-password pair")
+        except redis.AuthenticationError:
+            raise RedisUnavailable("DISPATCHQ_REDIS_URL: Redis at x refused the login") from None
+    except RedisUnavailable as refusal:
+        return refusal
+
+
+def test_a_refused_login_is_weather_once_running_and_a_bad_url_never_is() -> None:
+    assert is_login_refused(_refused_at_login()) and is_outage(_refused_at_login())
+    try:
+        try:
+            raise redis.ConnectionError("refused")
+        except redis.ConnectionError:
+            raise RedisUnavailable("DISPATCHQ_REDIS_URL: invalid scheme") from None
+    except RedisUnavailable as configuration:
+        assert not is_outage(configuration)  # whatever it was raised over
+
+
+def test_the_reason_keeps_the_code_redis_py_strips() -> None:
+    error = redis.ReadOnlyError("You can't write against a read only replica.", status_code="READONLY")
+    assert outage_reason(error) == "READONLY You can't write against a read only replica."
+
+
+class _Refusing:
+    """A client whose writes fail with `error` (as a demoted master's do)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+        self.writes = 0
+
+    def set(self, *args: object, **kwargs: object) -> None:
+        self.writes += 1
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        pass
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return load_settings(
+        {"DISPATCHQ_REDIS_URL": "redis://127.0.0.1:1/0", "DISPATCHQ_DATA_DIR": str(tmp_path)}
+    )
+
+
+def test_the_wait_probes_with_a_write_and_keeps_its_back_off_across_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    readonly = redis.ReadOnlyError("You can't write against a read only replica.", status_code="READONLY")
+    plan = [_Refusing(readonly), _Refusing(readonly), _Refusing(None)]
+    made: list[_Refusing] = []
+
+    def connect(settings: Settings) -> _Refusing:
+        made.append(plan.pop(0) if plan else _Refusing(None))
+        return made[-1]
+
+    slept: list[float] = []
+    monkeypatch.setattr(outage_module, "connect", connect)
+    monkeypatch.setattr(outage_module.time, "monotonic", lambda: sum(slept))
+    log = logging.getLogger("test.weather")
+    outage = OutageLog.for_settings(_settings(tmp_path), log)
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        outage.down(readonly, 0.5)
+        client = wait_for_redis(
+            _settings(tmp_path), log=log, stopping=lambda: False, sleep=slept.append, outage=outage
+        )
+        assert client is made[-1] and [c.writes for c in made] == [1, 1, 1]  # a write each round, not PING
+        assert outage.backoff.current == 1
+        # Back within one step: READONLY again. The next round waits the next step first.
+        outage.down(readonly, 0.5)
+        before = sum(slept)
+        wait_for_redis(
+            _settings(tmp_path), log=log, stopping=lambda: False, sleep=slept.append, outage=outage
+        )
+    assert sum(slept) - before == pytest.approx(2)  # the 2 s step, not the first one again
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("Redis not writable at redis://127.0.0.1:1/0 (READONLY You can't write")
+    assert messages[2].endswith("retrying in 2 s")
+    assert len(messages) == 4, messages  # down, back, down, back: two lines per step at most
+
+
+def test_nopermission_on_the_probe_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = redis.exceptions.NoPermissionError("this user has no permissions to run the 'set' command")
+    monkeypatch.setattr(outage_module, "connect", lambda settings: _Refusing(refused))
+    with pytest.raises(UserError, match="may not write dispatchq's keys"):
+        wait_for_redis(_settings(tmp_path), log=logging.getLogger("t"), stopping=lambda: False)
+
+
+def test_a_refused_login_stops_a_starting_process_and_is_waited_on_by_a_running_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def connect(settings: Settings) -> _Refusing:
+        raise _refused_at_login()
+
+    monkeypatch.setattr(outage_module, "connect", connect)
+    settings = _settings(tmp_path)
+    with pytest.raises(RedisUnavailable, match="refused the login"):
+        wait_for_redis(settings, log=logging.getLogger("t"), stopping=lambda: False, starting=True)
+    rounds: list[float] = []
+    stop = lambda: len(rounds) >= 3  # noqa: E731
+    assert wait_for_redis(settings, log=logging.getLogger("t"), stopping=stop, sleep=rounds.append) is None
+    notes = waiting_here(settings)
+    assert [n["kind"] for n in notes] == ["login"] and notes[0]["pid"] == os.getpid()
+
+
+def test_the_probe_key_is_one_per_process_and_not_a_window_probe() -> None:
+    assert keys.wait_probe("h1", 42) == "dispatchq:wait-probe:h1:42"
+    assert not keys.wait_probe("h1", 42).startswith(keys.probe(""))
