@@ -43,6 +43,7 @@ from dispatchq.storage.outage import (
     wait_for_redis,
 )
 from dispatchq.tiers.confine import sandbox_refusal
+from dispatchq.workers.identity import check_host_unique, machine_id
 
 if TYPE_CHECKING:
     import redis
@@ -143,6 +144,7 @@ class DispatchqWorker(SimpleWorker):
         return {
             "tier": self.tier,
             "host": settings.host,
+            "machine_id": machine_id(),
             "pid": os.getpid(),
             "keyless": settings.typesafe_api_key is None,
             "session_command_found": bool(argv)
@@ -261,6 +263,8 @@ def build_worker(
 ) -> DispatchqWorker:
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
+    live = runtime.store.live_workers(ttl=settings.heartbeat_interval + settings.heartbeat_grace)
+    check_host_unique(live, settings.host, machine_id())  # before it takes any host-bound job
     ensure_upgraded(runtime.redis)  # the previous release's pickled jobs, as JSON, before any dequeue
     # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's
     # failure callback) with the queue's job class, not the worker's.
