@@ -57,6 +57,7 @@ __all__ = [
     "installation_of",
     "nested_bwrap_problem",
     "parse_bind",
+    "probe_problem",
     "sandbox_problem",
 ]
 
@@ -417,19 +418,25 @@ def _run_inside(bwrap: str, argv: list[str], path_var: str, python: str, what: s
     at = argv.index(INFO_FD_MARK)
     del argv[at - 1 : at + 1]  # nobody reads the check's info
     try:
+        return probe_problem(argv, path_var, what, timeout=30)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def probe_problem(argv: list[str], path_var: str, what: str, *, timeout: float) -> str | None:
+    """Run a check command with only PATH set: None when it succeeds, else `what: <its last line>`."""
+    try:
         done = subprocess.run(
             argv,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=timeout,
             env={"PATH": path_var},
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"{what}: {error}"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         return f"{what}: {last[:200]}"

@@ -18,12 +18,11 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dispatchq.errors import SettingsError
-from dispatchq.launcher.sandbox import nested_bwrap_problem
+from dispatchq.launcher.sandbox import nested_bwrap_problem, probe_problem
 
 __all__ = ["BWRAP_HINT", "SCRUB_MODES", "ScrubDecision", "bwrap_check", "decide_scrub"]
 
@@ -48,22 +47,9 @@ def bwrap_check(path_var: str) -> str | None:
     bwrap = shutil.which("bwrap", path=path_var)
     if bwrap is None:
         return "bwrap not found on PATH"
-    try:
-        done = subprocess.run(
-            [bwrap, "--ro-bind", "/", "/", "true"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=15,
-            env={"PATH": path_var},
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bwrap cannot run: {error}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        return f"bwrap --ro-bind / / true failed: {last[:200]}"
-    return None
+    return probe_problem(
+        [bwrap, "--ro-bind", "/", "/", "true"], path_var, "bwrap --ro-bind / / true failed", timeout=15
+    )
 
 
 def decide_scrub(mode: str, environ: Mapping[str, str], *, confined: bool = False) -> ScrubDecision:

@@ -185,14 +185,7 @@ class EmbeddedRedis:
             return False
         if "password" not in kwargs or not Path(kwargs["unix_socket_path"]).exists():
             return False
-        # One attempt: a stale socket left by a crash must not cost redis-py's retry backoff.
-        probe = redis.Redis(**kwargs, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))  # type: ignore[arg-type]
-        try:
-            return bool(probe.ping())
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return False
-        finally:
-            probe.close()
+        return _answers(kwargs)
 
     def pid(self) -> int | None:
         try:
@@ -278,13 +271,7 @@ class EmbeddedRedis:
         except RedisUnavailable:
             return False
         kwargs.pop("password", None)
-        probe = redis.Redis(**kwargs, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))  # type: ignore[arg-type]
-        try:
-            return bool(probe.ping())
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return False
-        finally:
-            probe.close()
+        return _answers(kwargs)
 
     def _clear_stale(self) -> bool:
         """Stop our server that does not answer with our password, then remove stale files.
@@ -434,6 +421,18 @@ class EmbeddedRedis:
         if pid is not None:
             _wait_gone(pid, 10.0)
         return True
+
+
+def _answers(kwargs: dict[str, str]) -> bool:
+    """One PING with these connection settings. One attempt: a stale socket left by a crash
+    must not cost redis-py's retry back-off."""
+    probe = redis.Redis(**kwargs, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))  # type: ignore[arg-type]
+    try:
+        return bool(probe.ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    finally:
+        probe.close()
 
 
 def redis_server_binary() -> str:
