@@ -283,6 +283,8 @@ class Settings(BaseSettings):
     )
     serve_host: str = Field("127.0.0.1", description="Address `dispatchq serve` listens on.")
     serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
+    # -- the operator's first hour (issue 24) --
+    log_rq: bool = Field(False, description="Show RQ's own INFO lines in worker and scheduler logs.")
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

@@ -3,6 +3,12 @@
 Each command group lives in its own module and is registered on `main` below. User
 mistakes raise `dispatchq.errors.UserError`; `main` turns them into one line on stderr
 and exit status 2, never a traceback.
+
+Operators run `dispatchq status` in loops and `--help` whenever they forget a word, so this
+module imports nothing heavy: a command's module (and with it redis, pydantic, the rules
+engine) is imported only when that command runs, and `--help` lists the commands from the
+static table below instead of importing every module for its one-line help
+(`tests/unit/test_cli_table.py` keeps the table equal to the commands' own help).
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
+    "SHORT_HELP",
     "console",
     "main",
     "print_json",
@@ -55,9 +61,36 @@ COMMANDS = {
 }
 
 
+#: Command name -> its one-line help as `--help` lists it (the command's own
+#: `short_help`, which a unit test compares), so listing the commands imports none of them.
+SHORT_HELP = {
+    "cancel": "Cancel a judgement that has not finished.",
+    "enqueue": "Enqueue one judgement, or JSON Lines from stdin.",
+    "findings": "Findings reports and the decisions recorded in them.",
+    "list": "List judgements, newest first.",
+    "prune": "Drop index entries of records that have expired.",
+    "redis": "The embedded Redis server (start, stop, status).",
+    "result": "Show a judgement's record.",
+    "retry": "Judge again on purpose, from the kind's first tier.",
+    "run": "The main job: enqueue FILE (JSON Lines) and answer what can be answered.",
+    "scheduler": "Run rq-scheduler's loop and the control queue (retriggers).",
+    "serve": "Serve webhooks, judgements and health over HTTP until stopped.",
+    "settings": "Every setting, its environment variable and current value.",
+    "status": "The ops view: Redis, queues and workers per tier, the window.",
+    "triage": "Resolve an event's planned actions to applied, suggested or suppressed.",
+    "window": "Reserve the shared usage window for people, or open it again.",
+    "worker": "Run one tier's worker (the Procfile runs one per tier).",
+}
+
+
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SHORT_HELP.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module_name = COMMANDS.get(name)
@@ -76,6 +109,8 @@ class _Group(click.Group):
             click.echo(f"error: {error}", err=True)
             sys.exit(2)
         except Exception as error:
+            from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
+
             # Redis refusing a write under `maxmemory` (noeviction) is a refusal, not a bug:
             # one line, exit 2; Redis going away mid-command is one line too, exit 1.
             root = ctx.find_root()
@@ -93,8 +128,17 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=None, package_name="dispatchq", message="dispatchq %(version)s")
 def main() -> None:
-    """dispatchq: answer each judgement at the cheapest tier that can (code, typed, session)."""
+    """dispatchq: answer each judgement at the cheapest tier that can (code, typed, session).
+
+    \b
+    Exit codes:
+      0  done (a closed usage window that lifts by itself and needs-triage count as done)
+      1  Redis became unreachable during the command
+      2  a mistake in the command, a setting or the config file (one line says which)
+      3  `dispatchq run`: a judgement failed, or waits on a blocked host or a missing command
+    """
 
 
 def settings() -> Settings:

@@ -250,8 +250,16 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
 
     Runs each tier's worker in this process until nothing more can be answered now,
     then prints every judgement (tier, answer, confidence, reason) and a summary per
-    tier, including what is waiting and why. Exit status 0 when every judgement was
-    handled or waits for a reason it names.
+    tier, including what is waiting and why.
+
+    \b
+    Exit status:
+      0  every judgement answered, needs triage, was cancelled, or waits on a closed
+         usage window (it lifts by itself)
+      1  some are still queued (Redis went away), or some lines were refused
+      2  a mistake in the command, a setting or the config file
+      3  a judgement failed, or waits on a blocked host (a missing session command or
+         credential, a host-wide failure): a person must act
     """
     from dispatchq.client import Client
     from dispatchq.launcher.environment import mark_non_dumpable
@@ -309,7 +317,26 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
             console.print(f"({len(records)} judgements; --table prints them all)")
         _print_summary(console, summary)
     stranded = [r for r in records if r.status in ("queued", "running")]
-    sys.exit(1 if stranded or refused else 0)
+    sys.exit(_exit_status(rt, records, stranded=bool(stranded or refused)))
+
+
+def _exit_status(rt: Any, records: list[Record], *, stranded: bool) -> int:
+    """3 where a person must act (a failure, a blocked host), 1 for stranded work, else 0.
+
+    A closed window is not a reason to fail a script: it lifts by itself and the scheduler
+    resumes the line. A blocked host never does, so a pipeline that treats exit 0 as "done
+    or on its way" must hear about it.
+    """
+    if any(r.status == "failed" for r in records):
+        return 3
+    waiting = [r for r in records if r.status == "waiting"]
+    if waiting:
+        from dispatchq.queue.retrigger import window_for
+
+        blocked = window_for(rt).store.blocked()
+        if any((r.host or rt.settings.host) in blocked for r in waiting):
+            return 3
+    return 1 if stranded else 0
 
 
 def _summary(records: list[Record], report: dict[str, Any], elapsed: float) -> dict[str, Any]:

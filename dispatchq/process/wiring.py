@@ -92,7 +92,7 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     its `/proc/<pid>/environ` or memory meanwhile.
     """
     mark_non_dumpable()
-    logs.configure(role, settings.log_format)
+    logs.configure(role, settings.log_format, rq_info=settings.log_rq)
     log = logging.getLogger(f"dispatchq.{role}")
     load_config(settings.config, builtin=builtin_kinds(), required=False)
     stop = threading.Event()
@@ -110,7 +110,12 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
 
 def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:
     """`dispatchq worker TIER`: this process becomes one tier's worker."""
-    logs.configure(tier, runtime.settings.log_format, level=logging.WARNING if quiet else logging.INFO)
+    logs.configure(
+        tier,
+        runtime.settings.log_format,
+        level=logging.WARNING if quiet else logging.INFO,
+        rq_info=runtime.settings.log_rq,
+    )
     mark_non_dumpable()
     set_runtime(runtime)
     return worker.run_worker(runtime, tier, burst=burst, quiet=quiet)
@@ -118,7 +123,7 @@ def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool 
 
 def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
     """`dispatchq scheduler`: rq-scheduler's loop plus the control queue."""
-    logs.configure("scheduler", runtime.settings.log_format)
+    logs.configure("scheduler", runtime.settings.log_format, rq_info=runtime.settings.log_rq)
     mark_non_dumpable()
     set_runtime(runtime)
     scheduler.run_scheduler(runtime, burst=burst)

@@ -127,7 +127,7 @@ def test_a_growing_backoff_says_it_is_still_down(caplog: pytest.LogCaptureFixtur
 def _emit(fmt: str, capsys: pytest.CaptureFixture[str]) -> str:
     import sys
 
-    logs.configure("session", fmt, stream=sys.stderr)
+    logs.configure("session", fmt, stream=sys.stderr, rq_info=True)  # RQ's INFO shown, as asked
     try:
         logging.getLogger("dispatchq.tiers.session").warning("Redis back after %d s", 12)
         logging.getLogger("rq.worker").info("Worker abc: started")

@@ -1,0 +1,108 @@
+"""`dispatchq run`'s exit status tells a pipeline whether a person must act.
+
+0 for what finishes or lifts by itself (answered, needs-triage, a closed usage window), 3
+for what never will without a person (a failed judgement, a host blocked because its
+session command is missing), real processes and the real embedded Redis throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, counting_check, run_cli, write_config
+
+FAKE = REPO / "tests" / "support" / "fake_claude.py"
+
+
+@pytest.fixture
+def run_env(dq_env: dict[str, str], tmp_path: Path, redis_client: Any) -> dict[str, str]:
+    check, _calls = counting_check(tmp_path)
+    write_config(
+        tmp_path / "dispatchq.yaml",
+        f"""
+        kinds:
+          lock:
+            check: {check}
+          ask:
+            session:
+              prompt: "Answer {{{{ target }}}}"
+        """,
+    )
+    dq_env["DISPATCHQ_SESSION_COMMAND"] = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"
+    return dq_env
+
+
+def _batch(tmp_path: Path, *lines: dict[str, Any]) -> Path:
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_answered_work_exits_0(run_env: dict[str, str], tmp_path: Path) -> None:
+    batch = _batch(tmp_path, {"kind": "lock", "target": "a", "state": {"answer": 1}})
+    done = run_cli(["run", str(batch)], run_env)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+
+
+def test_a_failed_judgement_exits_3(run_env: dict[str, str], tmp_path: Path) -> None:
+    run_env["DISPATCHQ_JOB_RETRIES"] = "0"
+    batch = _batch(
+        tmp_path,
+        {"kind": "lock", "target": "good", "state": {"answer": 1}},
+        {"kind": "lock", "target": "crash", "state": {"raise": True}},
+    )
+    done = run_cli(["run", str(batch), "--json"], run_env)
+    statuses = {r["target"]: r["status"] for r in json.loads(done.stdout)["judgements"]}
+    assert statuses["good"] == "answered"
+    assert statuses["crash"] == "failed", statuses
+    assert done.returncode == 3, (statuses, done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_missing_session_command_blocks_and_exits_3(run_env: dict[str, str], tmp_path: Path) -> None:
+    run_env["DISPATCHQ_SESSION_COMMAND"] = str(tmp_path / "no-such-claude") + " -p"
+    batch = _batch(tmp_path, {"kind": "ask", "target": "x"})
+    done = run_cli(["run", str(batch), "--json"], run_env)
+    (record,) = json.loads(done.stdout)["judgements"]
+    assert record["status"] == "waiting", record
+    assert done.returncode == 3, (record, done.stderr)
+
+
+def test_a_closed_window_lifts_by_itself_so_exits_0(run_env: dict[str, str], tmp_path: Path) -> None:
+    closed = run_cli(["window", "close", "--until", "2h", "--reason", "test"], run_env)
+    assert closed.returncode == 0, closed.stderr
+    batch = _batch(tmp_path, {"kind": "ask", "target": "x"})
+    done = run_cli(["run", str(batch), "--json"], run_env)
+    (record,) = json.loads(done.stdout)["judgements"]
+    assert record["status"] == "waiting", record
+    assert done.returncode == 0, (record, done.stderr)
+
+
+def test_help_lists_the_exit_codes_and_version_prints(run_env: dict[str, str]) -> None:
+    helped = run_cli(["run", "--help"], run_env)
+    assert "3  a judgement failed" in helped.stdout
+    version = run_cli(["--version"], run_env)
+    assert version.returncode == 0 and version.stdout.startswith("dispatchq 0."), version.stdout
+
+
+def test_help_imports_no_command_module_nor_redis_nor_pydantic() -> None:
+    probe = (
+        "import sys\n"
+        "from dispatchq.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('redis', 'pydantic', 'rq', 'githubkit')"
+        " or m.startswith('dispatchq.cli.'))\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "Commands:" in done.stdout
+    assert "HEAVY []" in done.stderr, done.stderr

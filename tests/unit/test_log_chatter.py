@@ -1,0 +1,44 @@
+"""RQ's INFO chatter is left out of dispatchq's log unless asked for; its warnings never are."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from dispatchq.process import logs
+
+
+@pytest.fixture
+def restore_root() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _log_lines(rq_info: bool) -> str:
+    stream = io.StringIO()
+    logs.configure("session", "text", stream=stream, rq_info=rq_info)
+    logging.getLogger("rq.worker").info("default: job picked up")
+    logging.getLogger("rq_scheduler.scheduler").info("Registering birth")
+    logging.getLogger("rq.worker").warning("job exceeded its timeout")
+    logging.getLogger("dispatchq.session").info("answered j-1")
+    return stream.getvalue()
+
+
+def test_rq_info_lines_are_left_out_by_default(restore_root: None) -> None:
+    out = _log_lines(rq_info=False)
+    assert "job picked up" not in out and "Registering birth" not in out
+    assert "job exceeded its timeout" in out and "answered j-1" in out
+
+
+def test_dispatchq_log_rq_shows_them(restore_root: None) -> None:
+    out = _log_lines(rq_info=True)
+    assert "job picked up" in out and "Registering birth" in out
