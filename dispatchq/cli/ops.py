@@ -378,19 +378,45 @@ def window() -> None:
 @window.command(name="close")
 @click.option("--until", "until", required=True, help="2h30m, 18:00 (DISPATCHQ_TIMEZONE) or ISO 8601.")
 @click.option("--reason", default="", help="Why (shown in status and the audit).")
-def window_close(until: str, reason: str) -> None:
-    """Close the window: no session starts until then (audited in status)."""
+@click.option(
+    "--force", is_flag=True, help="Replace a marker that lifts later (shorten a reservation or a limit)."
+)
+def window_close(until: str, reason: str, force: bool) -> None:
+    """Close the window: no session starts until then (audited in status).
+
+    A marker already up that lifts later (a longer reservation, or a usage limit a session
+    saw) is kept unless --force: a second close must not silently shorten the first.
+    """
     from dispatchq.queue.retrigger import window_for
+    from dispatchq.window.limits import GENERAL_SCOPE
 
     rt = runtime(config=False)
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
+    face = window_for(rt)
+    current = face.get(GENERAL_SCOPE)
+    if current is not None and current.lifts_at > when.timestamp() and not force:
+        longer = datetime.fromtimestamp(current.lifts_at, UTC)
+        raise UserError(
+            f"the window is already closed until {_both_times(longer, rt.settings.timezone)} "
+            f"({current.message or current.kind}); --force replaces it with the earlier time"
+        )
     # Several writes (old marker replaced, audit, retrigger, waiting judgements marked):
     # under `maxmemory` refuse before the first, or the old marker would go and no new one come.
     require_room(rt.redis)
-    m = window_for(rt).close(when, reason=reason or "closed by an operator")
-    click.echo(f"usage window closed until {datetime.fromtimestamp(m.lifts_at, UTC).isoformat()}")
+    m = face.close(when, reason=reason or "closed by an operator")
+    lifts = datetime.fromtimestamp(m.lifts_at, UTC)
+    click.echo(f"usage window closed until {_both_times(lifts, rt.settings.timezone)}")
+
+
+def _both_times(at: datetime, zone: str) -> str:
+    """`2026-12-02 18:00 CET (17:00 UTC)`: the operator's clock first, UTC for the logs."""
+    local = at.astimezone(ZoneInfo(zone))
+    utc = at.astimezone(UTC)
+    if local.utcoffset() == utc.utcoffset():
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({utc:%H:%M:%S} UTC)"
 
 
 @window.command(name="open")

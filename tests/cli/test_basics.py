@@ -8,6 +8,7 @@ session command is missing), real processes and the real embedded Redis througho
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,24 @@ def test_help_imports_no_command_module_nor_redis_nor_pydantic() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert "Commands:" in done.stdout
     assert "HEAVY []" in done.stderr, done.stderr
+
+
+def test_a_second_close_never_silently_shortens_the_first(run_env: dict[str, str]) -> None:
+    run_env["DISPATCHQ_TIMEZONE"] = "Europe/Paris"
+    first = run_cli(["window", "close", "--until", "3h", "--reason", "release day"], run_env)
+    assert first.returncode == 0, first.stderr
+    # The operator's clock first (a named zone), UTC in brackets for the logs.
+    assert re.search(
+        r"closed until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CE[S]?T \(\d\d:\d\d:\d\d UTC\)", first.stdout
+    )
+    shorter = run_cli(["window", "close", "--until", "1h"], run_env)
+    assert shorter.returncode == 2 and "Traceback" not in shorter.stderr
+    assert "already closed until" in shorter.stderr and "--force" in shorter.stderr
+    status = json.loads(run_cli(["status", "--json"], run_env).stdout)
+    assert status["marker"]["message"] == "release day"  # the longer reservation kept
+    forced = run_cli(["window", "close", "--until", "1h", "--force"], run_env)
+    assert forced.returncode == 0, forced.stderr
+    status = json.loads(run_cli(["status", "--json"], run_env).stdout)
+    assert status["marker"]["message"] == "closed by an operator"
+    longer = run_cli(["window", "close", "--until", "5h"], run_env)  # lengthening needs no --force
+    assert longer.returncode == 0, longer.stderr
