@@ -27,7 +27,9 @@ def lockfile_only(judgement: Judgement) -> Any:
     """Is this merge conflict only in lockfiles? The file list says so; no model needed.
 
     state: {"conflicts": ["poetry.lock", ...]}. A conflict touching only lockfiles is
-    rebuilt rather than merged; anything else needs an editor, so we cannot tell.
+    rebuilt rather than merged; one touching anything else is merged by hand, and the
+    file list says that just as surely (naming the first file that is not a lockfile).
+    Only a missing or empty file list is "cannot tell".
     """
     state = judgement.state if isinstance(judgement.state, dict) else {}
     conflicts = state.get("conflicts")
@@ -35,7 +37,8 @@ def lockfile_only(judgement: Judgement) -> Any:
         return None
     if all(str(path).rsplit("/", 1)[-1] in LOCKFILES for path in conflicts):
         return {"value": "rebuild-lockfile", "reason": "only lockfiles conflict"}
-    return None
+    other = next(str(p) for p in conflicts if str(p).rsplit("/", 1)[-1] not in LOCKFILES)
+    return {"value": "merge-by-hand", "reason": f"{other} is not a lockfile"}
 
 
 def noop(judgement: Judgement) -> Any:

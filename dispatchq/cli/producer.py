@@ -184,18 +184,30 @@ def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> No
 
 
 def _table(records: list[Record]) -> Table:
-    table = Table(show_lines=False)
-    for column in ("id", "kind", "target", "status", "tier", "answer", "confidence", "reason"):
-        table.add_column(column, overflow="fold")
+    """One row per judgement; ids, statuses and tiers never wrap (an operator copies the id).
+
+    The free-text columns (target, answer, reason) fold instead, so the table fits 100
+    columns. A judgement no tier answered (needs-triage, waiting, failed) shows no tier:
+    `needs-triage` is where it ended, not who answered it.
+    """
+    table = Table(show_lines=False, pad_edge=False)
+    table.add_column("id", no_wrap=True, min_width=12)
+    table.add_column("kind", overflow="fold", max_width=20)
+    table.add_column("target", overflow="fold", ratio=2)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tier", no_wrap=True)
+    table.add_column("answer", overflow="fold", ratio=2)
+    table.add_column("conf", no_wrap=True, justify="right")
+    table.add_column("reason", overflow="fold", ratio=3)
     for r in records:
         table.add_row(
             r.id[:12],
             r.kind,
             _short(r.target, 30),
             r.status,
-            r.tier or "-",
+            r.tier if r.status == "answered" and r.tier else "-",
             _short(r.value, 30) if r.value is not None else "",
-            f"{r.confidence:.3g}" if r.confidence is not None else "",
+            f"{r.confidence:.2f}" if r.confidence is not None else "",
             _short(r.reason or "", 50),
         )
     return table
