@@ -21,7 +21,7 @@ from tests.conftest import write_check_module, write_config
 NOUL = {"type": "noul", "instructions": "Is it actionable?"}
 SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
 SESSION = {"prompt": "Decide {{ target }} given {{ state }}"}
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = (Path(__file__).resolve().parents[2] / "examples").resolve()  # a link to dispatchq/examples
 
 
 def config_of(kinds: dict[str, Any], tmp_path: Path | None = None) -> Config:
@@ -127,13 +127,13 @@ def test_the_shipped_example_config_loads_its_checks_from_beside_it(fresh_checks
     config = load_config(EXAMPLES / "dispatchq.yaml")
     lock = config.kinds["lockfile-conflict"]
     assert lock.check == "checks:lockfile_only" and lock.check_fn is not None
-    assert lock.check_fn.__code__.co_filename == str(EXAMPLES / "checks.py")
+    assert Path(lock.check_fn.__code__.co_filename).resolve() == EXAMPLES / "checks.py"
 
 
 def test_the_old_jobs_examples_names_still_load_the_same_checks_for_one_release() -> None:
     """`jobs.examples` is a shim over examples/checks.py; it goes away next release."""
     fn = parse_config({"kinds": {"k": {"check": "jobs.examples:lockfile_only"}}}).kinds["k"].check_fn
-    assert fn is not None and fn.__code__.co_filename == str(EXAMPLES / "checks.py")
+    assert fn is not None and Path(fn.__code__.co_filename).resolve() == EXAMPLES / "checks.py"
     state = {"conflicts": ["a/poetry.lock"]}
     assert fn(type("J", (), {"state": state})())["value"] == "rebuild-lockfile"
 
