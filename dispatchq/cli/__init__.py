@@ -58,6 +58,9 @@ COMMANDS = {
     "triage": "triage",
     "findings": "findings",
     "serve": "serve",
+    # Wires the shipped test doubles (the top layer), so it is named in full and imported
+    # only when it runs: nothing in the CLI depends on it.
+    "demo": "dispatchq.testing.demo",
 }
 
 
@@ -65,6 +68,7 @@ COMMANDS = {
 #: `short_help`, which a unit test compares), so listing the commands imports none of them.
 SHORT_HELP = {
     "cancel": "Cancel a judgement that has not finished.",
+    "demo": "Run the shipped example judgements through every tier, with stand-ins.",
     "enqueue": "Enqueue one judgement, or JSON Lines from stdin.",
     "findings": "Findings reports and the decisions recorded in them.",
     "list": "List judgements, newest first.",
@@ -96,7 +100,8 @@ class _Group(click.Group):
         module_name = COMMANDS.get(name)
         if module_name is None:
             return None
-        module = importlib.import_module(f"dispatchq.cli.{module_name}")
+        full = module_name if "." in module_name else f"dispatchq.cli.{module_name}"
+        module = importlib.import_module(full)
         for value in vars(module).values():
             if isinstance(value, click.Command) and value.name == name:
                 return value
