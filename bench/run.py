@@ -31,6 +31,8 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
+- cli (`bench/cli_start.py`): `dispatchq --help` and `dispatchq status` on an idle server
+  against `rq --help` and `rq info` (targets: 0.3 s and 0.6 s).
 - sessions (`bench/sessions.py`, not in the default set): spawns per judgement with the real
   Claude Code CLI for each case of the real-client layer, the layer's run time, and a plain
   retry loop's wasted spawns over the same limit and the same refused credential.
@@ -54,6 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cli_start import run_cli_start  # noqa: E402
 from bench.faults import QUICK, run_faults  # noqa: E402
 from bench.sessions import run_sessions  # noqa: E402
 from bench.status import run_status  # noqa: E402
@@ -141,9 +144,7 @@ def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {"rq_enqueue": [], "dq_enqueue": [], "rq_work": [], "dq_work": []}
     for _ in range(repeat):
         bench.redis.flushall()
-        times["rq_enqueue"].append(
-            bench.timed([PY, "-c", BARE_RQ, "enqueue", str(n)], env=bench.bare_env())
-        )
+        times["rq_enqueue"].append(bench.timed([PY, "-c", BARE_RQ, "enqueue", str(n)], env=bench.bare_env()))
         times["dq_enqueue"].append(bench.timed(bench.dispatchq("enqueue", "-"), stdin=jsonl))
         times["rq_work"].append(bench.timed([PY, "-c", BARE_RQ, "work"], env=bench.bare_env()))
         times["dq_work"].append(bench.timed(bench.dispatchq("worker", "code", "--burst", "--quiet")))
@@ -363,7 +364,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", nargs="*", default=["foundation", "typed", "resume", "webhooks", "status"])
+    parser.add_argument(
+        "which", nargs="*", default=["foundation", "typed", "resume", "webhooks", "status", "cli"]
+    )
     parser.add_argument("-n", type=int, default=20_000, help="judgements for the foundation benchmark")
     parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
     parser.add_argument("-s", type=int, default=20, help="distinct states among the typed judgements")
@@ -387,6 +390,7 @@ def main() -> int:
         "resume": lambda: resume(bench, args.lifts),
         "typed-concurrency": lambda: typed_concurrency(bench, args.states, args.latency),
         "status": lambda: run_status(bench, args.waiting, 9),
+        "cli": lambda: run_cli_start(bench),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: (
             run_faults(**QUICK)
