@@ -5,8 +5,10 @@ its own in 10.213.0.0/16 (root end .1, host end .2). Redis stays on loopback in 
 namespace; a `StallProxy` listening on the root end's address (never stalled: it only carries
 the host's packets onto loopback) makes it reachable from the host. `cut()` sets the root end
 of the veth down: packets stop both ways and every socket stays open, which is what a
-partition is (no nft or iptables on the machines this runs on, so no drop rule). `heal()`
-sets it up again. Processes run inside with `ip netns exec`.
+partition is (no nft, iptables or netem on the machines this runs on, so no drop rule).
+`heal()` sets it up again. Each end has the other's MAC as a permanent neighbour, so a cut
+link is silent for new connections too (they hang in SYN retries rather than failing on
+ARP with "no route to host"). Processes run inside with `ip netns exec`.
 
 Nothing but the namespaces this module made is ever touched: every name carries the test
 process's pid, a namespace is deleted only by that prefix (or, for one left by a killed
@@ -60,6 +62,14 @@ def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
     return done
+
+
+def _mac(device: str, netns: str | None = None) -> str:
+    shown = _ip("-o", "link", "show", "dev", device, netns=netns).stdout
+    match = re.search(r"link/ether ([0-9a-f:]{17})", shown)
+    if match is None:
+        raise RuntimeError(f"no MAC address for {device}: {shown.strip()}")
+    return match.group(1)
 
 
 def netns_unavailable() -> str | None:
@@ -215,6 +225,31 @@ class Namespaces:
         _ip("addr", "add", f"{host.host_addr}/30", "dev", veth_host, netns=netns)
         _ip("link", "set", veth_host, "up", netns=netns)
         _ip("link", "set", "lo", "up", netns=netns)
+        # Each end knows the other's MAC for good: with the link down, a packet is then dropped
+        # silently, where ARP's failure would answer "no route to host" within seconds.
+        _ip(
+            "neigh",
+            "replace",
+            host.root_addr,
+            "lladdr",
+            _mac(veth_root),
+            "nud",
+            "permanent",
+            "dev",
+            veth_host,
+            netns=netns,
+        )
+        _ip(
+            "neigh",
+            "replace",
+            host.host_addr,
+            "lladdr",
+            _mac(veth_host, netns),
+            "nud",
+            "permanent",
+            "dev",
+            veth_root,
+        )
         host.forwarder = StallProxy((LOOPBACK, self.redis_port), name=name, listen=host.root_addr)
         return host
 
