@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -197,9 +199,9 @@ class Cluster:
                 proc.wait(timeout=10)
         for name in self.links:
             for pid in self.spawns(name):
-                if pid_alive(pid):
+                if pid_alive(pid):  # a session its worker left behind: ours, by pid
                     with contextlib.suppress(ProcessLookupError):
-                        subprocess.run(["kill", "-9", str(pid)], check=False)
+                        os.kill(pid, signal.SIGKILL)
         if self._watcher.is_alive():
             self._watcher.join(timeout=5)
         self.stack.close()
