@@ -15,16 +15,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import WatchError
 from rq import SimpleWorker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq_scheduler import Scheduler
+from rq_scheduler.utils import get_next_scheduled_time, to_unix
 
 from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.core.tiers import batch_tiers
@@ -34,6 +39,7 @@ from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.storage import keys
+from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
 
 if TYPE_CHECKING:
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEARTBEAT_TTL",
+    "MOVE_ATTEMPTS",
     "RECONCILE_CHUNK",
     "TICK",
     "DispatchqScheduler",
@@ -61,10 +68,14 @@ TICK = 1.0
 HEARTBEAT_TTL = 10
 #: Records checked per pipelined read of their RQ jobs during reconciliation.
 RECONCILE_CHUNK = 1000
+#: Tries at one job's fenced move when the schedule changed under it (a job scheduled
+#: meanwhile); a job still due after them is moved at the next tick.
+MOVE_ATTEMPTS = 5
 
 
 class DispatchqScheduler(Scheduler):
-    """rq-scheduler over dispatchq's job and queue classes, vetting each job it moves.
+    """rq-scheduler over dispatchq's job and queue classes, vetting each job it moves, each
+    due job moved once however many schedulers run.
 
     rq-scheduler has no serializer option: it fetches with its `job_class` and pushes with its
     `queue_class`, so both are dispatchq's (strict JSON; nothing it reads is unpickled). Its
@@ -72,10 +83,24 @@ class DispatchqScheduler(Scheduler):
     whatever class a job's `meta` names for its queue; here a due job is vetted first
     (`refusal_of`) and a refused one fails with its one line and leaves the schedule without
     being pushed, while the loop goes on. Listings (`get_jobs`) skip refused jobs.
+
+    rq-scheduler's lock is `SET NX EX` with no owner, and its move is a push then a ZREM: a
+    scheduler cut off by a partition outlives its lock, another takes it and moves the due
+    jobs, and when the first comes back it pushes the jobs it had listed again and deletes
+    the other's lock. Here the lock (the same key, so an older release's scheduler still
+    keeps out) is owned by a token unique to this scheduler and dropped only by it, and each
+    job's move is one MULTI under WATCH of the lock and the schedule: it runs only if the job
+    is still scheduled and, when this scheduler took the lock, the lock still holds its
+    token. A stale list, a lapsed lock or a reply lost in a partition cannot move a job twice.
     """
 
     job_class = DispatchqJob
     queue_class = DispatchqQueue
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self._lock_acquired = False
 
     def get_jobs(
         self, until: Any = None, with_times: bool = False, offset: Any = None, length: Any = None
@@ -85,18 +110,79 @@ class DispatchqScheduler(Scheduler):
             if refusal_of(job) is None:
                 yield item
 
+    def _lock(self) -> LeasedLock:
+        return LeasedLock(self.connection, self.scheduler_lock_key, self.holder)
+
+    def acquire_lock(self) -> bool:
+        """Take the movers' lock under this scheduler's own token (rq-scheduler's lease)."""
+        self._lock_acquired = self._lock().take(int(self._interval) + 10)
+        return self._lock_acquired
+
+    def remove_lock(self) -> None:
+        """Drop the lock only if it is still ours: one that lapsed may be another's now."""
+        if self._lock_acquired:
+            self._lock_acquired = False
+            self._lock().drop()
+
     def enqueue_jobs(self) -> list[Job]:
         ensure_upgraded(self.connection)  # the previous release's pickled jobs first (once per store)
         moved: list[Job] = []
         for job in Scheduler.get_jobs(self, until=_utc_now()):
             refused = refusal_of(job)
             if refused is None:
-                self.enqueue_job(job)
-                moved.append(job)
-            else:
-                self.connection.zrem(self.scheduled_jobs_key, job.id)
-                refuse(job, refused)
+                if self.enqueue_job(job):
+                    moved.append(job)
+            elif self.connection.zrem(self.scheduled_jobs_key, job.id):
+                refuse(job, refused)  # whoever took it off the schedule fails it, once
         return moved
+
+    def enqueue_job(self, job: Job) -> bool:
+        """Move one due job to its queue, unless another scheduler did (or our lock lapsed).
+
+        True when this call moved it. The WATCH makes the check and the move one step: if
+        the schedule or the lock changed between them the MULTI is refused and the check is
+        made again, so two schedulers holding the same stale list move each job once.
+        """
+        queue = self.get_queue_for_job(job)
+        queue.get_redis_server_version()  # a read RQ's enqueue makes, kept out of the MULTI
+        watched = [self.scheduled_jobs_key, *([self.scheduler_lock_key] if self._lock_acquired else [])]
+        with self.connection.pipeline() as pipe:
+            for _ in range(MOVE_ATTEMPTS):
+                try:
+                    pipe.watch(*watched)
+                    if pipe.zscore(self.scheduled_jobs_key, job.id) is None:
+                        return False  # moved (or cancelled) by someone else
+                    if self._lock_acquired and _text(pipe.get(self.scheduler_lock_key)) != self.holder:
+                        log.warning("scheduler lock lapsed; leaving job %s to its holder", job.id)
+                        return False
+                    pipe.multi()
+                    self._move(job, queue, pipe)
+                    pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+        return False
+
+    def _move(self, job: Job, queue: DispatchqQueue, pipe: Any) -> None:
+        """rq-scheduler's move (push, unschedule, reschedule a repeating job), in `pipe`."""
+        interval = job.meta.get("interval")
+        repeat = job.meta.get("repeat")
+        cron_string = job.meta.get("cron_string")
+        if repeat:
+            job.meta["repeat"] = int(repeat) - 1
+        queue.enqueue_job(job, pipeline=pipe, at_front=bool(job.enqueue_at_front))
+        pipe.zrem(self.scheduled_jobs_key, job.id)
+        if (interval or cron_string) and not (repeat is not None and job.meta["repeat"] == 0):
+            at = (
+                to_unix(datetime.now(UTC).replace(tzinfo=None)) + int(interval)
+                if interval
+                else to_unix(
+                    get_next_scheduled_time(
+                        cron_string, use_local_timezone=job.meta.get("use_local_timezone")
+                    )
+                )
+            )
+            pipe.zadd(self.scheduled_jobs_key, {job.id: at})
 
     def get_queue_for_job(self, job: Job) -> DispatchqQueue:
         # Never the class a job's `meta` names (rq-scheduler would import it).
@@ -156,10 +242,7 @@ def due_retries(runtime: Runtime, horizon: float) -> tuple[float | None, int]:
 def release_due_retries(runtime: Runtime) -> int:
     """Move every due scheduled job to its queue now (what the scheduler loop does each tick)."""
     scheduler = scheduler_for(runtime)
-    jobs = list(scheduler.get_jobs_to_queue())
-    for job in jobs:
-        scheduler.enqueue_job(job)
-    return len(jobs)
+    return sum(1 for job in scheduler.get_jobs_to_queue() if scheduler.enqueue_job(job))
 
 
 def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
