@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
@@ -47,7 +48,7 @@ def record_sample(client: redis.Redis, now: float, *, window_closed: bool) -> bo
     """Sample the counters for the minute `now` falls in; False if that minute has one already."""
     minute = int(now // 60)
     values = client.mget(list(_COUNTERS.values()))
-    fields: dict[str, Any] = {name: int(v or 0) for name, v in zip(_COUNTERS, values, strict=True)}
+    fields: dict[FieldT, EncodableT] = {name: int(v or 0) for name, v in zip(_COUNTERS, values, strict=True)}
     fields["closed"] = int(window_closed)
     oldest = (minute * 60 - HISTORY_SECONDS) * 1000
     try:
@@ -70,11 +71,13 @@ class Point:
 def read_history(client: redis.Redis, now: float) -> list[Point]:
     """The samples of the last 24 hours, oldest first."""
     since = int((now - HISTORY_SECONDS) * 1000)
-    entries = client.xrange(HISTORY, min=f"{since}-0", max="+")
+    entries = cast(
+        "list[tuple[bytes, dict[bytes, bytes]]]", client.xrange(HISTORY, min=f"{since}-0", max="+")
+    )
     points = []
-    for entry_id, raw in entries:
+    for entry_id, raw in entries or []:
         millis = int(as_text(entry_id).split("-", 1)[0])
-        points.append(Point(at=millis / 1000, values={as_text(k): int(v) for k, v in raw.items()}))
+        points.append(Point(at=millis / 1000, values={as_text(k): int(v) for k, v in (raw or {}).items()}))
     return points
 
 
