@@ -12,6 +12,7 @@ They are `SecretStr`s, redacted wherever settings or errors are printed.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import socket
@@ -285,6 +286,53 @@ class Settings(BaseSettings):
     serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
     # -- the operator's first hour (issue 24) --
     log_rq: bool = Field(False, description="Show RQ's own INFO lines in worker and scheduler logs.")
+
+    # --- serve-gate (issue 22): which Host names serve answers, whose X-Forwarded-For counts, access log
+    serve_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names `serve` answers besides loopback (comma-separated, `*.example.com` allowed).",
+    )
+    serve_trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Proxies (addresses or networks, comma-separated) whose X-Forwarded-For tail is the peer",
+    )
+    serve_access_log: Literal["writes", "all", "off"] = Field(
+        "writes", description="Which requests `serve` logs a line for: writes, all (reads too) or off."
+    )
+
+    @field_validator("serve_allowed_hosts", "serve_trusted_proxies", mode="before")
+    @classmethod
+    def _split_serve_lists(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip().lower() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("serve_allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, value: list[str]) -> list[str]:
+        """Names as Starlette's TrustedHostMiddleware compares them (no port, an IPv6 address in
+        brackets, `*.domain`), refused here in one line rather than by its assert at start."""
+        names = []
+        for pattern in value:
+            if "*" in pattern and not (pattern.startswith("*.") and "*" not in pattern[1:]):
+                raise ValueError(f"{pattern!r}: give a host name, or *.example.com for its subdomains")
+            try:
+                pattern = f"[{ipaddress.IPv6Address(pattern.strip('[]'))}]"
+            except ValueError:
+                if ":" in pattern:
+                    raise ValueError(f"{pattern!r}: give the host name without a port") from None
+            names.append(pattern)
+        return names
+
+    @field_validator("serve_trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return value
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

@@ -7,7 +7,6 @@ import logging
 import click
 
 from dispatchq.cli import settings
-from dispatchq.errors import UserError
 
 __all__ = ["serve"]
 
@@ -33,7 +32,8 @@ def serve(host: str | None, port: int | None) -> None:
 
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime_waiting
-    from dispatchq.serve.app import create_app, is_loopback
+    from dispatchq.serve.app import create_app
+    from dispatchq.serve.guard import refuse_at_start
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
     # session on this host must not read them from /proc/<pid>/environ.
@@ -42,11 +42,7 @@ def serve(host: str | None, port: int | None) -> None:
     s = settings()
     host = host or s.serve_host
     port = port or s.serve_port
-    if s.api_token is None and not is_loopback(host):
-        raise UserError(
-            f"--host {host}: not a loopback address and DISPATCHQ_API_TOKEN is not set; "
-            "set a token (or DISPATCHQ_API_TOKEN_FILE) to listen beyond this machine"
-        )
+    refuse_at_start(s, host)  # one line, exit 2: no token or no allowed Host beyond loopback, a short token
     rt = build_runtime_waiting(s, role="serve")
     if rt is None:
         return  # asked to stop while waiting for Redis
@@ -67,6 +63,7 @@ def serve(host: str | None, port: int | None) -> None:
         port=port,
         log_config=None,
         access_log=False,
+        proxy_headers=False,  # X-Forwarded-For is read only from DISPATCHQ_SERVE_TRUSTED_PROXIES
         server_header=False,
         lifespan="off",
         timeout_graceful_shutdown=10,

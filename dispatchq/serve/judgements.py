@@ -102,6 +102,8 @@ def routes(context: ServeContext) -> list[BaseRoute]:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
         status, answer = await run_in_threadpool(enqueue_body, context, body, media, force=force)
+        entries = answer if isinstance(answer, list) else answer.get("results", ())
+        request.state.judgements = sum("id" in entry for entry in entries)  # for guard.AccessLog
         return JSONResponse(answer, status_code=status)
 
     async def get_judgement(request: Request) -> JSONResponse:
