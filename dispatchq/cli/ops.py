@@ -18,6 +18,7 @@ from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import is_outage, require_room, waiting_here
+from dispatchq.window.usage import usage_lines
 
 __all__ = [
     "parse_until",
@@ -245,6 +246,8 @@ def _print_markers(console: Console, data: dict[str, Any]) -> None:
             )
         else:
             console.print(f"usage window \\[{m['scope']}]: {m.get('state', 'open')}")
+    for line in usage_lines(data):  # each window's reported use, a login about to end (window/usage.py)
+        console.print(line, markup=False, style="yellow" if line.startswith("WARNING") else None)
     if data.get("retrigger"):
         console.print(f"retrigger scheduled at {data['retrigger']}")
     for entry in data.get("window_audit") or []:

@@ -34,6 +34,7 @@ from starlette.routing import BaseRoute, Route
 from dispatchq.core.judgement import FINISHED, STATUSES
 from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
+from dispatchq.serve.usage import usage_families
 from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[
     if not any(m.get("scope") == "general" for m in data.get("markers") or []):
         closed.add_metric(["general"], 0.0)
     yield from (closed, lifts, used)
+    yield from usage_families(data)  # the window's use as sessions reported it (serve/usage.py)
 
     judgements = GaugeMetricFamily(
         "dispatchq_judgements",

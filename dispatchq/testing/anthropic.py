@@ -27,6 +27,15 @@ test; `unknown_paths` lists them.
         api.tool_call("Bash", {"command": "env"}, then="done")  # ... and answers its result
         api.message_requests[-1].tool_results             # what the tool printed, as sent back
         api.push(Reply.held(gate, "late"))                # answers only once `gate` is set
+        api.push(Reply.spend_cap("group_pool"))           # a spend cap named by whose it is
+        api.answer("4", **Reply.window_headers(five_hour=(0.42, resets)))  # each window's use
+        api.clock_offset = -2.0                           # the service's clock 2 s behind
+        api.close_until(resets, claim="five_hour")        # refused until resets, on its clock
+
+The spend caps and the per-window use are the headers Claude Code 2.1.332 reads
+(`-overage-scope`, `-overage-period`, `-overage-daily-cap-paused`, `-<5h|7d|7d_oi>-utilization`,
+`-<...>-reset`, `-<...>-surpassed-threshold`; read from its binary); 2.1.197 reads fewer of them
+and words the same refusal its own way.
 """
 
 from __future__ import annotations
@@ -88,6 +97,53 @@ class Reply:
         if overage_disabled_reason:
             headers["anthropic-ratelimit-unified-overage-disabled-reason"] = overage_disabled_reason
         return cls(429, body=error_body("rate_limit_error", message), headers=headers)
+
+    @classmethod
+    def spend_cap(
+        cls,
+        whose: str,
+        *,
+        resets_at: int | None = None,
+        cap_resets_at: int | None = None,
+        period: str | None = None,
+    ) -> Reply:
+        """A spend cap refuses: `whose` is `group_pool`, `channel`, `service` (the service's
+        `-overage-scope`), `member` (the person's own cap, with `period`) or `org_paused` (the
+        organisation's daily cap paused it). `cap_resets_at` is when the cap turns
+        (`-overage-reset`); `resets_at` the plan window's reset the service sends beside it."""
+        headers = {
+            "anthropic-ratelimit-unified-status": "rejected",
+            "anthropic-ratelimit-unified-overage-status": "rejected",
+        }
+        if resets_at is not None:
+            headers["anthropic-ratelimit-unified-reset"] = str(resets_at)
+        if cap_resets_at is not None:
+            headers["anthropic-ratelimit-unified-overage-reset"] = str(cap_resets_at)
+        if whose == "org_paused":
+            headers["anthropic-ratelimit-unified-overage-daily-cap-paused"] = "true"
+        else:
+            headers["anthropic-ratelimit-unified-overage-disabled-reason"] = "org_spend_cap_reached"
+        if whose in ("group_pool", "channel", "service"):
+            headers["anthropic-ratelimit-unified-overage-scope"] = whose
+        if whose == "member" and period:
+            headers["anthropic-ratelimit-unified-overage-period"] = period
+        message = "This request would exceed your organization's spend limit."
+        return cls(429, body=error_body("rate_limit_error", message), headers=headers)
+
+    @staticmethod
+    def window_headers(**windows: tuple[float, int] | tuple[float, int, float]) -> dict[str, str]:
+        """Each window's use as the service reports it: `five_hour=(0.42, resets_at)`, or with a
+        third member, the threshold it passed (`five_hour=(0.92, resets_at, 0.9)`). Names:
+        `five_hour`, `seven_day`, `seven_day_overage_included`."""
+        short = {"five_hour": "5h", "seven_day": "7d", "seven_day_overage_included": "7d_oi"}
+        headers: dict[str, str] = {}
+        for name, reading in windows.items():
+            prefix = f"anthropic-ratelimit-unified-{short[name]}"
+            headers[f"{prefix}-utilization"] = str(reading[0])
+            headers[f"{prefix}-reset"] = str(reading[1])
+            if len(reading) > 2:
+                headers[f"{prefix}-surpassed-threshold"] = str(reading[2])
+        return headers
 
     @classmethod
     def error(cls, status: int, kind: str, message: str, **headers: str) -> Reply:
@@ -186,6 +242,8 @@ class FakeAnthropicAPI:
         self.rule: Callable[[Seen], Reply | None] | None = None
         self.seen: list[Seen] = []
         self.unknown_paths: list[str] = []
+        # The service's clock minus this host's, in seconds (negative: the service is behind).
+        self.clock_offset = 0.0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -212,6 +270,24 @@ class FakeAnthropicAPI:
 
         def rule(seen: Seen) -> Reply:
             return Reply.answer(then) if seen.tool_results else Reply.tool_use(name, tool_input)
+
+        self.rule = rule
+
+    def now(self) -> float:
+        """The service's clock (this host's, moved by `clock_offset`)."""
+        return time.time() + self.clock_offset
+
+    def close_until(self, resets_at: int, *, claim: str = "five_hour") -> None:
+        """Refuse every request with the usage limit until `resets_at` on the service's clock.
+
+        With `clock_offset` negative, a probe sent at this host's `resets_at` is still refused,
+        stating that (to this host, just past) reset: the skew a loaded or drifting host meets.
+        """
+
+        def rule(seen: Seen) -> Reply | None:
+            if seen.at + self.clock_offset < resets_at:
+                return Reply.limit(resets_at=resets_at, claim=claim)
+            return None
 
         self.rule = rule
 

@@ -561,6 +561,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         returncode=result.returncode,
         stderr=result.stderr,
     )
+    window.report_usage(outcome)  # each window's use and the login's end, for status and the page
     not_the_judgements = _settle_host(attempt, outcome, result)
     if not_the_judgements is not None:
         return not_the_judgements

@@ -29,9 +29,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.errors import UserError
+from dispatchq.storage import usage as usage_store
 from dispatchq.window import marker as markers_
-from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, reprobe_backoff
+from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
+from dispatchq.window.usage import credential_rows, usage_rows
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
@@ -103,10 +105,13 @@ class Window:
         tz = self.settings.timezone
         public = [m.public(tz) for m in self.markers()]
         general = next((m for m in public if m["scope"] == GENERAL_SCOPE), None)
+        now = time.time()
         return {
             "marker": general
             or {"scope": GENERAL_SCOPE, "up": False, "lifts_at": None, "kind": None, "message": None},
             "markers": public,
+            "window_usage": usage_rows(usage_store.read_usage(self.store.redis), now),
+            "credentials": credential_rows(usage_store.read_credentials(self.store.redis), now),
             "window_audit": self.audit_log(5),
         }
 
@@ -203,6 +208,29 @@ class Window:
                     self.hold(record.id, closed)
 
     # --- this is what the session reported ----------------------------------------------
+    def report_usage(self, outcome: SessionOutcome) -> None:
+        """Keep what the session said of each window's use and of its login's end, for people."""
+        now = time.time()
+        reports = [
+            {"window": r.window, "utilization": r.utilization, "resets_at": r.resets_at, "status": r.status}
+            for r in outcome.usage
+        ]
+        if reports:
+            usage_store.record_usage(
+                self.store.redis,
+                reports,
+                reported_at=now,
+                session=outcome.session_id,
+                host=self.settings.host,
+            )
+        if outcome.credential_expires_at is not None:
+            usage_store.record_credential(
+                self.store.redis,
+                self.settings.host,
+                outcome.credential_expires_at.timestamp(),
+                reported_at=now,
+            )
+
     def report_limit(
         self, signals: Iterable[LimitSignal], *, session: str | None, asked_at: float | None = None
     ) -> str:
@@ -246,6 +274,9 @@ class Window:
                 now=datetime.now(UTC),
                 reprobe_min=self.settings.reprobe_min,
                 asked_at=datetime.fromtimestamp(asked_at, UTC) if asked_at is not None else None,
+                previous_stated_at=(
+                    datetime.fromtimestamp(current.stated_at, UTC) if current.stated_at is not None else None
+                ),
             )
         fields = {
             "kind": signal.kind,
@@ -259,6 +290,8 @@ class Window:
         }
         if utilization is not None:
             fields["utilization"] = repr(utilization)
+        # Always written: an earlier marker's instant must not speak for this statement.
+        fields["stated_at"] = repr(signal.stated_at.timestamp()) if signal.stated_at is not None else ""
         moved = self.store.raise_marker(scope, signal.lifts_at.timestamp(), fields)
         marker = self.get(scope)
         assert marker is not None

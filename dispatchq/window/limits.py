@@ -58,6 +58,7 @@ from dispatchq.window.messages import (
     GENERAL_SCOPE,
     MODELS,
     SKEW_WINDOW,
+    STATEMENT_PRECISION,
     LimitKind,
     LimitSignal,
     detect_limit,
@@ -68,8 +69,20 @@ from dispatchq.window.messages import (
     is_whole_transient,
     limit_kind,
     normalize_message,
+    person_hold,
     require_aware,
     resolve_timezone,
+)
+from dispatchq.window.signals import (
+    UsageReport,
+    api_error_verdict,
+    assistant_rate_limit_info,
+    credential_expires_at,
+    spend_limit,
+    startup_failure,
+    startup_verdict,
+    startup_words,
+    usage_reports,
 )
 
 __all__ = [
@@ -78,6 +91,7 @@ __all__ = [
     "LimitSignal",
     "OutcomeKind",
     "SessionOutcome",
+    "UsageReport",
     "WindowState",
     "detect_limit",
     "is_host_wide",
@@ -132,6 +146,9 @@ class SessionOutcome:
     result: Mapping[str, Any] | None = None
     resume_missing: bool = False
     events: tuple[Mapping[str, Any], ...] = ()
+    usage: tuple[UsageReport, ...] = ()
+    credential_expires_at: datetime | None = None
+    startup_failure: str | None = None
 
     @property
     def refused_at_spawn(self) -> bool:
@@ -205,12 +222,20 @@ def _event_kind(rate_type: object) -> tuple[LimitKind, str]:
     return limit_kind(rate_type), GENERAL_SCOPE
 
 
-def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
-    """(rateLimitType, resetsAt) of a rejecting rate_limit_event, else None."""
+def _rejected_info(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The `rate_limit_info` of a rate_limit_event, or of a refused turn's assistant message."""
+    if event.get("type") == "assistant":
+        return assistant_rate_limit_info(event)
     if event.get("type") != "rate_limit_event":
         return None
     info = event.get("rate_limit_info")
-    if not isinstance(info, Mapping):
+    return info if isinstance(info, Mapping) else None
+
+
+def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
+    """(rateLimitType, resetsAt) of a rejecting rate_limit_event (or refused turn), else None."""
+    info = _rejected_info(event)
+    if info is None:
         return None
     if info.get("status") == "rejected":
         if info.get("isUsingOverage") is True and info.get("overageStatus") in ("allowed", "allowed_warning"):
@@ -222,11 +247,19 @@ def _rejection(event: Mapping[str, Any]) -> tuple[object, object] | None:
 
 
 def limit_from_event(event: Mapping[str, Any], *, now: datetime, unknown_reset: float) -> LimitSignal | None:
-    """The structured signal: a `rate_limit_event` that rejected, with its `resetsAt`."""
+    """The structured signal: a `rate_limit_event` that rejected, with its `resetsAt`.
+
+    Also the refused turn's own record (2.1.332's `api_error_params.rate_limit_info`), and a
+    spend cap named by whose it is (`spend_limit`), which lifts when the cap does.
+    """
     require_aware(now)
     rejection = _rejection(event)
     if rejection is None:
         return None
+    info = _rejected_info(event) or {}
+    spend = spend_limit(info) if info.get("status") == "rejected" else None
+    if spend is not None:
+        return _spend_signal(*spend, now=now)
     rate_type, resets_at = rejection
     kind, scope = _event_kind(rate_type)
     lifts = epoch_instant(resets_at)
@@ -247,6 +280,24 @@ def limit_from_event(event: Mapping[str, Any], *, now: datetime, unknown_reset: 
             now, kind, scope, message, just_reset=True, stated=stated, source="event", stated_at=lifts
         )
     return LimitSignal(lifts, kind, scope, message, stated=stated, source="event", stated_at=lifts)
+
+
+def _spend_signal(kind: LimitKind, scope: str, lifts: datetime | None, *, now: datetime) -> LimitSignal:
+    """A spend cap or a paused organisation: up until the cap's stated turn, else until a person clears it."""
+    if lifts is None:
+        return replace(person_hold(kind, scope, f"rate_limit_event rejected ({kind})", now), source="event")
+    message = f"rate_limit_event rejected ({kind}), resets {lifts.isoformat()}"
+    stated = f"resetsAt={int(lifts.timestamp())}"
+    return LimitSignal(
+        max(lifts, now),
+        kind,
+        scope,
+        message,
+        just_reset=lifts <= now,
+        stated=stated,
+        source="event",
+        stated_at=lifts,
+    )
 
 
 def _assistant_text(event: Mapping[str, Any]) -> str:
@@ -331,7 +382,11 @@ _HOST_WIDE = re.compile(
     r"|your account does not have access to claude"
     r"|this service is disabled for your org"
     r"|unable to connect to api|connectionrefused|econnrefused|enotfound|getaddrinfo"
-    r"|bubblewrap is required",
+    r"|bubblewrap is required"
+    # Claude Code 2.1.332's sign-in failures (its message table; all say so in these words).
+    r"|invalid auth token|fix external auth token|login expired|reached its time limit"
+    r"|authentication required · sign in again|invalid anthropic_custom_headers"
+    r"|apikeyhelper script is failing|could not refresh your login",
     re.IGNORECASE,
 )
 _NO_TRANSCRIPT = re.compile(r"no conversation found with session id", re.IGNORECASE)
@@ -341,7 +396,7 @@ def is_host_wide(text: str, api_error_status: int | None = None, *, auth_failed:
     """A failure of the host, not of the judgement: every session here would fail the same way."""
     if api_error_status in (401, 403) or auth_failed:
         return True
-    return bool(_HOST_WIDE.search(text))
+    return bool(_HOST_WIDE.search(normalize_message(text)))
 
 
 # --- the whole run -----------------------------------------------------------------------
@@ -405,6 +460,7 @@ class _Run:
     auth_failed: bool
     resume_missing: bool
     events: tuple[Mapping[str, Any], ...]
+    verdict: Literal["host", "transient", "error"] | None
     now: datetime
     default: tzinfo
     unknown_reset: float
@@ -436,6 +492,9 @@ class _Run:
             result=result,
             resume_missing=self.resume_missing,
             events=tuple(e for e in self.events if e.get("type") == "rate_limit_event"),
+            usage=tuple(usage_reports(self.events)),
+            credential_expires_at=credential_expires_at(result),
+            startup_failure=startup_failure(result),
         )
 
 
@@ -461,9 +520,7 @@ def read_outcome(
     default = resolve_timezone(default_tz)
     events = parse_events(stdout)
     result = _result_event(events)
-    structured = [
-        s for e in events if (s := limit_from_event(e, now=now, unknown_reset=unknown_reset)) is not None
-    ]
+    structured = _structured(events, now=now, unknown_reset=unknown_reset)
     text, is_error = _run_text(stdout, events, result, returncode=returncode, stderr=stderr)
     run = _Run(
         text=text,
@@ -480,10 +537,14 @@ def read_outcome(
         ),
         resume_missing=bool(_NO_TRANSCRIPT.search(stderr) or _NO_TRANSCRIPT.search(text)),
         events=tuple(events),
+        verdict=api_error_verdict(events, result) if is_error else None,
         now=now,
         default=default,
         unknown_reset=unknown_reset,
     )
+    refused = startup_failure(result)
+    if refused is not None:
+        return _refused_to_start(run, refused)
     if structured and result is not None and not is_error and not is_whole_limit(text):
         structured = []  # a completed answer contradicts the event: it is an answer, never thrown away
     if structured:
@@ -500,6 +561,34 @@ def read_outcome(
     if signal is not None:
         return run.outcome("limit", signal)
     return run.outcome("answer")
+
+
+def _structured(
+    events: Sequence[Mapping[str, Any]], *, now: datetime, unknown_reset: float
+) -> list[LimitSignal]:
+    """Every rejection the run recorded in fields, once each (the event and the turn's own record agree)."""
+    seen: set[tuple[str, str]] = set()
+    out: list[LimitSignal] = []
+    for event in events:
+        signal = limit_from_event(event, now=now, unknown_reset=unknown_reset)
+        if signal is not None and (signal.scope, signal.stated) not in seen:
+            seen.add((signal.scope, signal.stated))
+            out.append(signal)
+    return out
+
+
+def _refused_to_start(run: _Run, reason: str) -> SessionOutcome:
+    """The CLI refused to start and said why in `startup_failure_reason` (2.1.332).
+
+    The host-wide reasons (its settings, sign-in, sandbox, version: any but the few that are
+    the judgement's own) block the host with that reason; `session_held_by_background` backs
+    off and retries.
+    """
+    said = startup_words(run.result)
+    if not said and run.text and run.text != "error_during_execution":
+        said = normalize_message(run.text)
+    why = f"Claude Code refused to start ({reason})" + (f": {said}" if said else "")
+    return replace(run, text=why).outcome(startup_verdict(reason, run.result))
 
 
 def _result_event(events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -558,11 +647,11 @@ def _failed_outcome(run: _Run) -> SessionOutcome:
     HTTP 429 with no words we know is the limit with an unknown reset: a probe after
     `unknown_reset` costs one spawn, while assuming a throttle could burn many.
     """
-    if is_transient(run.text, run.status):
+    if is_transient(run.text, run.status) or run.verdict == "transient":
         return run.outcome("transient")
     if run.resume_missing:
         return run.outcome("error")
-    if is_host_wide(run.text, run.status, auth_failed=run.auth_failed):
+    if is_host_wide(run.text, run.status, auth_failed=run.auth_failed or run.verdict == "host"):
         return run.outcome("host")
     signal = run.limit_in(run.text)
     if signal is None and run.status == 429:
@@ -626,41 +715,47 @@ def reprobe_backoff(
     skew_backoff: float = 2.0,
     skew_retries: int = 4,
     asked_at: datetime | None = None,
+    previous_stated_at: datetime | None = None,
 ) -> tuple[LimitSignal, int]:
     """Push a repeated stale lift time out, so a stale message never causes a spawn loop.
 
     The marker remembers the `stated` reset that set it and how many refusals carried it.
     When a probe is refused again with the same stated time, the lift waits at least
     `reprobe_min` seconds, doubling with each further refusal (capped at `max_delay`).
-    A different stated time starts the count afresh. Returns the (possibly moved) signal and
-    the refusal count to store with the marker.
+    A different stated time starts the count afresh; the same instant stated another way (the
+    event's `resetsAt` one time, the words' minute the next: `previous_stated_at`) is the same
+    statement. Returns the (possibly moved) signal and the refusal count to store with the marker.
 
-    Two exceptions. A message that names no kind (`You've hit your limit · resets 10:31am`)
-    read as "just reset" gets one probe only: refused again with the same time, it meant the
-    next day's occurrence. And a refusal within `SKEW_WINDOW` of the stated instant is clock
-    skew (resets are whole seconds, clocks differ): retried after `skew_backoff` seconds,
-    doubling, `skew_retries` times, before `reprobe_min` applies (each round of that chain
-    may start up to `SKEW_WINDOW` later than the back-off alone says). `asked_at` is when the
-    refused probe started (default `now`): a session takes seconds to reach the API, and that
-    start-up time is no sign of a wrong statement.
+    Two exceptions, in this order. A refusal within `SKEW_WINDOW` of the stated instant is
+    clock skew whatever the kind (resets are whole seconds, clocks differ; a reset stated in
+    words is a minute on the clock, so it is that much less exact): retried after
+    `skew_backoff` seconds, doubling, `skew_retries` times, before anything else applies (each
+    round of that chain may start up to `SKEW_WINDOW` later than the back-off alone says).
+    Only then: a message that names no kind (`You've hit your limit · resets 10:31am`) read as
+    "just reset" and refused again with the same time meant the next day's occurrence. Read
+    the other way round, an API clock two seconds behind closed the window for a day.
+    `asked_at` is when the refused probe started (default `now`): a session takes seconds to
+    reach the API, and that start-up time is no sign of a wrong statement.
     """
     require_aware(now)
-    if previous_stated is None or signal.stated != previous_stated:
+    if previous_stated is None or not _same_statement(signal, previous_stated, previous_stated_at):
         return signal, 1
     refusals = max(previous_refusals, 1) + 1
-    if signal.kind == "unknown" and signal.just_reset and signal.next_lifts_at is not None:
-        return replace(signal, lifts_at=signal.next_lifts_at, just_reset=False), refusals
     asked = asked_at if asked_at is not None else now
     # Each probe round may take SKEW_WINDOW to reach the API (a loaded host starts a session in
     # seconds), on top of the skew back-off already granted: the chain stays "a moment after".
     rounds = refusals - 1
     allowance = SKEW_WINDOW * rounds + timedelta(seconds=skew_backoff * (2 ** (rounds - 1) - 1))
+    if _in_words(signal):
+        allowance += STATEMENT_PRECISION
     near = signal.stated_at is not None and abs(signal.stated_at - asked) <= allowance
-    if near and refusals - 1 <= skew_retries:
+    if near and rounds <= skew_retries:
         delay = skew_backoff * 2 ** (refusals - 2)
         return replace(
             signal, lifts_at=max(signal.lifts_at, now + timedelta(seconds=delay)), just_reset=False
         ), refusals
+    if signal.kind == "unknown" and signal.just_reset and signal.next_lifts_at is not None:
+        return replace(signal, lifts_at=signal.next_lifts_at, just_reset=False), refusals
     delay = reprobe_min * 2 ** (refusals - 2 - (skew_retries if near else 0))
     if max_delay is not None:
         delay = min(delay, max_delay)
@@ -668,3 +763,16 @@ def reprobe_backoff(
     if signal.lifts_at >= floor:
         return signal, refusals
     return replace(signal, lifts_at=floor, just_reset=False), refusals
+
+
+def _in_words(signal: LimitSignal) -> bool:
+    """A reset read from a message's clock time (a minute), not from an epoch field."""
+    return signal.source == "text" and not signal.stated.startswith(("epoch=", "resetsAt=", "in|"))
+
+
+def _same_statement(signal: LimitSignal, previous: str, previous_at: datetime | None) -> bool:
+    if signal.stated == previous:
+        return True
+    if signal.stated_at is None or previous_at is None or "unknown" in (signal.stated, previous):
+        return False
+    return abs(signal.stated_at - previous_at) <= STATEMENT_PRECISION

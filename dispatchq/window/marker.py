@@ -43,6 +43,7 @@ class MarkerStore(Protocol):
 
     def append_audit(self, entry: Mapping[str, Any], keep: int) -> None: ...
 
+
 __all__ = [
     "AUDIT_LENGTH",
     "Marker",
@@ -76,6 +77,7 @@ class Marker:
     source: str
     retrigger: str | None = None
     utilization: float | None = None  # the share of the window last reported used (a reserve marker)
+    stated_at: float | None = None  # the instant `stated` names (the same reset, stated another way)
 
     def closed(self, now: float | None = None) -> bool:
         """True while no session in this scope may start."""
@@ -118,6 +120,7 @@ def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
         source=f.get("source") or "session",
         retrigger=f.get("retrigger") or None,
         utilization=float(f["utilization"]) if f.get("utilization") else None,
+        stated_at=float(f["stated_at"]) if f.get("stated_at") else None,
     )
 
 

@@ -21,7 +21,11 @@ __all__ = [
     "GENERAL_SCOPE",
     "JUST_RESET_WINDOW",
     "MODELS",
+    "ORG_PAUSED_SCOPE",
+    "PERSON_CLEARS",
+    "PERSON_HOLD",
     "SKEW_WINDOW",
+    "STATEMENT_PRECISION",
     "LimitKind",
     "LimitSignal",
     "detect_limit",
@@ -32,11 +36,16 @@ __all__ = [
     "is_whole_transient",
     "limit_kind",
     "normalize_message",
+    "person_hold",
     "require_aware",
     "resolve_timezone",
+    "spend_scope",
 ]
 
 GENERAL_SCOPE = "general"
+#: An organisation's usage paused by its daily cap (`dailyCapPaused`, "Usage is paused for your
+#: organization"): every session of the account waits, apart from the plan's own windows.
+ORG_PAUSED_SCOPE = "org:paused"
 
 #: The models that have a usage limit of their own, as Claude Code names them (lower case):
 #: in a message (`You've hit your Fable 5 limit`) and in a `rate_limit_event`'s
@@ -47,9 +56,12 @@ MODELS: tuple[str, ...] = ("opus", "sonnet", "haiku", "fable")
 #: are the CLI's `rateLimitType`s (`five_hour`, `seven_day`, `seven_day_<model>` for each of
 #: `MODELS`, `seven_day_overage_included`); the rest are what only a message states
 #: (`monthly`, `org_monthly`, `api_usage`, `credits` for extra usage or credit run out, which
-#: is also what an `overage` rejection is), the reserve kept for people (`reserved`), an
-#: operator's close (`operator`), and `unknown`: a limit that names no kind, or one whose name
-#: this list does not know (`limit_kind`). Throttles and overloads are no limit at all.
+#: is also what an `overage` rejection is), the spend caps Claude Code 2.1.332 names by whose
+#: they are (`group_pool`: the team's pooled group budget, `channel`, `service`, `member_spend`:
+#: the person's own spend or usage cap, `org_paused`: the organisation paused), the reserve
+#: kept for people (`reserved`), an operator's close (`operator`), and `unknown`: a limit that
+#: names no kind, or one whose name this list does not know (`limit_kind`). Throttles and
+#: overloads are no limit at all.
 LimitKind = Literal[
     "five_hour",
     "seven_day",
@@ -62,6 +74,11 @@ LimitKind = Literal[
     "org_monthly",
     "api_usage",
     "credits",
+    "org_paused",
+    "group_pool",
+    "channel",
+    "service",
+    "member_spend",
     "reserved",
     "operator",
     "unknown",
@@ -78,11 +95,47 @@ def limit_kind(name: str, default: LimitKind = "unknown") -> LimitKind:
     """
     return cast(LimitKind, name) if name in _LIMIT_KINDS else default
 
+
+def spend_scope(kind: LimitKind) -> str:
+    """The marker scope of a spend cap: its own, so it lifts apart from the plan's windows.
+
+    A pooled budget, a channel's cap or the person's own cap lift when an admin raises them or
+    their period turns, never when the 5-hour window resets; each still pauses every session
+    of the account (any scope that is not `model:` does).
+    """
+    if kind == "org_paused":
+        return ORG_PAUSED_SCOPE
+    return f"spend:{kind.removesuffix('_spend')}" if kind in _SPEND_KINDS else GENERAL_SCOPE
+
+
+_SPEND_KINDS: frozenset[str] = frozenset({"group_pool", "channel", "service", "member_spend"})
+#: The kinds whose lift only a person brings when the signal states none (an admin raising a
+#: cap, support lifting a pause): they wait `PERSON_HOLD` or until `dispatchq window open`.
+PERSON_CLEARS: frozenset[str] = _SPEND_KINDS | {"org_paused"}
+#: How long a marker that only a person can clear stays up (an operator's `window open` ends it).
+PERSON_HOLD = timedelta(days=30)
+
+
+def person_hold(kind: LimitKind, scope: str, message: str, now: datetime) -> LimitSignal:
+    """A limit that states no lift and that only a person clears: up for `PERSON_HOLD`, saying so."""
+    return LimitSignal(
+        lifts_at=now + PERSON_HOLD,
+        kind=kind,
+        scope=scope,
+        message=f"{message} · until a person clears it (`dispatchq window open`)",
+        stated=f"person:{kind}",
+        reset_known=False,
+    )
+
+
 # Messages are rounded to the hour or so: a stated time this recently past means "just reset".
 JUST_RESET_WINDOW = timedelta(hours=1)
 # Resets are stated in whole seconds and clocks differ: a refusal this close to the stated
 # instant is clock skew, retried after a short back-off rather than DISPATCHQ_REPROBE_MIN.
 SKEW_WINDOW = timedelta(seconds=15)
+# A reset stated in words is a minute on the clock (`resets 1:30am`): the instant it names may
+# be a minute from the one the service meant, so two statements this close are the same one.
+STATEMENT_PRECISION = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -206,9 +259,16 @@ _NOT_A_MODEL = frozenset(
 )
 
 # (regex, kind); kind "model" takes the model from the `model` group. First match wins.
-_HeadKind = LimitKind | Literal["model"]
+_HeadKind = LimitKind | Literal["model", "model_credits"]
+_CREDIT_MODELS = r"(?P<model>fable|haiku|mythos|opus|sonnet)"
 _HEAD_TABLE: tuple[tuple[str, _HeadKind], ...] = (
     (r"(?:claude(?: ai)? )?usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", "unknown"),
+    # Claude Code 2.1.332's spend caps, each by whose it is (read from its binary and runs).
+    (r"usage is paused for your organi[sz]ation", "org_paused"),
+    (rf"{_HIT} your team's pooled group budget", "group_pool"),
+    (rf"{_HIT} your channel's (?:daily |weekly |monthly )?(?:spend|usage) limit", "channel"),
+    (rf"{_HIT} your individual (?:daily |weekly |monthly )?(?:spend|usage) limit", "member_spend"),
+    (rf"(?:^|· ){_CREDIT_MODELS}(?: [^·\n]{{1,40}}?)? requires usage credits", "model_credits"),
     (rf"{_HIT} (?:your |the )?{_ORG} monthly (?:usage |spend )?limit", "org_monthly"),
     (rf"{_HIT} your monthly (?:usage |spend )?limit", "monthly"),
     (rf"{_HIT} your specified api usage limits?", "api_usage"),
@@ -489,8 +549,11 @@ def _signal(
     if head == "model":
         # A model `MODELS` does not know still has a weekly limit of its own: its scope says whose.
         kind, scope = limit_kind(f"seven_day_{model}", "seven_day"), f"model:{model}"
+    elif head == "model_credits":
+        # `Opus 4.5 requires usage credits.`: that model waits for credits, the others answer.
+        kind, scope = "credits", f"model:{model}"
     else:
-        kind = head
+        kind, scope = head, spend_scope(head)
     epoch = match.groupdict().get("epoch")
     if epoch:
         end = match.end()
@@ -505,6 +568,8 @@ def _signal(
     if whole and not _WHOLE_TAIL.match(norm[end:]):
         return None
     message = norm[match.start() : end].strip() if not whole else norm.strip()
+    if (reset is None or reset.lifts_at is None) and kind in PERSON_CLEARS:
+        return person_hold(kind, scope, message, now)
     if reset is None or reset.lifts_at is None:
         return LimitSignal(
             lifts_at=now + timedelta(seconds=unknown_reset),

@@ -803,3 +803,99 @@ def test_reprobe_backoff_is_capped() -> None:
     )
 
     assert capped.lifts_at == NOW + timedelta(hours=1) and not capped.just_reset
+
+
+# --- clock skew before "tomorrow" (issue 23, item 5) -------------------------------------------
+# The API's clock 2 s behind this host's: the probe at the stated lift is refused with that (now
+# just past) reset. Read as "unknown kind, just reset, refused again: the next day's occurrence"
+# the window closed for a day; a refusal within the skew window is skew whatever the kind.
+SKEW_AT = utc(2025, 10, 20, 13, 31)  # 15:31 in Berlin, on the minute the message states
+UNKNOWN_TEXT = "You've hit your limit · resets 3:31pm (Europe/Berlin)"
+
+
+def _refused_probe(
+    stdout: str, previous: LimitSignal, asked: datetime, now: datetime
+) -> tuple[LimitSignal, int]:
+    out = read_outcome(stdout, now=now, default_tz=BERLIN, unknown_reset=UNKNOWN, returncode=1)
+    assert out.limit is not None and out.limit.kind == "unknown"
+    return limits.reprobe_backoff(
+        out.limit,
+        previous_stated=previous.stated,
+        previous_refusals=1,
+        now=now,
+        reprobe_min=300,
+        asked_at=asked,
+        previous_stated_at=previous.stated_at,
+    )
+
+
+def _failed(*events: dict) -> str:
+    return stream(INIT, *events, result(UNKNOWN_TEXT, is_error=True, api_error_status=429))
+
+
+EVENT = rate_event("rejected", int(SKEW_AT.timestamp()))
+EVENT["rate_limit_info"].pop("rateLimitType", None)  # a refusal that names no kind
+SYNTHETIC = assistant(UNKNOWN_TEXT, model="<synthetic>", error="rate_limit")
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        _failed(SYNTHETIC),  # the words alone (2.1.332 prints no event for a past reset)
+        _failed(EVENT, SYNTHETIC),  # the event, then the words
+        _failed(SYNTHETIC, EVENT),  # the words, then the event
+    ],
+    ids=["text-only", "event-then-text", "text-then-event"],
+)
+def test_an_unknown_kind_refused_a_moment_after_its_reset_is_skew_not_tomorrow(stdout: str) -> None:
+    hit_at = SKEW_AT - timedelta(minutes=20)
+    first = read_outcome(stdout, now=hit_at, default_tz=BERLIN, unknown_reset=UNKNOWN, returncode=1)
+    assert first.limit is not None
+    asked, now = SKEW_AT + timedelta(seconds=1), SKEW_AT + timedelta(seconds=3)
+    moved, refusals = _refused_probe(stdout, first.limit, asked, now)
+    assert refusals == 2
+    assert moved.lifts_at == now + timedelta(seconds=2)  # a skew retry in seconds
+    assert moved.lifts_at - SKEW_AT < timedelta(minutes=1)  # never "the same minute tomorrow"
+
+
+def test_the_same_reset_stated_by_the_words_then_by_the_event_is_one_statement() -> None:
+    """The hit read from text (`3:31pm|Europe/Berlin`), the probe's refusal from the event
+    (`resetsAt=…`): the same instant, so the skew chain counts on instead of starting afresh."""
+    words = read_outcome(
+        _failed(SYNTHETIC),
+        now=SKEW_AT - timedelta(minutes=20),
+        default_tz=BERLIN,
+        unknown_reset=UNKNOWN,
+        returncode=1,
+    )
+    assert words.limit is not None and words.limit.stated.endswith("|Europe/Berlin")
+    asked, now = SKEW_AT + timedelta(seconds=1), SKEW_AT + timedelta(seconds=3)
+    moved, refusals = _refused_probe(_failed(EVENT, SYNTHETIC), words.limit, asked, now)
+    assert refusals == 2 and moved.lifts_at == now + timedelta(seconds=2)
+
+
+def test_after_the_skew_retries_an_unknown_just_reset_time_still_means_tomorrow() -> None:
+    signal = detect(UNKNOWN_TEXT, now=SKEW_AT + timedelta(seconds=5))
+    assert signal is not None and signal.just_reset and signal.next_lifts_at is not None
+    moved, refusals = limits.reprobe_backoff(
+        signal,
+        previous_stated=signal.stated,
+        previous_refusals=5,
+        now=SKEW_AT + timedelta(minutes=5),
+        reprobe_min=300,
+        asked_at=SKEW_AT + timedelta(minutes=5),
+    )
+    assert refusals == 6 and moved.lifts_at == signal.next_lifts_at
+
+
+def test_a_refusal_long_after_an_unknown_reset_means_tomorrow_at_once() -> None:
+    signal = detect(UNKNOWN_TEXT, now=SKEW_AT + timedelta(minutes=10))
+    assert signal is not None and signal.next_lifts_at is not None
+    moved, _ = limits.reprobe_backoff(
+        signal,
+        previous_stated=signal.stated,
+        previous_refusals=1,
+        now=SKEW_AT + timedelta(minutes=10),
+        reprobe_min=300,
+    )
+    assert moved.lifts_at == signal.next_lifts_at

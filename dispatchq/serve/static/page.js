@@ -103,6 +103,8 @@ function render(data) {
   if (!markers.length) scopes.push([el("td", "general"), el("td", "open", "state state-open"), "–", "–", "–", "no marker", "–", "–"]);
   fill("scopes", scopes);
 
+  renderUsage(data);
+
   const retrigger = document.getElementById("retrigger");
   retrigger.replaceChildren();
   if (data.retrigger) {
@@ -146,6 +148,29 @@ function render(data) {
   ]), "nothing suppressed in shadow mode");
 
   fill("audit", (data.window_audit || []).map((a) => [a.at, a.scope, a.action, a.who, a.reason]), "no changes");
+}
+
+function ago(seconds) {
+  if (typeof seconds !== "number") return "–";
+  if (seconds < 120) return `${seconds}s ago`;
+  return seconds < 7200 ? `${Math.floor(seconds / 60)}m ago` : `${Math.floor(seconds / 3600)}h ago`;
+}
+
+// Each window's use and reset as the sessions last reported it, with its age; a host whose
+// stored login ends within a week is a WARNING above it.
+function renderUsage(data) {
+  fill("usage", (data.window_usage || []).map((u) => [
+    el("td", u.scope),
+    el("td", typeof u.utilization === "number" ? `${Math.round(u.utilization * 100)}%` : "–", "num usage-used"),
+    el("td", local(u.resets_at_epoch)),
+    u.resets_at_epoch ? countdown(u.resets_at_epoch) : el("td", "–"),
+    el("td", ago(u.age_seconds)),
+    short(u.session),
+  ]), "no session has reported the window's use yet");
+  const warnings = (data.credentials || []).filter((c) => c.warning).map((c) => `WARNING: ${c.warning}`);
+  const box = document.getElementById("credential-warnings");
+  box.textContent = warnings.join(" · ");
+  box.hidden = !warnings.length;
 }
 
 async function refresh() {
