@@ -42,9 +42,17 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import keys
+from dispatchq.storage import keys, prefix
 
-__all__ = ["NeedsGlobal", "Upgrade", "ensure_upgraded", "no_globals_loads", "upgrade_job", "upgrade_jobs"]
+__all__ = [
+    "NeedsGlobal",
+    "Upgrade",
+    "backfill_prefix_index",
+    "ensure_upgraded",
+    "no_globals_loads",
+    "upgrade_job",
+    "upgrade_jobs",
+]
 
 log = logging.getLogger("dispatchq.queue.upgrade")
 
@@ -85,8 +93,24 @@ class Upgrade:
     unchanged: int = 0
 
 
+def backfill_prefix_index(client: redis.Redis) -> int | None:
+    """Put the ids made before the prefix index into it (`storage.prefix`), once per store.
+
+    Its own step with its own mark: a store whose jobs were upgraded by an earlier release
+    still needs it. None when it was done already; else how many ids were added.
+    """
+    added = prefix.backfill(client)
+    if added:
+        log.warning("upgrade: %d judgement id(s) added to the prefix index", added)
+    return added
+
+
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
-    """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was."""
+    """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
+
+    The prefix index's backfill (`backfill_prefix_index`) runs first, under its own mark.
+    """
+    backfill_prefix_index(client)
     if client.exists(keys.JOBS_UPGRADED):
         return None
     return upgrade_jobs(client)
