@@ -19,6 +19,10 @@ So no lock is needed, and no process takes a job before its own pass is over. A 
 written after the mark (a previous-release producer still running) is refused by the
 worker like any other foreign job, and reconciliation re-enqueues its judgements.
 
+A second step, under its own mark: `backfill_prefix_index` puts the judgement ids made
+before the prefix index (`dispatchq.storage.prefix`) into it, once per store, so
+`GET /judgements/{prefix}` finds them in O(log n) too. `serve` runs it at start as well.
+
 Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
 in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
 and they expire with their result TTL.
