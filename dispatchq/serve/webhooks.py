@@ -37,12 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from githubkit.webhooks import verify
-from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from dispatchq.errors import UserError
-from dispatchq.serve.body import BodyTooLarge, note_gone, read_limited_asgi
+from dispatchq.serve.body import BodyTooLarge, read_limited_asgi
 from dispatchq.storage.serve import DELIVERY_ID, AsyncDeliveries, Delivery
 from dispatchq.triage.github import event_name, map_delivery, state_paths
 from dispatchq.triage.jobs import prepare_deliveries
@@ -251,6 +250,10 @@ class GitHubWebhook:
     The busiest route, and the one whose every request does real work: Starlette's
     per-request objects cost about as much as mapping the payload (measured in
     `bench/webhooks.py`). Auth and outage middleware still wrap it like every route.
+
+    A client gone mid-body raises `ClientDisconnect` out of here on purpose: `body.Bounds`,
+    outermost, tells it from its own refusals (a late or oversized body, already answered)
+    and notes a real one in one line.
     """
 
     def __init__(self, context: ServeContext, batcher: DeliveryBatcher) -> None:
@@ -273,9 +276,7 @@ class GitHubWebhook:
                 )
             except BodyTooLarge as error:
                 status, answer = 413, {"error": str(error)}
-            except ClientDisconnect:
-                note_gone(scope)
-                return  # nobody to answer
+
             else:
                 status, answer = await answer_delivery(self._context, self._batcher, secret, headers, body)
         data = orjson.dumps(answer)

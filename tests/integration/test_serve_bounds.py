@@ -268,6 +268,7 @@ def test_judgements_nested_5000_deep_or_with_a_huge_integer_fail_only_their_line
 
 
 def test_a_client_gone_mid_body_leaves_no_traceback(server: Server) -> None:
+    noted = server.log.read_text().count("the client went away")
     for path in ("/judgements", "/webhooks/github"):
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
             sock.sendall(
@@ -278,6 +279,7 @@ def test_a_client_gone_mid_body_leaves_no_traceback(server: Server) -> None:
     time.sleep(0.5)
     assert request(server.port, "GET", "/healthz").status == 200
     assert "Traceback" not in server.output
+    assert server.log.read_text().count("the client went away") == noted + 2  # one line each
 
 
 # -- replays and the prefix index ---------------------------------------------------------------
