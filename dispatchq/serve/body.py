@@ -97,6 +97,7 @@ def _declared_over(headers: Mapping[str, str], limit: int) -> bool:
 async def read_limited_asgi(headers: Mapping[str, str], receive: Receive, limit: int = MAX_BODY) -> bytes:
     """`read_limited` for a plain ASGI app: `headers` lower-cased, `receive` the ASGI callable."""
     if _declared_over(headers, limit):
+        REFUSALS["body_too_large"] += 1  # `Bounds` never sees this one: no byte is read
         raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
@@ -106,7 +107,8 @@ async def read_limited_asgi(headers: Mapping[str, str], receive: Receive, limit:
             raise ClientDisconnect  # as `Request.stream` raises it
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > limit:
+        if size > limit:  # only without `Bounds` (or a smaller limit): it refuses such a chunk first
+            REFUSALS["body_too_large"] += 1
             raise BodyTooLarge(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):

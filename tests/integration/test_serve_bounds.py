@@ -148,6 +148,7 @@ def test_past_the_concurrency_limit_a_request_is_503_and_counted(env: dict[str, 
 
 
 def test_a_body_over_the_configured_cap_is_413_naming_it(server: Server, redis_client: Any) -> None:
+    before = refused_count(server, "body_too_large")
     big = b"[" + b" " * (1024 * 1024 + 10) + b"]"
     for path in ("/judgements", "/webhooks/github"):
         reply = request(server.port, "POST", path, big, {"Content-Type": "application/json"})
@@ -159,6 +160,7 @@ def test_a_body_over_the_configured_cap_is_413_naming_it(server: Server, redis_c
     answer, _ = raw_exchange(server.port, head, chunk, chunk, chunk, b"0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413") and b"DISPATCHQ_SERVE_MAX_BODY" in answer, answer[:300]
     assert ids(redis_client) == []
+    assert refused_count(server, "body_too_large") == before + 3
 
 
 def test_more_lines_than_the_cap_is_413_and_nothing_is_enqueued(server: Server, redis_client: Any) -> None:
