@@ -9,6 +9,12 @@
   typed queue's jobs name every delivery (end to end, to an enqueued judgement).
 - bare: a Starlette app under the same uvicorn that only checks X-Hub-Signature-256
   (hmac, constant time) and answers 202: the floor of any webhook receiver in Python.
+- bursts: 50, 100 and 200 deliveries at once, each on a new connection, against the
+  default `DISPATCHQ_SERVE_CONCURRENCY`: the peak of connections open together and how
+  many were refused 503 (the limit must sit above the peak).
+
+dispatchq's side runs with every bound of issue 22 on its hot path (the body's deadline
+and size, the header deadline, the body hash de-duplication, the depth walk).
 
 Both sides get the same bodies from the same client (CLIENTS keep-alive connections in
 threads), on loopback, taking turns round by round. The ratio is the median of the
@@ -50,6 +56,8 @@ __all__ = ["run_webhooks"]
 PY = sys.executable
 SECRET = "bench-webhook-secret"
 CLIENTS = 8
+#: Bursts of simultaneous deliveries, each on a new connection, against the default limit.
+BURSTS = (50, 100, 200)
 EXAMPLE = ROOT.parent / "shared" / "github-webhooks" / "issues" / "opened.payload.json"
 
 BARE = r"""
@@ -94,8 +102,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _bodies(n: int) -> list[tuple[str, bytes, str]]:
-    """N distinct deliveries (issue number i) of GitHub's example, or a stand-in without it."""
+def _bodies(n: int, first: int = 1) -> list[tuple[str, bytes, str]]:
+    """N distinct deliveries (issue numbers from `first`) of GitHub's example, or a stand-in.
+
+    Distinct bodies, not only distinct ids: a body seen before is a replay (answered 200).
+    """
     if EXAMPLE.is_file():
         base: dict[str, Any] = json.loads(EXAMPLE.read_text())
     else:
@@ -107,7 +118,7 @@ def _bodies(n: int) -> list[tuple[str, bytes, str]]:
         }
     out = []
     for i in range(n):
-        payload = {**base, "issue": {**base["issue"], "number": i + 1}}
+        payload = {**base, "issue": {**base["issue"], "number": first + i}}
         body = json.dumps(payload).encode()
         signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
         out.append((f"bench-{i}", body, signature))
@@ -165,6 +176,54 @@ def _load(port: int, deliveries: list[tuple[str, bytes, str]]) -> tuple[float, i
     return elapsed, sum(accepted)
 
 
+def _burst(port: int, deliveries: list[tuple[str, bytes, str]]) -> dict[str, Any]:
+    """Every delivery at once, each on its own new connection (as a bulk edit's burst arrives).
+
+    What `DISPATCHQ_SERVE_CONCURRENCY` must stay above: how many connections the burst
+    holds open at the server at once (the peak overlap of the clients' connect-to-answer
+    spans), and how many were refused 503 at the default limit.
+    """
+    statuses: dict[int, int] = {}
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(len(deliveries))
+
+    def one(delivery: str, body: bytes, signature: str) -> None:
+        headers = {
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "issues",
+            "X-GitHub-Delivery": delivery,
+            "X-Hub-Signature-256": signature,
+        }
+        gate.wait()
+        started = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("POST", "/webhooks/github", body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            status = response.status
+        except OSError:
+            status = 0
+        finally:
+            conn.close()
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+            spans.append((started, time.perf_counter()))
+
+    threads = [threading.Thread(target=one, args=d) for d in deliveries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    open_now = peak = 0
+    for _, step in events:
+        open_now += step
+        peak = max(peak, open_now)
+    return {"size": len(deliveries), "statuses": statuses, "peak_open_connections": peak}
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -194,7 +253,7 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
         PYTHONPATH=str(ROOT),
     )
     deliveries = _bodies(n * rounds)
-    warm = [(f"warm-{d}", b, s) for d, b, s in _bodies(50)]
+    warm = [(f"warm-{d}", b, s) for d, b, s in _bodies(50, first=10_000_000)]
     queue = f"rq:queue:{keys.queue_name('typed')}"
     bare_rates: list[float] = []
     serve_rates: list[float] = []
@@ -225,6 +284,13 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
         enqueued = len({delivery for job in jobs for delivery in job.args[0]})
         # How many deliveries each accept call carried: what group commit bought.
         accept_calls = int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        bursts = [
+            _burst(
+                serve_port,
+                [(f"burst{size}-{d}", b, sig) for d, b, sig in _bodies(size, first=20_000_000 + 1000 * size)],
+            )
+            for size in BURSTS
+        ]
     finally:
         _stop(bare)
         _stop(serve)
@@ -252,6 +318,7 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
         "ratio": round(statistics.median(d / b for d, b in zip(serve_rates, bare_rates, strict=True)), 3),
         "ratio_of_medians": round(serve_rate / bare_rate, 3),
         "target_ratio": 0.5,
+        "bursts_at_default_limit_concurrency": bursts,
     }
 
 

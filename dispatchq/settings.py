@@ -334,6 +334,34 @@ class Settings(BaseSettings):
                 raise ValueError(f"{entry!r} is not an IP address or network") from None
         return value
 
+    # --- serve bounds (issue 22, serve-bounds): what one request may cost ----------------------------
+    serve_max_body: int = Field(
+        5 * 1024 * 1024,
+        ge=1024,
+        le=25 * 1024 * 1024,
+        description="Largest request body `serve` reads, in bytes (GitHub's hard maximum, 25 MB, at most).",
+    )
+    serve_body_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request's whole body may take to arrive before a 408."
+    )
+    serve_header_timeout: float = Field(
+        10.0, gt=0, description="Seconds a request's headers may take to arrive before a 408 and a close."
+    )
+    serve_concurrency: int = Field(
+        256, ge=8, description="Connections and requests `serve` takes at once; past it, 503 (uvicorn)."
+    )
+    serve_max_lines: int = Field(1000, ge=1, description="Most judgements in one `POST /judgements`.")
+    serve_max_state: int = Field(
+        256 * 1024,
+        ge=1024,
+        description="Largest judgement state (its JSON, in bytes) `POST /judgements` takes.",
+    )
+    serve_max_errors: int = Field(
+        100,
+        ge=1,
+        description="Most refused lines one `POST /judgements` may hold before it is refused whole.",
+    )
+
     @field_validator("checkout_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:

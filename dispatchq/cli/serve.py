@@ -32,7 +32,9 @@ def serve(host: str | None, port: int | None) -> None:
 
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime_waiting
+    from dispatchq.queue.upgrade import backfill_prefix_index
     from dispatchq.serve.app import create_app
+    from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
@@ -55,10 +57,16 @@ def serve(host: str | None, port: int | None) -> None:
         log.warning("the config has no triage section: deliveries to /webhooks/github are refused (503)")
     if s.api_token is None:
         log.warning("DISPATCHQ_API_TOKEN is not set: routes are open to anyone on this machine")
+    backfill_prefix_index(rt.redis)  # ids made before the prefix index (once per store)
     app = create_app(rt)
-    log.warning("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
+    log.info("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
+    # The bounds (`dispatchq.serve.body`): the body's deadline and size around every route,
+    # the headers' deadline in the protocol, and at most `serve_concurrency` connections and
+    # requests at once (uvicorn answers 503 past it; counted in /metrics).
     uvicorn.run(
-        app,
+        Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
+        http=bounded_protocol(s.serve_header_timeout),
+        limit_concurrency=s.serve_concurrency,
         host=host,
         port=port,
         log_config=None,

@@ -19,6 +19,10 @@ So no lock is needed, and no process takes a job before its own pass is over. A 
 written after the mark (a previous-release producer still running) is refused by the
 worker like any other foreign job, and reconciliation re-enqueues its judgements.
 
+A second step, under its own mark: `backfill_prefix_index` puts the judgement ids made
+before the prefix index (`dispatchq.storage.prefix`) into it, once per store, so
+`GET /judgements/{prefix}` finds them in O(log n) too. `serve` runs it at start as well.
+
 Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
 in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
 and they expire with their result TTL.
@@ -42,9 +46,17 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import keys
+from dispatchq.storage import keys, prefix
 
-__all__ = ["NeedsGlobal", "Upgrade", "ensure_upgraded", "no_globals_loads", "upgrade_job", "upgrade_jobs"]
+__all__ = [
+    "NeedsGlobal",
+    "Upgrade",
+    "backfill_prefix_index",
+    "ensure_upgraded",
+    "no_globals_loads",
+    "upgrade_job",
+    "upgrade_jobs",
+]
 
 log = logging.getLogger("dispatchq.queue.upgrade")
 
@@ -85,8 +97,24 @@ class Upgrade:
     unchanged: int = 0
 
 
+def backfill_prefix_index(client: redis.Redis) -> int | None:
+    """Put the ids made before the prefix index into it (`storage.prefix`), once per store.
+
+    Its own step with its own mark: a store whose jobs were upgraded by an earlier release
+    still needs it. None when it was done already; else how many ids were added.
+    """
+    added = prefix.backfill(client)
+    if added:
+        log.warning("upgrade: %d judgement id(s) added to the prefix index", added)
+    return added
+
+
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
-    """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was."""
+    """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
+
+    The prefix index's backfill (`backfill_prefix_index`) runs first, under its own mark.
+    """
+    backfill_prefix_index(client)
     if client.exists(keys.JOBS_UPGRADED):
         return None
     return upgrade_jobs(client)

@@ -13,14 +13,18 @@ that went in and where to resume) when Redis failed part way.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from dispatchq.client import Client
+from dispatchq.core.judgement import JudgementIn
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
@@ -28,31 +32,145 @@ from dispatchq.tiers.session import session_log_path
 
 if TYPE_CHECKING:
     from dispatchq.serve.context import ServeContext
+    from dispatchq.settings import Settings
 
-__all__ = ["enqueue_body", "lines_of", "routes"]
+__all__ = ["MAX_DEPTH", "Refused", "Screened", "enqueue_body", "lines_of", "record_for", "routes"]
 
 NDJSON = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+#: How deep one judgement may nest. Records are hashed by an encoder that stops at 255
+#: levels and validated by code that recurses: deeper is refused per line, never a 500.
+MAX_DEPTH = 64
+_INT64 = (-(2**63), 2**64 - 1)  # what the records' encoder (orjson) can write
 
 
-def lines_of(body: bytes, media_type: str) -> list[bytes]:
-    """The body as JSON Lines, the way `enqueue -` reads stdin (array element N is line N)."""
-    if media_type not in NDJSON:
-        try:
-            value = json.loads(body)
-        except ValueError:
-            value = None  # not one JSON value: JSON Lines sent without the media type
+class Refused(Exception):
+    """The whole request is refused by a bound (413, the message naming it): nothing is enqueued."""
+
+
+@dataclass
+class Screened:
+    """A body as lines for `Client.enqueue_lines`, with what the screen refused itself.
+
+    A line refused here is blanked in `lines` (`enqueue_lines` skips blank lines, so every
+    other line keeps its number) and answered from `refused`.
+    """
+
+    lines: list[bytes] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _trouble(value: Any, depth: int = 0) -> str | None:
+    """Why `value` cannot be a judgement's JSON (too deep, an integer past 64 bits), or None."""
+    kind = type(value)
+    if kind is int:
+        return None if _INT64[0] <= value <= _INT64[1] else "holds an integer past 64 bits"
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return None
+    if depth >= MAX_DEPTH:
+        return f"nests more than {MAX_DEPTH} deep"
+    for item in value:
+        if type(item) in (int, dict, list):
+            found = _trouble(item, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _parsed(values: list[tuple[int, bytes | None, Any]], settings: Settings) -> Screened:
+    """Screen (line number, raw line or None, parsed value or _UNPARSED) for the bounds."""
+    screened = Screened()
+    bad = 0
+    for number, raw, value in values:
+        screened.lines.extend([b""] * (number - 1 - len(screened.lines)))  # blank lines keep their place
+        error = "nests too deep to read" if value is _TOO_DEEP else None
+        if value is _UNPARSED:
+            bad += 1  # not JSON, or not UTF-8: `enqueue_lines` says which, as `enqueue -` does
+        elif error is None:
+            error = _trouble(value)
+        if error is None and type(value) is dict:
+            state = value.get("state")
+            size = len(orjson.dumps(state)) if state is not None else 0
+            if size > settings.serve_max_state:
+                raise Refused(
+                    f"line {number}: its state is {size} bytes, over DISPATCHQ_SERVE_MAX_STATE "
+                    f"({settings.serve_max_state}); nothing was enqueued"
+                )
+            try:
+                JudgementIn.model_validate(value)
+            except ValidationError:
+                bad += 1  # answered by `enqueue_lines`, in its words; counted here
+        elif error is None and value is not _UNPARSED:
+            bad += 1  # not an object: `enqueue_lines` says so
+        if error is not None:
+            bad += 1
+            screened.refused.append({"line": number, "error": f"the judgement {error}"})
+            screened.lines.append(b"")
+        elif raw is not None:
+            screened.lines.append(raw)
         else:
-            if isinstance(value, list):
-                return [json.dumps(item, ensure_ascii=False).encode() for item in value]
-            return [body]
-    return body.split(b"\n")
+            screened.lines.append(json.dumps(value, ensure_ascii=False).encode())
+    if bad > settings.serve_max_errors:
+        raise Refused(
+            f"{bad} lines are refused, more than DISPATCHQ_SERVE_MAX_ERRORS ({settings.serve_max_errors}) "
+            "in one request; nothing was enqueued"
+        )
+    return screened
+
+
+_UNPARSED = object()
+_TOO_DEEP = object()
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        return _TOO_DEEP
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError)
+        return _UNPARSED
+
+
+def _too_many(count: int, settings: Settings) -> Refused:
+    return Refused(
+        f"{count} judgements in one request, more than DISPATCHQ_SERVE_MAX_LINES "
+        f"({settings.serve_max_lines}); nothing was enqueued: send them in parts"
+    )
+
+
+def lines_of(body: bytes, media_type: str, settings: Settings) -> Screened:
+    """The body as JSON Lines, the way `enqueue -` reads stdin (array element N is line N), screened.
+
+    `Refused` for more than DISPATCHQ_SERVE_MAX_LINES lines, a state over
+    DISPATCHQ_SERVE_MAX_STATE or more than DISPATCHQ_SERVE_MAX_ERRORS refused lines; a line
+    nested too deep or holding an integer past 64 bits is refused alone.
+    """
+    if media_type not in NDJSON:
+        value = _parse(body)
+        if type(value) is list:
+            if len(value) > settings.serve_max_lines:
+                raise _too_many(len(value), settings)
+            return _parsed([(n, None, item) for n, item in enumerate(value, start=1)], settings)
+        if value is not _UNPARSED:
+            return _parsed([(1, body, value)], settings)
+        # not one JSON value: JSON Lines sent without the media type
+    raws = body.split(b"\n")
+    count = sum(1 for raw in raws if raw.strip())
+    if count > settings.serve_max_lines:
+        raise _too_many(count, settings)
+    return _parsed([(n, raw, _parse(raw)) for n, raw in enumerate(raws, start=1) if raw.strip()], settings)
 
 
 def enqueue_body(context: ServeContext, body: bytes, media_type: str, *, force: bool) -> tuple[int, Any]:
     """Enqueue a request body; (HTTP status, answer). Runs in a worker thread."""
+    try:
+        screened = lines_of(body, media_type, context.runtime.settings)
+    except Refused as refused:
+        return 413, {"error": str(refused)}
     client = Client(runtime=context.runtime)
-    results = client.enqueue_lines(lines_of(body, media_type), force=force)
-    answer: list[dict[str, Any]] = []
+    results = client.enqueue_lines(screened.lines, force=force)
+    answer: list[dict[str, Any]] = list(screened.refused)
     for r in results:
         if r.unwritten:
             continue
@@ -60,6 +178,7 @@ def enqueue_body(context: ServeContext, body: bytes, media_type: str, *, force: 
             answer.append({"line": r.index, "id": r.id, "created": r.created})
         else:
             answer.append({"line": r.index, "error": r.error})
+    answer.sort(key=lambda entry: int(entry["line"]))
     if client.interrupted is not None:
         cause = client.interrupted
         if is_outage(cause):
@@ -71,10 +190,10 @@ def enqueue_body(context: ServeContext, body: bytes, media_type: str, *, force: 
             "a judgement already in is recognised, not written twice.",
             "results": answer,
         }
-    if not results:
+    if not answer:
         return 400, {"error": "the body has no judgement (an object, an array or JSON Lines)"}
     good = sum(1 for r in results if r.ok)
-    status = 200 if good == len(results) else 207 if good else 422
+    status = 200 if good == len(answer) else 207 if good else 422
     return status, answer
 
 
@@ -96,7 +215,7 @@ def record_for(context: ServeContext, prefix: str) -> tuple[int, Any]:
 def routes(context: ServeContext) -> list[BaseRoute]:
     async def post_judgements(request: Request) -> JSONResponse:
         try:
-            body = await read_limited(request)
+            body = await read_limited(request, context.runtime.settings.serve_max_body)
         except BodyTooLarge as error:
             return JSONResponse({"error": str(error)}, status_code=413)
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -15,7 +15,10 @@ restarted, report the same numbers). Gauges come from `status`'s own data, so th
 - counters: `dispatchq_sessions_spawned_total`, `dispatchq_sessions_refused_at_spawn_total`,
   `dispatchq_sessions_avoided_total`, `dispatchq_answered_total{tier}`,
   `dispatchq_typed_requests_total`, `dispatchq_triage_outcomes_total{row}` (per resolution
-  row: the reason code of each planned action), `dispatchq_judgements_finished_total{tier,status}`.
+  row: the reason code of each planned action), `dispatchq_judgements_finished_total{tier,status}`;
+- `dispatchq_serve_refused_total{reason}` (`concurrency`, `header_timeout`, `body_timeout`,
+  `body_too_large`): this process's refusals by a bound (`RefusalCollector`), the one
+  metric kept in the process rather than Redis.
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ from starlette.routing import BaseRoute, Route
 from dispatchq.core.judgement import FINISHED, STATUSES
 from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
+from dispatchq.serve.body import REASONS, REFUSALS
 from dispatchq.serve.usage import usage_families
 from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["StoreCollector", "metric_families", "routes"]
+__all__ = ["RefusalCollector", "StoreCollector", "metric_families", "routes"]
 
 
 def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[Metric]:
@@ -172,9 +176,32 @@ class StoreCollector(Collector):
         return list(metric_families(data, data["counters"]))
 
 
+class RefusalCollector(Collector):
+    """This process's bound refusals (`dispatchq.serve.body.REFUSALS`): not in Redis.
+
+    Counted where Redis is not at hand (uvicorn's protocol, before any route) and per
+    process, so each `serve` is scraped for its own; a restart starts them at 0, which
+    Prometheus reads as a counter reset.
+    """
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        refused = CounterMetricFamily(
+            "dispatchq_serve_refused",
+            "Requests this serve process refused by a bound (503, 408 or 413)",
+            labels=["reason"],
+        )
+        for reason in REASONS:
+            refused.add_metric([reason], float(REFUSALS[reason]))
+        return [refused]
+
+
 def routes(get_runtime: Callable[[], Runtime]) -> list[BaseRoute]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(get_runtime))
+    registry.register(RefusalCollector())
 
     async def metrics(request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, registry)

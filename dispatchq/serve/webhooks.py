@@ -3,14 +3,16 @@
 In this order, so nothing unverified is ever parsed or stored:
 
 1. no secret configured: 503 (and `serve` said so at start);
-2. a body over 25 MB: 413, refused by its Content-Length or while it streams in;
-3. `X-Hub-Signature-256` checked against the secret in constant time (githubkit's
+2. a body over `DISPATCHQ_SERVE_MAX_BODY` (5 MB; 25 MB at most): 413, refused by its
+   Content-Length or while it streams in (`dispatchq.serve.body`, which also times it);
+3. `X-Hub-Signature-256` (ASCII, else 400) checked against the secret in constant time (githubkit's
    `webhooks.verify`): missing or wrong, 401 and nothing recorded;
 4. `X-GitHub-Event` and `X-GitHub-Delivery` read; a `ping` is answered 200;
 5. the payload parsed and mapped (`dispatchq.triage.github`, pure) to a triage event,
    its state narrowed by the triggered rules' `state:` lists;
 6. the delivery accepted in Redis in one atomic step (`storage.serve.ACCEPT`): a
-   redelivery answers 200 with the first ids and makes no second decision; a first
+   redelivery (the same id, or the same body's sha256 under a new id: a captured delivery
+   replayed) answers 200 with the first ids and makes no second decision; a first
    delivery is recorded with its event, a triage job naming it is saved and queued for
    a typed worker (`triage.jobs.run_deliveries`), and it is answered 202.
 
@@ -28,6 +30,7 @@ endpoint does; `bench/webhooks.py` measures it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -48,7 +51,15 @@ if TYPE_CHECKING:
     from dispatchq.serve.context import ServeContext
     from dispatchq.storage.prepared import JobTemplate
 
-__all__ = ["MAX_BATCH", "DeliveryBatcher", "GitHubWebhook", "answer_delivery", "prepare_delivery", "routes"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_DEPTH",
+    "DeliveryBatcher",
+    "GitHubWebhook",
+    "answer_delivery",
+    "prepare_delivery",
+    "routes",
+]
 
 #: The most deliveries one accept call takes (a bound on one Lua call's time in Redis).
 MAX_BATCH = 64
@@ -67,16 +78,33 @@ _HEADERS = {
 _EVENT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-def _has_float(value: Any) -> bool:
+#: How deep a delivery's kept envelope may nest. GitHub's payloads nest about 6 deep; the
+#: records' encoder stops at 255 and Python's recursion near 1,000, so deeper is refused 422.
+MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _has_float(value: Any, depth: int = 0) -> bool:
+    """True if a float is inside `value`; `_TooDeep` past MAX_DEPTH (one walk for both: it is hot)."""
     kind = type(value)
     if kind is dict:
         value = value.values()
     elif kind is not list:
         return kind is float
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    found = False
     for item in value:  # a loop, not any(): this runs on every delivery
-        if type(item) is float or ((type(item) is dict or type(item) is list) and _has_float(item)):
-            return True
-    return False
+        kind = type(item)
+        if kind is float or ((kind is dict or kind is list) and _has_float(item, depth + 1)):
+            found = True  # the walk goes on: depth is checked everywhere
+    return found
+
+
+_TOO_DEEP = f"the delivery's kept state nests more than {MAX_DEPTH} deep"
 
 
 def prepare_delivery(
@@ -86,7 +114,9 @@ def prepare_delivery(
 
     `payload` is orjson's parse of `body` (a third of `json`'s time), which reads an
     integer past 64 bits as a float. Only the mapped envelope is kept, so only a float
-    there matters: then the exact parse (`json`, integers whole) is mapped instead.
+    there matters: then the exact parse (`json`, integers whole) is mapped instead. The
+    walk that looks for a float also bounds the envelope's depth, so a payload nested
+    900 deep is a 422 naming the depth, never a RecursionError.
     """
     runtime = context.runtime
     config = runtime.config.triage
@@ -95,10 +125,12 @@ def prepare_delivery(
     name = event_name(event, payload)
     paths = state_paths(config, name)
     envelope = map_delivery(event, payload, state_paths=paths)
-    if body is not None and _has_float(envelope):
-        envelope = map_delivery(event, json.loads(body), state_paths=paths)
     try:
+        if body is not None and _has_float(envelope):
+            envelope = map_delivery(event, json.loads(body), state_paths=paths)
         parsed = Event.from_json(envelope)
+    except (_TooDeep, RecursionError):
+        return 422, {"error": _TOO_DEEP}
     except UserError as error:
         return 422, {"error": f"the delivery does not map to a triage event: {error}"}
     record = {
@@ -108,7 +140,7 @@ def prepare_delivery(
         "target": parsed.target,
         "envelope": parsed.to_json(),  # what the typed worker triages (`run_deliveries`)
     }
-    return Delivery(delivery, record)
+    return Delivery(delivery, record, hashlib.sha256(body).hexdigest() if body is not None else "")
 
 
 class DeliveryBatcher:
@@ -168,6 +200,8 @@ async def answer_delivery(
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, answer) for one POST: verified first, then read, mapped and accepted."""
     signature = headers.get("x-hub-signature-256", "")
+    if not signature.isascii():  # hmac's compare refuses non-ASCII text: a TypeError, not a 401
+        return 400, {"error": "X-Hub-Signature-256 is not ASCII (it is sha256= and 64 hex digits)"}
     if not signature.startswith("sha256=") or not verify(secret, body, signature):
         return 401, {"error": "X-Hub-Signature-256 is missing or does not match the webhook secret"}
     event = headers.get(_EVENT_HEADER, "")
@@ -198,11 +232,15 @@ async def answer_delivery(
     decision = prepared.record["decision_id"]
     earlier = await batcher.accept(prepared)
     if earlier is not None:
-        return 200, {
+        answer = {
             "delivery": delivery,
             "decision_id": earlier.get("decision_id", decision),
             "redelivery": True,
         }
+        first = earlier.get("delivery")
+        if first and first != delivery:  # the same body under another id: a replay
+            answer["replay_of"] = first
+        return 200, answer
     return 202, {"delivery": delivery, "decision_id": decision}
 
 
@@ -212,6 +250,10 @@ class GitHubWebhook:
     The busiest route, and the one whose every request does real work: Starlette's
     per-request objects cost about as much as mapping the payload (measured in
     `bench/webhooks.py`). Auth and outage middleware still wrap it like every route.
+
+    A client gone mid-body raises `ClientDisconnect` out of here on purpose: `body.Bounds`,
+    outermost, tells it from its own refusals (a late or oversized body, already answered)
+    and notes a real one in one line.
     """
 
     def __init__(self, context: ServeContext, batcher: DeliveryBatcher) -> None:
@@ -229,9 +271,12 @@ class GitHubWebhook:
             status, answer = 503, {"error": _NO_SECRET}
         else:
             try:
-                body = await read_limited_asgi(headers, receive)
+                body = await read_limited_asgi(
+                    headers, receive, self._context.runtime.settings.serve_max_body
+                )
             except BodyTooLarge as error:
                 status, answer = 413, {"error": str(error)}
+
             else:
                 status, answer = await answer_delivery(self._context, self._batcher, secret, headers, body)
         data = orjson.dumps(answer)

@@ -62,6 +62,7 @@ for i = 1, #entries do
     keys[kkey] = id
     tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
+    redis.call('ZADD', '$P:ids:lex', 0, id)  -- the prefix index (storage.prefix)
     table.insert(scored, now)
     table.insert(scored, id)
   end

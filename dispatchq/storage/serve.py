@@ -4,7 +4,8 @@
 Redis is here, as named methods, and a Redis error it raises is recognised with
 `dispatchq.storage.outage.is_outage`.
 
-Webhook deliveries are accepted by one Lua call (`ACCEPT`) that checks each delivery id,
+Webhook deliveries are accepted by one Lua call (`ACCEPT`) that checks each delivery id
+and the sha256 of its body (a captured delivery replayed under a new id is a redelivery),
 records the new ones (their triage event in the record) and saves and queues one triage
 job for them all (built in memory by `dispatchq.storage.prepared`), so there is no moment
 when a delivery is recorded without a job or queued twice, and nothing to release when
@@ -25,6 +26,7 @@ import orjson
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.prefix import ids_with_prefix
 
 if TYPE_CHECKING:
     import redis
@@ -32,10 +34,20 @@ if TYPE_CHECKING:
 
     from dispatchq.storage.prepared import PreparedJob
 
-__all__ = ["ACCEPT", "DELIVERY_ID", "JUDGEMENT_PREFIX", "AsyncDeliveries", "Delivery", "ServeStorage"]
+__all__ = [
+    "ACCEPT",
+    "BODY_KEYS",
+    "DELIVERY_ID",
+    "JUDGEMENT_PREFIX",
+    "AsyncDeliveries",
+    "Delivery",
+    "ServeStorage",
+]
 
 #: What an X-GitHub-Delivery may look like (a GUID; anything tame and short is accepted).
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: Where a delivery body's sha256 is kept (string, the record's TTL): its first delivery's record key.
+BODY_KEYS = f"{keys.PREFIX}:webhook:body:"
 #: What `GET /judgements/{prefix}` accepts: 8+ characters, nothing a glob would read.
 JUDGEMENT_PREFIX = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 
@@ -43,20 +55,31 @@ JUDGEMENT_PREFIX = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 # KEYS: rq:queues, the batch job's hash, its queue, then each delivery's record.
 # ARGV[1] = the records' TTL; ARGV[2] = the job id; ARGV[3] = the job's HSET arguments and
 # ARGV[4] = the records (JSON), each a MessagePack array (one argument, not dozens:
-# redis-py's packing of each argument cost more than the rest of the call).
+# redis-py's packing of each argument cost more than the rest of the call); ARGV[5] = each
+# delivery's body sha256 ('' for none), a MessagePack array too; ARGV[6] = BODY_KEYS.
 # Returns one string per delivery: '' when it was new, else the record its first delivery
-# left. The job is saved and queued only if some delivery was new: a batch of redeliveries
-# queues nothing. Two copies in one call are a delivery and its redelivery.
+# left: the first under its id, or else the first with the same body (a captured delivery
+# replayed under a new X-GitHub-Delivery id). A body's key holds its first delivery's
+# record key and lives as long as that record; after it, a replay is a first delivery
+# again. The job is saved and queued only if some delivery was new: a batch of
+# redeliveries queues nothing. Two copies in one call are a delivery and its redelivery.
 ACCEPT = """
 local ttl = ARGV[1]
 local records = cmsgpack.unpack(ARGV[4])
+local bodies = cmsgpack.unpack(ARGV[5])
 local out, new = {}, 0
 for k = 4, #KEYS do
   local earlier = redis.call('GET', KEYS[k])
+  local body = bodies[k - 3]
+  if not earlier and body ~= '' then
+    local first = redis.call('GET', ARGV[6] .. body)
+    if first then earlier = redis.call('GET', first) end
+  end
   if earlier then
     out[#out + 1] = earlier
   else
     redis.call('SET', KEYS[k], records[k - 3], 'EX', ttl)
+    if body ~= '' then redis.call('SET', ARGV[6] .. body, KEYS[k], 'EX', ttl) end
     out[#out + 1] = ''
     new = new + 1
   end
@@ -88,6 +111,8 @@ class Delivery:
 
     id: str
     record: dict[str, Any]
+    #: The hex sha256 of the body as it arrived ('' when unknown: then only the id de-duplicates).
+    body_sha256: str = ""
 
 
 class AsyncDeliveries:
@@ -117,6 +142,8 @@ class AsyncDeliveries:
             job.id,
             _msgpack_strings(job.fields),
             _msgpack_strings(records),
+            _msgpack_strings([delivery.body_sha256 for delivery in deliveries]),
+            BODY_KEYS,
         ]
         replies = await self._accept(keys=keys_, args=argv)
         out: list[dict[str, Any] | None] = []
@@ -144,14 +171,9 @@ class ServeStorage:
 
     # -- judgements --------------------------------------------------------------------------
     def ids_with_prefix(self, prefix: str, *, limit: int = 2) -> list[str]:
-        """Up to `limit` judgement ids starting with `prefix` (an exact id first)."""
+        """Up to `limit` judgement ids starting with `prefix` (an exact id first), in O(log n)."""
         if not JUDGEMENT_PREFIX.match(prefix):
             return []
         if self._redis.exists(keys.record(prefix)):
             return [prefix]
-        found: list[str] = []
-        for member, _score in self._redis.zscan_iter(keys.ALL_IDS, match=f"{prefix}*", count=1000):
-            found.append(as_text(member))
-            if len(found) >= limit:
-                break
-        return found
+        return ids_with_prefix(self._redis, prefix, limit=limit)

@@ -548,6 +548,7 @@ class Store:
             if gone:
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.zrem(keys.ALL_IDS, *gone)
+                pipe.zrem(f"{keys.ALL_IDS}:lex", *gone)  # the prefix index (storage.prefix)
                 for status in STATUSES:
                     pipe.srem(keys.status_index(status), *gone)
                 pipe.execute()
