@@ -6,11 +6,17 @@ no question, an unknown prompt placeholder. Each error names the kind and the fi
 
 The file is read with a YAML 1.2 loader (ruamel.yaml), so `on`, `yes` and `no` stay
 strings instead of turning into booleans as they do in YAML 1.1.
+
+Which file is read is the settings' choice (`DISPATCHQ_CONFIG`, else a config folder),
+never the working directory's: a checkout's own `dispatchq.yaml` names checks to import.
+The first load of each file in a process says in one line which file it was (or none),
+and warns when a `github` executor has no `triage.repositories` allowlist.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import re
 import sys
@@ -65,6 +71,9 @@ _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # An environment variable name, or a glob over names (`CARGO_*`, `GO?ATH`).
 _ENV_PATTERN = re.compile(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$")
 _BIND_MODES = ("ro", "rw")
+_log = logging.getLogger("dispatchq.config")
+#: What this process already said about each config path (once each, not on every reload).
+_ANNOUNCED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -466,6 +475,7 @@ def load_config(
     if not path.exists():
         if required:
             raise ConfigError(f"{path}: config file not found (set DISPATCHQ_CONFIG or create it)")
+        _announce(path, "none", f"config: none loaded (no file at {path}; set DISPATCHQ_CONFIG to name one)")
         return Config(kinds=Kinds({}, builtin), path=None)
     yaml = YAML(typ="safe", pure=True)
     try:
@@ -474,4 +484,31 @@ def load_config(
         raise _yaml_error(path, error) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
-    return parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)
+    config = parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)
+    _announce(path, "loaded", f"config: loaded {config.path}")
+    _warn_unlisted_repositories(config)
+    return config
+
+
+def _announce(path: Path, what: str, line: str) -> None:
+    """Say once per process which config file was read (the workers and serve log it at start)."""
+    key = (str(path), what)
+    if key not in _ANNOUNCED:
+        _ANNOUNCED.add(key)
+        _log.info("%s", line)
+
+
+def _warn_unlisted_repositories(config: Config) -> None:
+    """A `github` executor without `triage.repositories` writes wherever a signed delivery says."""
+    triage = config.triage
+    if triage is None or getattr(triage, "executor", None) != "github":
+        return
+    if getattr(triage, "repositories", None) is None:
+        key = (str(config.path), "unlisted")
+        if key not in _ANNOUNCED:
+            _ANNOUNCED.add(key)
+            _log.warning(
+                "%s: triage.repositories is not set: the github executor acts on any repository a "
+                "delivery names; list the repositories (owner/name) it may write to",
+                config.path,
+            )
