@@ -511,8 +511,8 @@ def require_https(url: str) -> None:
         raise ValueError(f"must be an https:// URL (got {redact_url(url)!r})")
     if scheme == "http" and not is_loopback_host(host):
         raise ValueError(
-            f"must be https:// (plain http only to a loopback host: a credential is sent there; "
-            f"got {redact_url(url)!r})"
+            f"must be https://, or http:// to a loopback host only: a credential is sent there "
+            f"(got {redact_url(url)!r})"
         )
 
 
