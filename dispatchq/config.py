@@ -9,8 +9,9 @@ strings instead of turning into booleans as they do in YAML 1.1.
 
 Which file is read is the settings' choice (`DISPATCHQ_CONFIG`, else a config folder),
 never the working directory's: a checkout's own `dispatchq.yaml` names checks to import.
-The first load of each file in a process says in one line which file it was (or none),
-and warns when a `github` executor has no `triage.repositories` allowlist.
+A long-running role says in one line which file it loaded (`config_source`, logged once
+Redis answers, so a refusal at start stays one line), and loading warns when a `github`
+executor has no `triage.repositories` allowlist.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "SESSION_KEYS",
     "TOP_KEYS",
     "Config",
+    "config_source",
     "import_check",
     "load_config",
     "load_kind",
@@ -72,8 +74,8 @@ _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_PATTERN = re.compile(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$")
 _BIND_MODES = ("ro", "rw")
 _log = logging.getLogger("dispatchq.config")
-#: What this process already said about each config path (once each, not on every reload).
-_ANNOUNCED: set[tuple[str, str]] = set()
+#: Config paths this process already warned about (once each, not on every reload).
+_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -475,7 +477,6 @@ def load_config(
     if not path.exists():
         if required:
             raise ConfigError(f"{path}: config file not found (set DISPATCHQ_CONFIG or create it)")
-        _announce(path, "none", f"config: none loaded (no file at {path}; set DISPATCHQ_CONFIG to name one)")
         return Config(kinds=Kinds({}, builtin), path=None)
     yaml = YAML(typ="safe", pure=True)
     try:
@@ -485,17 +486,15 @@ def load_config(
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
     config = parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)
-    _announce(path, "loaded", f"config: loaded {config.path}")
     _warn_unlisted_repositories(config)
     return config
 
 
-def _announce(path: Path, what: str, line: str) -> None:
-    """Say once per process which config file was read (the workers and serve log it at start)."""
-    key = (str(path), what)
-    if key not in _ANNOUNCED:
-        _ANNOUNCED.add(key)
-        _log.info("%s", line)
+def config_source(path: Path) -> str:
+    """The line a role logs at start: which config file it loaded, or that there was none."""
+    if path.is_file():
+        return f"config: loaded {path.resolve()}"
+    return f"config: none loaded (no file at {path}; set DISPATCHQ_CONFIG to name one)"
 
 
 def _warn_unlisted_repositories(config: Config) -> None:
@@ -503,12 +502,10 @@ def _warn_unlisted_repositories(config: Config) -> None:
     triage = config.triage
     if triage is None or getattr(triage, "executor", None) != "github":
         return
-    if getattr(triage, "repositories", None) is None:
-        key = (str(config.path), "unlisted")
-        if key not in _ANNOUNCED:
-            _ANNOUNCED.add(key)
-            _log.warning(
-                "%s: triage.repositories is not set: the github executor acts on any repository a "
-                "delivery names; list the repositories (owner/name) it may write to",
-                config.path,
-            )
+    if getattr(triage, "repositories", None) is None and str(config.path) not in _WARNED:
+        _WARNED.add(str(config.path))
+        _log.warning(
+            "%s: triage.repositories is not set: the github executor acts on any repository a "
+            "delivery names; list the repositories (owner/name) it may write to",
+            config.path,
+        )

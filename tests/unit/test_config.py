@@ -16,7 +16,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from dispatchq.config import Config, load_config, parse_config
+from dispatchq.config import Config, config_source, load_config, parse_config
 from dispatchq.errors import ConfigError, UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, RecordingExecutor, RepositoryGate, build_executor
@@ -629,20 +629,13 @@ def test_a_bad_bind_is_a_config_error_naming_the_field(bind: Any, fragment: str)
 # --- which file, said once; the executor's repository allowlist (issue 22) -----------------------
 
 
-def test_loading_says_which_file_once_and_none_when_there_is_none(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="dispatchq.config")
+def test_the_start_line_names_the_loaded_file_or_says_there_is_none(tmp_path: Path) -> None:
     path = write_config(tmp_path / "named.yaml", "kinds: {}\n")
-    load_config(path)
-    load_config(path)  # a process reloads; the line is said once
+    assert config_source(path) == f"config: loaded {path.resolve()}"
     missing = tmp_path / "nowhere" / "dispatchq.yaml"
-    assert load_config(missing, required=False).path is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "dispatchq.config"]
-    assert lines == [
-        f"config: loaded {path.resolve()}",
-        f"config: none loaded (no file at {missing}; set DISPATCHQ_CONFIG to name one)",
-    ]
+    assert config_source(missing) == (
+        f"config: none loaded (no file at {missing}; set DISPATCHQ_CONFIG to name one)"
+    )
 
 
 def _triage_yaml(executor: str, repositories: str | None) -> str:
@@ -659,6 +652,7 @@ def test_a_github_executor_without_an_allowlist_warns_at_load(
     listed = load_config(write_config(tmp_path / "listed.yaml", _triage_yaml("github", "[Acme/Widgets]")))
     assert listed.triage.repositories == frozenset({"acme/widgets"})
     load_config(write_config(tmp_path / "rec.yaml", _triage_yaml("recording", None)))
+    load_config(tmp_path / "open.yaml")  # reloaded: warned once
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "open.yaml: triage.repositories is not set" in warnings[0]
