@@ -488,7 +488,7 @@ def is_loopback_host(host: str | None) -> bool:
     if not host:
         return False
     name = host.strip().strip("[]").lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+    if name == "localhost":  # not `*.localhost`: not every resolver keeps those on this machine
         return True
     try:
         return ipaddress.ip_address(name).is_loopback

@@ -181,7 +181,15 @@ def test_an_env_file_is_read_only_when_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field", ["TYPESAFE_BASE_URL", "DISPATCHQ_GITHUB_API_URL"])
 @pytest.mark.parametrize(
-    "url", ["http://api.example.com", "http://10.0.0.1:8080/v1", "ftp://api.example.com", "api.example.com"]
+    "url",
+    [
+        "http://api.example.com",
+        "http://10.0.0.1:8080/v1",
+        "ftp://api.example.com",
+        "api.example.com",
+        "http://127.0.0.1.evil.example",
+        "http://evil.localhost",
+    ],
 )
 def test_credential_urls_must_be_https_unless_loopback(field: str, url: str) -> None:
     with pytest.raises(SettingsError) as caught:
