@@ -6,11 +6,18 @@ no question, an unknown prompt placeholder. Each error names the kind and the fi
 
 The file is read with a YAML 1.2 loader (ruamel.yaml), so `on`, `yes` and `no` stay
 strings instead of turning into booleans as they do in YAML 1.1.
+
+Which file is read is the settings' choice (`DISPATCHQ_CONFIG`, else a config folder),
+never the working directory's: a checkout's own `dispatchq.yaml` names checks to import.
+A long-running role says in one line which file it loaded (`config_source`, logged once
+Redis answers, so a refusal at start stays one line), and loading warns when a `github`
+executor has no `triage.repositories` allowlist.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import re
 import sys
@@ -38,6 +45,7 @@ __all__ = [
     "SESSION_KEYS",
     "TOP_KEYS",
     "Config",
+    "config_source",
     "import_check",
     "load_config",
     "load_kind",
@@ -65,6 +73,9 @@ _QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # An environment variable name, or a glob over names (`CARGO_*`, `GO?ATH`).
 _ENV_PATTERN = re.compile(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$")
 _BIND_MODES = ("ro", "rw")
+_log = logging.getLogger("dispatchq.config")
+#: Config paths this process already warned about (once each, not on every reload).
+_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -474,4 +485,27 @@ def load_config(
         raise _yaml_error(path, error) from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
-    return parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)
+    config = parse_config(_plain(data), path.resolve(), builtin=builtin, import_checks=import_checks)
+    _warn_unlisted_repositories(config)
+    return config
+
+
+def config_source(path: Path) -> str:
+    """The line a role logs at start: which config file it loaded, or that there was none."""
+    if path.is_file():
+        return f"config: loaded {path.resolve()}"
+    return f"config: none loaded (no file at {path}; set DISPATCHQ_CONFIG to name one)"
+
+
+def _warn_unlisted_repositories(config: Config) -> None:
+    """A `github` executor without `triage.repositories` writes wherever a signed delivery says."""
+    triage = config.triage
+    if triage is None or getattr(triage, "executor", None) != "github":
+        return
+    if getattr(triage, "repositories", None) is None and str(config.path) not in _WARNED:
+        _WARNED.add(str(config.path))
+        _log.warning(
+            "%s: triage.repositories is not set: the github executor acts on any repository a "
+            "delivery names; list the repositories (owner/name) it may write to",
+            config.path,
+        )

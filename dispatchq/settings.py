@@ -1,9 +1,11 @@
 """dispatchq's settings: one typed object, built once at the edge of a process.
 
-Every setting comes from an environment variable prefixed `DISPATCHQ_` (or a `.env`
-file in the working directory); the TypeSafe SDK's own variables keep their names.
-Library code receives this object (or the few values it needs), never `os.environ`,
-so a test can build exactly the configuration it means.
+Every setting comes from an environment variable prefixed `DISPATCHQ_`; the TypeSafe
+SDK's own variables keep their names. Nothing is read from the working directory: a
+`.env` (or `dispatchq.yaml`) in an untrusted checkout once replaced the session command
+and the URLs the keys are sent to. An env file is read only when `DISPATCHQ_ENV_FILE`
+names it. Library code receives this object (or the few values it needs), never
+`os.environ`, so a test can build exactly the configuration it means.
 
 Secrets may come from files instead (`<NAME>_FILE`, e.g. `TYPESAFE_API_KEY_FILE`) so
 they need not sit in any process's environment, where a session could read them.
@@ -12,17 +14,20 @@ They are `SecretStr`s, redacted wherever settings or errors are printed.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
+import re
 import shlex
 import socket
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -37,15 +42,22 @@ from dispatchq.errors import SettingsError
 
 __all__ = [
     "DAY",
+    "ENV_FILE",
     "SECRET_ENV",
     "Settings",
+    "default_config_path",
     "env_name",
+    "is_loopback_host",
     "load_settings",
     "parent_environment",
     "redact_url",
+    "require_https",
 ]
 
 DAY = 86_400
+
+#: The one env file dispatchq reads, only when this variable names it (never `./.env`).
+ENV_FILE = "DISPATCHQ_ENV_FILE"
 
 #: Settings that hold secrets: their values may come from `<ENV>_FILE`.
 SECRET_ENV = (
@@ -94,6 +106,17 @@ def _local_timezone() -> str:
     return target.split(marker, 1)[1] if marker in target else "UTC"
 
 
+def default_config_path() -> Path:
+    """Where the config file is looked for without DISPATCHQ_CONFIG: a folder dispatchq names.
+
+    `$XDG_CONFIG_HOME/dispatchq/dispatchq.yaml` (`~/.config/dispatchq/dispatchq.yaml`),
+    never the working directory, which may be an untrusted checkout (`findings run`
+    defaults to the cwd's repository) whose own `dispatchq.yaml` would name checks to import.
+    """
+    base = _env().get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "dispatchq" / "dispatchq.yaml"
+
+
 class _MappingEnvSource(EnvSettingsSource):
     """Reads the mapping `load_settings` was handed instead of the process environment."""
 
@@ -109,8 +132,6 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(
         env_prefix="DISPATCHQ_",
-        env_file=".env",
-        env_file_encoding="utf-8",
         extra="ignore",
         validate_default=True,
         populate_by_name=True,
@@ -135,7 +156,10 @@ class Settings(BaseSettings):
     result_ttl: int = Field(7 * DAY, ge=1, description="How long finished judgement records are kept.")
 
     # --- config and judgements --------------------------------------------------------
-    config: Path = Field(Path("dispatchq.yaml"), description="The YAML file declaring kinds and triage.")
+    config: Path = Field(
+        default_factory=default_config_path,
+        description="The YAML file declaring kinds and triage (never looked for in the working directory).",
+    )
     checkout_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=lambda: [Path.cwd()],
         description="Directories a judgement's checkout may lie in (os.pathsep-separated).",
@@ -170,8 +194,8 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("TYPESAFE_API_KEY", "typesafe_api_key"),
         description="TypeSafe key; unset means the typed tier answers nothing and everything escalates.",
     )
-    # The SDK's own variables, read here too so that settings built from a mapping (or a
-    # `.env` file) reach the client; unset passes None and leaves the SDK's default in charge.
+    # The SDK's own variables, read here too so that settings built from a mapping (or
+    # DISPATCHQ_ENV_FILE) reach the client; unset passes None and leaves the SDK's default in charge.
     typesafe_base_url: str | None = Field(
         None,
         validation_alias=AliasChoices("TYPESAFE_BASE_URL", "typesafe_base_url"),
@@ -394,6 +418,20 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
 
+    @field_validator("typesafe_base_url", "github_api_url")
+    @classmethod
+    def _https(cls, value: str | None) -> str | None:
+        """The TypeSafe key and the GitHub token are sent there: never in clear over a network."""
+        if value is not None:
+            require_https(value)
+        return value
+
+    @field_validator("config")
+    @classmethod
+    def _absolute_config(cls, value: Path) -> Path:
+        """Absolute once, here: the line saying which file was loaded names it unambiguously."""
+        return Path(os.path.abspath(value.expanduser()))
+
     @field_validator(
         "session_deny_env", "session_allow_env", "session_sandbox_bind", "session_egress", mode="before"
     )
@@ -432,7 +470,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _MappingEnvSource(settings_cls), dotenv_settings)
+        # No dotenv source: `load_settings` merges DISPATCHQ_ENV_FILE into the mapping itself.
+        return (init_settings, _MappingEnvSource(settings_cls))
 
     # --- derived ------------------------------------------------------------------------------------
     @property
@@ -457,7 +496,10 @@ class Settings(BaseSettings):
         return redact_url(self.redis_url.get_secret_value())
 
     def public(self) -> dict[str, Any]:
-        """Every setting with its environment variable, secrets redacted (for `dispatchq config`)."""
+        """Every setting with its environment variable, secrets redacted (for `dispatchq settings`).
+
+        Any text holding a URL goes through `redact_url` too: a base URL may carry a login.
+        """
         out: dict[str, Any] = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
@@ -466,7 +508,9 @@ class Settings(BaseSettings):
             elif isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, list):
-                value = [str(v) for v in value]
+                value = [redact_url(str(v)) for v in value]
+            elif isinstance(value, str) and "://" in value:
+                value = redact_url(value)
             out[env_name(name)] = {"value": value, "description": field.description}
         if self.redis_url is not None:
             out["DISPATCHQ_REDIS_URL"]["value"] = redact_url(self.redis_url.get_secret_value())
@@ -480,21 +524,73 @@ def env_name(field: str) -> str:
     return f"DISPATCHQ_{field.upper()}"
 
 
-def redact_url(url: str) -> str:
-    """`redis://user:secret@host/0` -> `redis://user:***@host/0`.
+#: Query parameters whose values are secrets (redis-py reads `?password=` and `?username=`).
+_SECRET_QUERY = re.compile(r"(?i)^(?:password|username|user|sentinel_password|passwd|pass|token|secret)$")
 
-    A `redis+sentinel://user:secret@h1:26379,h2:26379/service` URL too: only its userinfo
-    is rewritten, and `urlsplit` never needs the (several) ports for that.
+
+def redact_url(url: str) -> str:
+    """A URL fit to show: the userinfo's password (or a lone token) and secret query values become `***`.
+
+    `redis://user:secret@host/0` -> `redis://user:***@host/0`;
+    `unix:///run/redis.sock?password=secret&db=1` -> `unix:///run/redis.sock?password=***&db=1`.
+    Split by hand, never by `urlsplit`: a Sentinel URL (`redis+sentinel://u:p@h1:1,h2:2/svc`)
+    has several ports, a malformed one must not be echoed whole in a traceback-free error,
+    and everything not redacted stays byte for byte what the operator wrote. The one
+    redaction everything that shows a URL uses (status, the page, `settings`, outage lines).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        # A lone userinfo is a token as often as a name (`https://<token>@host`): hidden too.
+        netloc = f"{user}:***@{hosts}" if colon else f"***@{hosts}"
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        query = "&".join(_redact_pair(pair) for pair in query.split("&")) + hash_ + fragment
+    return f"{scheme}{sep}{netloc}{path}{qmark}{query}"
+
+
+def _redact_pair(pair: str) -> str:
+    name, eq, _value = pair.partition("=")
+    return f"{name}=***" if eq and _SECRET_QUERY.match(name) else pair
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """True for a name or address only this machine reaches (`localhost`, 127.0.0.0/8, `::1`)."""
+    if not host:
+        return False
+    name = host.strip().strip("[]").lower().rstrip(".")
+    if name == "localhost":  # not `*.localhost`: not every resolver keeps those on this machine
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def require_https(url: str) -> None:
+    """Raise ValueError unless `url` is https, or http to a loopback host (a local stand-in).
+
+    A key or token sent over plain http to another machine is readable on the way.
     """
     try:
         parts = urlsplit(url)
+        host = parts.hostname
     except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+        raise ValueError(f"{redact_url(url)!r} is not a URL") from None
+    scheme = parts.scheme.lower()
+    if not host or scheme not in ("http", "https"):
+        raise ValueError(f"must be an https:// URL (got {redact_url(url)!r})")
+    if scheme == "http" and not is_loopback_host(host):
+        raise ValueError(
+            f"must be https://, or http:// to a loopback host only: a credential is sent there "
+            f"(got {redact_url(url)!r})"
+        )
 
 
 def _secrets_from_files(environ: Mapping[str, str]) -> dict[str, str]:
@@ -513,12 +609,36 @@ def _secrets_from_files(environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
+def _with_env_file(environ: dict[str, str]) -> dict[str, str]:
+    """The environment with DISPATCHQ_ENV_FILE's lines beneath it (the environment wins).
+
+    Only a file the operator names: `./.env` is never read, so a checkout cannot set the
+    session command or where a key is sent. Its `<NAME>_FILE` lines work like the
+    environment's; a child process never sees its values (they are not exported).
+    """
+    path = environ.get(ENV_FILE)
+    if not path:
+        return environ
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise SettingsError(f"{ENV_FILE}: cannot read {path}: {reason}") from None
+    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
+    return {**{k: v for k, v in values.items() if v is not None}, **environ}
+
+
+def _shown(value: Any) -> str:
+    """A rejected value for an error line, any URL in it redacted."""
+    return repr(redact_url(value)) if isinstance(value, str) else repr(value)
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build the settings from an environment (default: this process's), or fail in one line.
 
     The error names the variable and never echoes a secret's value.
     """
-    env = dict(os.environ if environ is None else environ)
+    env = _with_env_file(dict(os.environ if environ is None else environ))
     file_values = _secrets_from_files(env)
     init: dict[str, Any] = {}
     for env_var, value in file_values.items():
@@ -535,8 +655,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         first = error.errors(include_url=False)[0]
         field = str(first["loc"][0]) if first["loc"] else "?"
         name = env_name(field) if field in Settings.model_fields else field
-        shown = "" if name in SECRET_ENV else f" (got {first.get('input')!r})"
         message = first["msg"].removeprefix("Value error, ")
+        shown = "" if name in SECRET_ENV or "(got " in message else f" (got {_shown(first.get('input'))})"
         raise SettingsError(f"{name}: {message}{shown}") from None
     finally:
         _ENVIRON.reset(token)

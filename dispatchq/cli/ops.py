@@ -301,14 +301,17 @@ def settings_cmd(as_json: bool) -> None:
     s = settings()
     data = s.public()
     names = _session_names(s)
+    config_file = {"path": str(s.config), "exists": s.config.is_file()}
     if as_json:
-        print_json({**data, "session_environment": names})
+        print_json({**data, "session_environment": names, "config_file": config_file})
         return
     table = Table("variable", "value", "meaning")
     for name, entry in data.items():
         table.add_row(name, str(entry["value"]), entry["description"] or "")
     console = make_console()
     console.print(table)
+    found = "found" if config_file["exists"] else "not found: no kinds (set DISPATCHQ_CONFIG)"
+    console.print(f"config file: {config_file['path']} ({found})", markup=False)
     console.print("a session would get: " + (", ".join(names["passes"]) or "nothing"), markup=False)
     if names["allowed_but_withheld"]:
         withheld = ", ".join(names["allowed_but_withheld"])

@@ -62,7 +62,11 @@ def _storage() -> TriageStorage:
 def _executor(config: TriageConfig, storage: TriageStorage) -> Executor:
     s = settings()
     return build_executor(
-        config.executor, storage, github_token=s.github_token, github_api_url=s.github_api_url
+        config.executor,
+        storage,
+        github_token=s.github_token,
+        github_api_url=s.github_api_url,
+        repositories=config.repositories,
     )
 
 

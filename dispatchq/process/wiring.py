@@ -14,7 +14,7 @@ import signal
 import threading
 from collections.abc import Mapping
 
-from dispatchq.config import Config, load_config
+from dispatchq.config import Config, config_source, load_config
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.findings.run.kinds import builtin_hooks, builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
@@ -105,6 +105,7 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
             signal.signal(sig, handler)
     if client is None:
         return None
+    log.info("%s", config_source(settings.config))  # after Redis: a refusal at start stays one line
     return Runtime(settings=settings, redis=client, builtin=builtin_kinds())
 
 

@@ -11,7 +11,14 @@ the engine, so that no caller can bypass them:
 
 The recording executor writes only to dispatchq's own Redis; it is what tests and
 dry runs use. The GitHub executor talks to the REST API with a token that is never
-shown: not in a repr, an error message or a log line.
+shown: not in a repr, an error message or a log line, and never sent over plain http
+to another machine.
+
+Which repositories an executor may act on is `triage.repositories`: a signed delivery
+names its repository, and a webhook secret shared with (or leaked from) another
+repository must not let its deliveries write here. `build_executor` wraps the executor
+in that allowlist, so every caller gets it; outside it an action is `refused` (recorded
+in the triage run, never performed).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from pydantic import SecretStr
 
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.errors import ExecutorError, UserError
+from dispatchq.settings import require_https
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.rules import KNOWN_OPS, ActionSpec
 from dispatchq.triage.table import SupportsOps
@@ -45,6 +53,7 @@ __all__ = [
     "IssueRef",
     "Ledger",
     "RecordingExecutor",
+    "RepositoryGate",
     "Status",
     "build_executor",
     "capabilities",
@@ -390,9 +399,13 @@ class GitHubExecutor:
     ) -> None:
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         self._token = _Token(secret) if secret else None
-        parts = urlsplit(api_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
-            raise UserError("DISPATCHQ_GITHUB_API_URL: expected an http(s) URL without credentials")
+        try:
+            require_https(api_url)
+            parts = urlsplit(api_url)
+        except ValueError as error:
+            raise UserError(f"DISPATCHQ_GITHUB_API_URL: {error}") from None
+        if parts.username or parts.password:
+            raise UserError("DISPATCHQ_GITHUB_API_URL: expected an https URL without credentials")
         self.api_url = api_url.rstrip("/")
         self.ledger = ledger
         self._timeout = timeout
@@ -585,23 +598,68 @@ class GitHubExecutor:
         return ActionResult("performed", f"assigned {', '.join(missing)}")
 
 
+class RepositoryGate:
+    """An executor that acts only on the repositories `triage.repositories` lists.
+
+    Any other target (or one that names no repository) is answered `refused` before the
+    inner executor is asked: the engine records that in the run and ledgers nothing, so
+    the delivery is on record and nothing was written. Names compare case-insensitively,
+    as GitHub's do.
+    """
+
+    def __init__(self, inner: Executor, repositories: Iterable[str]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.repositories = frozenset(r.lower() for r in repositories)
+
+    def __repr__(self) -> str:
+        return f"RepositoryGate({self.inner!r}, repositories={sorted(self.repositories)})"
+
+    def _refusal(self, target: str) -> ActionResult | None:
+        try:
+            issue = IssueRef.parse(target)
+        except UserError:
+            return ActionResult("refused", f"{target[:200]!r} names no repository (triage.repositories)")
+        repository = f"{issue.owner}/{issue.repo}"
+        if repository.lower() in self.repositories:
+            return None
+        return ActionResult("refused", f"{repository} is not in triage.repositories")
+
+    def supports(self, op: str) -> bool:
+        return self.inner.supports(op)
+
+    def perform(self, action: Command, target: str) -> ActionResult:
+        return self._refusal(target) or self.inner.perform(action, target)
+
+    def remove_label(self, target: str, name: str) -> ActionResult:
+        return self._refusal(target) or self.inner.remove_label(target, name)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def build_executor(
     name: str,
     storage: TriageStorage,
     *,
     github_token: SecretStr | str | None = None,
     github_api_url: str = DEFAULT_GITHUB_API_URL,
+    repositories: Iterable[str] | None = None,
 ) -> Executor:
     """The executor a config names (`triage.executor`), over dispatchq's Redis for the ledger.
 
     The token and URL come from settings (`DISPATCHQ_GITHUB_TOKEN`, `DISPATCHQ_GITHUB_API_URL`),
-    read by the caller at the edge: nothing here looks at the environment.
+    read by the caller at the edge: nothing here looks at the environment. `repositories`
+    (`triage.repositories`) limits where it acts; None: anywhere (the config load warns).
     """
+    executor: Executor
     if name == "github":
-        return GitHubExecutor(github_token, github_api_url, ledger=Ledger(storage))
-    if name == "recording":
-        return RecordingExecutor(storage)
-    raise UserError(f"triage.executor: unknown executor {name!r}")
+        executor = GitHubExecutor(github_token, github_api_url, ledger=Ledger(storage))
+    elif name == "recording":
+        executor = RecordingExecutor(storage)
+    else:
+        raise UserError(f"triage.executor: unknown executor {name!r}")
+    return executor if repositories is None else RepositoryGate(executor, repositories)
 
 
 @dataclass(frozen=True)

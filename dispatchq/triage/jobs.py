@@ -133,6 +133,7 @@ def run_triage(
         storage,
         github_token=settings.github_token,
         github_api_url=settings.github_api_url,
+        repositories=config.repositories,
     )
     try:
         result = triage(

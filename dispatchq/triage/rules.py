@@ -336,6 +336,8 @@ class TriageConfig:
     hash: str = ""
     budget_window: int = 3600
     """`triage.budget.window`: the rolling window `budget_requests` counts over, in seconds."""
+    repositories: frozenset[str] | None = None
+    """`triage.repositories`: the `owner/name`s (lower case) the executor may act on; None: any."""
     #: Answers of `triggered` and `questions_for` by event name: the config never changes,
     #: and `dispatchq serve` asks both for every delivery.
     _by_event: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -393,7 +395,9 @@ _TOP_KEYS = (
     "templates",
     "questions",
     "rules",
+    "repositories",
 )
+_REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 _RULE_KEYS = ("id", "events", "if", "gateOn", "actions", "enabled", "description", "state")
 _QUESTION_KEYS = ("type", "instructions", "criteria", "events")
 _ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -529,7 +533,19 @@ def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
         section=plain,
         hash=config_hash(plain),
         budget_window=window,
+        repositories=_repositories(top.get("repositories")),
     )
+
+
+def _repositories(value: Any) -> frozenset[str] | None:
+    """The executor's allowlist: absent means any repository (serve warns at start)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ConfigError("triage.repositories: expected a list of owner/name")
+    for i, name in enumerate(value):
+        _string(f"triage.repositories[{i}]", name, pattern=_REPOSITORY, what="owner/name")
+    return frozenset(str(name).lower() for name in value)
 
 
 def _templates(value: Any) -> dict[str, str]:

@@ -6,16 +6,20 @@ reads YAML (1.2: `on`, `yes`, `no` stay strings).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fakeredis
 import pytest
 
-from dispatchq.config import Config, load_config, parse_config
+from dispatchq.config import Config, config_source, load_config, parse_config
 from dispatchq.errors import ConfigError, UserError
+from dispatchq.storage.triage import TriageStorage
+from dispatchq.triage.executors import Command, RecordingExecutor, RepositoryGate, build_executor
 from tests.conftest import write_check_module, write_config
 
 NOUL = {"type": "noul", "instructions": "Is it actionable?"}
@@ -620,3 +624,79 @@ def test_session_bind_keeps_absolute_paths_with_their_mode_as_written() -> None:
 )
 def test_a_bad_bind_is_a_config_error_naming_the_field(bind: Any, fragment: str) -> None:
     assert fragment in error_of({"k": {"session": {**SESSION, "bind": bind}}})
+
+
+# --- which file, said once; the executor's repository allowlist (issue 22) -----------------------
+
+
+def test_the_start_line_names_the_loaded_file_or_says_there_is_none(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "named.yaml", "kinds: {}\n")
+    assert config_source(path) == f"config: loaded {path.resolve()}"
+    missing = tmp_path / "nowhere" / "dispatchq.yaml"
+    assert config_source(missing) == (
+        f"config: none loaded (no file at {missing}; set DISPATCHQ_CONFIG to name one)"
+    )
+
+
+def _triage_yaml(executor: str, repositories: str | None) -> str:
+    listed = f"  repositories: {repositories}\n" if repositories is not None else ""
+    return f"kinds: {{}}\ntriage:\n  executor: {executor}\n{listed}"
+
+
+def test_a_github_executor_without_an_allowlist_warns_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dispatchq.config")
+    open_ = load_config(write_config(tmp_path / "open.yaml", _triage_yaml("github", None)))
+    assert open_.triage.repositories is None
+    listed = load_config(write_config(tmp_path / "listed.yaml", _triage_yaml("github", "[Acme/Widgets]")))
+    assert listed.triage.repositories == frozenset({"acme/widgets"})
+    load_config(write_config(tmp_path / "rec.yaml", _triage_yaml("recording", None)))
+    load_config(tmp_path / "open.yaml")  # reloaded: warned once
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "open.yaml: triage.repositories is not set" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("acme/widgets", "triage.repositories: expected a list of owner/name"),
+        ("[acme]", "triage.repositories[0]: 'acme' is not owner/name"),
+        ("[acme/ok, 'a/b/c']", "triage.repositories[1]: 'a/b/c' is not owner/name"),
+        ("[3]", "triage.repositories[0]: expected owner/name"),
+    ],
+)
+def test_a_bad_allowlist_is_a_config_error_naming_the_entry(
+    tmp_path: Path, value: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path / "bad.yaml", _triage_yaml("recording", value)))
+    assert fragment in str(caught.value)
+
+
+def test_the_allowlist_refuses_other_repositories_before_the_executor_acts() -> None:
+    storage = TriageStorage(fakeredis.FakeRedis())
+    gated = build_executor("recording", storage, repositories=["Acme/Widgets"])
+    assert isinstance(gated, RepositoryGate) and gated.name == "recording"
+    label = Command("label.add", label="triaged")
+    refused = gated.perform(label, "evil/elsewhere#3")
+    assert (refused.status, refused.detail) == ("refused", "evil/elsewhere is not in triage.repositories")
+    assert gated.remove_label("evil/elsewhere#3", "triaged").status == "refused"
+    assert gated.perform(label, "not-a-target").status == "refused"
+    assert RecordingExecutor(storage).recorded() == []  # nothing was written for them
+    assert gated.perform(label, "acme/widgets#3").status == "performed"
+    assert [w["target"] for w in RecordingExecutor(storage).recorded()] == ["acme/widgets#3"]
+    assert not isinstance(build_executor("recording", storage), RepositoryGate)  # no key: any
+
+
+@pytest.mark.parametrize("url", ["http://api.github.example", "http://10.1.2.3/api/v3", "ftp://x.example"])
+def test_the_github_executor_refuses_plain_http_beyond_loopback(url: str) -> None:
+    storage = TriageStorage(fakeredis.FakeRedis())
+    with pytest.raises(UserError) as caught:
+        build_executor("github", storage, github_token="t", github_api_url=url)
+    assert str(caught.value).startswith("DISPATCHQ_GITHUB_API_URL: must be")
+    assert (
+        build_executor("github", storage, github_token="t", github_api_url="http://127.0.0.1:9/").name
+        == "github"
+    )

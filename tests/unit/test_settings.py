@@ -20,7 +20,7 @@ TYPESAFE_KEY = "ts-live-0123456789abcdef"
 
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Settings read an optional `.env` in the working directory: never the repository's.
+    # Nothing is read from the working directory; a temporary one proves it stays so.
     monkeypatch.chdir(tmp_path)
 
 
@@ -29,7 +29,7 @@ def test_defaults() -> None:
     assert s.redis_url is None
     assert s.embedded
     assert s.result_ttl == 7 * DAY
-    assert s.config == Path("dispatchq.yaml")
+    assert s.config == Path.home() / ".config" / "dispatchq" / "dispatchq.yaml"
     assert s.checkout_roots == [Path.cwd().resolve()]
     assert s.appendfsync == "everysec"
     assert s.typesafe_api_key is None
@@ -132,6 +132,97 @@ def test_redact_url(url: str, shown: str) -> None:
 
 def test_redact_url_never_echoes_an_unparseable_url() -> None:
     assert "pw" not in redact_url("redis://user:pw@[::1/0")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("unix:///run/r.sock?password=pw&db=1", "unix:///run/r.sock?password=***&db=1"),
+        ("redis://h:6379/0?username=dq&password=pw", "redis://h:6379/0?username=***&password=***"),
+        ("redis://h/0?Password=pw#frag", "redis://h/0?Password=***#frag"),
+        ("redis://u:pw@h/0?password=pw2", "redis://u:***@h/0?password=***"),
+        ("redis://h/0?db=1&health_check_interval=3", "redis://h/0?db=1&health_check_interval=3"),
+        ("redis+sentinel://u:pw@h1:1,h2:2/svc", "redis+sentinel://u:***@h1:1,h2:2/svc"),
+        ("redis://u:pw@h:notaport/0", "redis://u:***@h:notaport/0"),
+        ("https://ghp_tok@api.example", "https://***@api.example"),
+    ],
+)
+def test_redact_url_query_secrets_and_odd_urls(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert "pw" not in shown.replace("password", "")
+
+
+def test_the_config_file_default_is_a_config_folder_never_the_cwd(tmp_path: Path) -> None:
+    (tmp_path / "dispatchq.yaml").write_text("kinds: {}\n")  # the cwd (see _isolated_cwd)
+    s = load_settings({"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert s.config == tmp_path / "xdg" / "dispatchq" / "dispatchq.yaml"
+    assert load_settings({"DISPATCHQ_CONFIG": "here.yaml"}).config == tmp_path / "here.yaml"
+
+
+def test_a_dotenv_in_the_cwd_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("DISPATCHQ_SESSION_COMMAND=evil\nTYPESAFE_BASE_URL=http://evil.example\n")
+    s = load_settings({})
+    assert s.session_command.startswith("claude ")
+    assert s.typesafe_base_url is None
+
+
+def test_an_env_file_is_read_only_when_named(tmp_path: Path) -> None:
+    named = tmp_path / "dq.env"
+    named.write_text(
+        "DISPATCHQ_RESULT_TTL=5\nDISPATCHQ_BATCH_SIZE=3\nTYPESAFE_API_KEY_FILE=" + str(tmp_path / "k") + "\n"
+    )
+    (tmp_path / "k").write_text(TYPESAFE_KEY)
+    s = load_settings({"DISPATCHQ_ENV_FILE": str(named), "DISPATCHQ_BATCH_SIZE": "9"})
+    assert (s.result_ttl, s.batch_size) == (5, 9)  # the environment wins over the file
+    assert s.typesafe_api_key is not None and s.typesafe_api_key.get_secret_value() == TYPESAFE_KEY
+    with pytest.raises(SettingsError, match=r"^DISPATCHQ_ENV_FILE: cannot read .*missing\.env"):
+        load_settings({"DISPATCHQ_ENV_FILE": str(tmp_path / "missing.env")})
+
+
+@pytest.mark.parametrize("field", ["TYPESAFE_BASE_URL", "DISPATCHQ_GITHUB_API_URL"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.example.com",
+        "http://10.0.0.1:8080/v1",
+        "ftp://api.example.com",
+        "api.example.com",
+        "http://127.0.0.1.evil.example",
+        "http://evil.localhost",
+    ],
+)
+def test_credential_urls_must_be_https_unless_loopback(field: str, url: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({field: url})
+    message = str(caught.value)
+    assert message.startswith(f"{field}: must be") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.example.com", "http://127.0.0.1:9999", "http://localhost:1/x", "http://[::1]:2"]
+)
+def test_https_or_loopback_urls_are_accepted(url: str) -> None:
+    s = load_settings({"TYPESAFE_BASE_URL": url, "DISPATCHQ_GITHUB_API_URL": url})
+    assert (s.typesafe_base_url, s.github_api_url) == (url, url)
+
+
+def test_a_refused_url_is_shown_redacted() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"DISPATCHQ_GITHUB_API_URL": "http://user:hunter2@ghe.example/api/v3"})
+    assert "hunter2" not in str(caught.value) and "user:***@ghe.example" in str(caught.value)
+
+
+def test_public_redacts_every_url_shaped_value() -> None:
+    s = load_settings(
+        {
+            "DISPATCHQ_REDIS_URL": "unix:///run/r.sock?password=hunter2",
+            "DISPATCHQ_REDIS_SENTINEL_PASSWORD": "sentinel-pw",
+            "TYPESAFE_BASE_URL": "https://u:hunter3@ts.example",
+        }
+    )
+    shown = repr(s.public())
+    assert "hunter2" not in shown and "hunter3" not in shown and "sentinel-pw" not in shown
+    assert s.public()["DISPATCHQ_REDIS_URL"]["value"] == "unix:///run/r.sock?password=***"
 
 
 def test_secret_from_file(tmp_path: Path) -> None:
