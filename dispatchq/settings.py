@@ -283,6 +283,19 @@ class Settings(BaseSettings):
     )
     serve_host: str = Field("127.0.0.1", description="Address `dispatchq serve` listens on.")
     serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
+    # --- issue 21, TLS and WAIT (failover) -----------------------------------------------------------
+    redis_tls_ca_file: Path | None = Field(
+        None, description="CA bundle a rediss:// (or rediss+sentinel://) server's certificate must chain to."
+    )
+    redis_tls_cert_file: Path | None = Field(
+        None, description="Client certificate (PEM) for a Redis that asks for one (tls-auth-clients)."
+    )
+    redis_tls_key_file: Path | None = Field(
+        None, description="Private key (PEM) of DISPATCHQ_REDIS_TLS_CERT_FILE, when not in that file."
+    )
+    redis_wait_ms: int = Field(
+        500, ge=0, description="With Sentinel: how long an enqueue waits for a replica (WAIT); 0 = off."
+    )
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

