@@ -17,11 +17,14 @@ addresses the sentinels hand out are the ones a `rediss+sentinel://` client must
 from __future__ import annotations
 
 import contextlib
+import json
 import selectors
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +37,7 @@ import redis
 import trustme
 
 from dispatchq.storage.connection import redis_server_binary
+from tests.conftest import run_cli, wait_for, write_check_module, write_config
 
 LOOPBACK = "127.0.0.1"
 SERVICE = "dq-primary"
@@ -469,4 +473,126 @@ def tls_server() -> Iterator[TlsServer]:
         if node.proc is not None:
             node.proc.kill()
             node.proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- load: a producer, workers, and what they said ---------------------------------------------
+
+
+def ha_env(dq_env: dict[str, str], topology: Topology, **extra: str) -> dict[str, str]:
+    return {
+        **dq_env,
+        "DISPATCHQ_REDIS_URL": topology.url,
+        "DISPATCHQ_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+        "DISPATCHQ_BATCH_SIZE": "1",
+        **extra,
+    }
+
+
+def doubling_kind(tmp_path: Path) -> None:
+    module = write_check_module(
+        tmp_path,
+        """
+        import time
+
+        def check(judgement):
+            time.sleep(0.02)
+            return judgement.state["n"] * 2
+        """,
+    )
+    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {module}:check\n")
+
+
+def enqueue_batch(env: dict[str, str], start: int, n: int) -> tuple[list[str], int]:
+    """Enqueue n judgements; the ids the CLI acknowledged (printed) and its exit code."""
+    lines = "\n".join(
+        json.dumps({"kind": "double", "target": f"t{i}", "state": {"n": i}}) for i in range(start, start + n)
+    )
+    done = run_cli(["enqueue", "-"], env, input=lines + "\n")
+    ids = [line.split("\t")[1] for line in done.stdout.splitlines() if "\t" in line]
+    return ids, done.returncode
+
+
+class Producer(threading.Thread):
+    """Enqueues batches until told to stop, pausing on request; keeps every acknowledged id."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.env = env
+        self.acknowledged: list[str] = []
+        self.batches = 0
+        self.refused = 0
+        self.stopping = threading.Event()
+        self.running = threading.Event()
+        self.running.set()
+        self.idle = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stopping.is_set():
+            if not self.running.is_set():
+                self.idle.set()
+                self.running.wait(0.1)
+                continue
+            self.idle.clear()
+            ids, code = enqueue_batch(self.env, n, 5)
+            n += 5
+            with self.lock:
+                self.acknowledged += ids
+                self.batches += code == 0
+                self.refused += code != 0
+
+    def pause(self) -> None:
+        self.running.clear()
+        wait_for(self.idle.is_set, timeout=60, what="the producer to finish its batch")
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dispatchq.cli", "worker", "code"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def worker_logs(tmp_path: Path) -> str:
+    return "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(tmp_path.glob("*.log"))
+    )
+
+
+@contextlib.contextmanager
+def plain_pair() -> Iterator[Topology]:
+    """Two password-protected redis-servers and no sentinel: `primary` and a spare `replica`
+    (not replicating), for a test that demotes the primary by hand (REPLICAOF)."""
+    root = Path(tempfile.mkdtemp(prefix="dq-ha-pair-"))
+    topology = Topology(
+        root, Node("primary", _free_port(), root / "a"), Node("spare", _free_port(), root / "b")
+    )
+    auth = [f"requirepass {PRIMARY_PASSWORD}", f"masterauth {PRIMARY_PASSWORD}"]
+    try:
+        for node in (topology.primary, topology.replica):
+            _start(node, auth)
+            _wait(lambda node=node: _answers(topology, node), f"{node.name} to answer", topology)
+        yield topology
+    finally:
+        topology.stop()
         shutil.rmtree(root, ignore_errors=True)
