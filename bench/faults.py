@@ -399,14 +399,15 @@ def sentinel_failover(forced: bool) -> dict[str, Any]:
             while time.monotonic() - fault < 180 and (answered_at is None or acknowledged_at is None):
                 now = time.monotonic() - fault
                 if promoted_at is None and topology.primary_port() == topology.replica.port:
-                    promoted_at = now
+                    promoted_at, batches = now, producer.batches  # acknowledged from here on
                     if not forced:
-                        restart(topology.primary)
+                        restart(topology.primary, topology.replica.port)
                 if answered_at is None and _answered_on(client) > before:
                     answered_at = now
                 if acknowledged_at is None and producer.batches > batches and promoted_at is not None:
                     acknowledged_at = now
                 time.sleep(0.05)
+            time.sleep(10)  # the load carries on after the recovery
             producer.stopping.set()
             producer.join(timeout=120)
             acknowledged = producer.acknowledged

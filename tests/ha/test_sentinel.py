@@ -83,7 +83,9 @@ def test_a_sigkill_of_the_primary_under_load_loses_no_acknowledged_judgement(
             timeout=60,
             what=f"the sentinels to promote the replica:\n{topology.logs()}",
         )
-        restart(topology.primary)  # it rejoins as the new primary's replica: enqueues are acknowledged again
+        restart(
+            topology.primary, topology.replica.port
+        )  # it rejoins as the new primary's replica: enqueues are acknowledged again
         batches = producer.batches
         wait_for(
             lambda: producer.batches >= batches + 3,
