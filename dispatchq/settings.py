@@ -385,6 +385,19 @@ class Settings(BaseSettings):
         ge=1,
         description="Most refused lines one `POST /judgements` may hold before it is refused whole.",
     )
+    # --- issue 21, TLS and WAIT (failover) -----------------------------------------------------------
+    redis_tls_ca_file: Path | None = Field(
+        None, description="CA bundle a rediss:// (or rediss+sentinel://) server's certificate must chain to."
+    )
+    redis_tls_cert_file: Path | None = Field(
+        None, description="Client certificate (PEM) for a Redis that asks for one (tls-auth-clients)."
+    )
+    redis_tls_key_file: Path | None = Field(
+        None, description="Private key (PEM) of DISPATCHQ_REDIS_TLS_CERT_FILE, when not in that file."
+    )
+    redis_wait_ms: int = Field(
+        500, ge=0, description="With Sentinel: how long an enqueue waits for a replica (WAIT); 0 = off."
+    )
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

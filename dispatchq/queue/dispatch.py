@@ -28,6 +28,7 @@ from dispatchq.git import runner as git
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.storage import keys
+from dispatchq.storage.sentinel import await_replica
 from dispatchq.storage.store import NewRecord
 
 if TYPE_CHECKING:
@@ -288,6 +289,7 @@ class Dispatcher:
         if any(_admission(p.tier) == "line" for p in chunk):
             pipe.publish(keys.WAKE_CHANNEL, "work")
         results = pipe.execute()
+        await_replica(self.redis, self.settings)  # acknowledged means replicated (issue 21)
         return self.store.parse_created(results[0], entries)
 
     # --- moves between tiers ----------------------------------------------------------------

@@ -27,7 +27,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 import redis
 import redis.asyncio
@@ -48,10 +49,13 @@ from dispatchq.storage.private import (
 from dispatchq.storage.sentinel import (
     is_sentinel_url,
     parse_sentinel_url,
+    plain_redis_at,
     refuse_a_sentinel,
     sentinel_client,
     sentinel_client_async,
     sentinel_problem,
+    tls_options,
+    tls_reason,
 )
 
 #: The client type every room names in its annotations, so only storage/ imports redis.
@@ -496,12 +500,13 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
     target = None
     if settings.redis_url is not None:
         url = settings.redis_url.get_secret_value()
+        tls = _tls(settings, url)
         try:
             if is_sentinel_url(url):
                 target = parse_sentinel_url(url)
-                client = sentinel_client(target, _sentinel_password(settings), health_check_interval=30)
+                client = sentinel_client(target, _sentinel_password(settings), tls, health_check_interval=30)
             else:
-                client = redis.Redis.from_url(url, health_check_interval=30)
+                client = redis.Redis.from_url(url, health_check_interval=30, **(tls or {}))
         except ValueError as error:
             raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
     else:
@@ -526,12 +531,12 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
         # The sentinels offered no primary: a failover under way, or a URL that can never work.
         if target is None:
             raise
-        refusal = sentinel_problem(target, _sentinel_password(settings), settings.describe_redis())
+        refusal = sentinel_problem(target, _sentinel_password(settings), settings.describe_redis(), tls)
     except redis.AuthenticationError:
         # Not an outage: waiting will not fix a password, so long-running roles stop here too.
         refusal = RedisUnavailable(_login_refused(settings))
     except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
-        refusal = RedisUnreachable(f"cannot reach Redis at {settings.describe_redis()}: {_short(error)}")
+        refusal = _unreachable_or_tls(settings, error)
     except redis.ResponseError as error:
         if not _is_login_refusal(error):
             raise
@@ -550,16 +555,67 @@ def connect_async(settings: Settings) -> redis.asyncio.Redis:
     """
     if settings.redis_url is not None:
         url = settings.redis_url.get_secret_value()
+        tls = _tls(settings, url)
         try:
             if is_sentinel_url(url):
                 return sentinel_client_async(
-                    parse_sentinel_url(url), _sentinel_password(settings), health_check_interval=30
+                    parse_sentinel_url(url), _sentinel_password(settings), tls, health_check_interval=30
                 )
-            return redis.asyncio.Redis.from_url(url, health_check_interval=30)
+            return redis.asyncio.Redis.from_url(url, health_check_interval=30, **(tls or {}))
         except ValueError as error:
             raise RedisUnavailable(f"DISPATCHQ_REDIS_URL: {error}") from None
     kwargs = embedded_for(settings).connection_kwargs()
     return redis.asyncio.Redis(**kwargs, health_check_interval=30)  # type: ignore[arg-type]
+
+
+def _tls(settings: Settings, url: str) -> dict[str, Any] | None:
+    """The TLS options for a `rediss://` or `rediss+sentinel://` URL; None for a plain one.
+
+    TLS files set for a plain URL are refused: the operator meant TLS and would otherwise
+    get a plaintext connection without a word.
+    """
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("rediss", "rediss+sentinel"):
+        return tls_options(settings)
+    named = [
+        name
+        for name, value in (
+            ("DISPATCHQ_REDIS_TLS_CA_FILE", settings.redis_tls_ca_file),
+            ("DISPATCHQ_REDIS_TLS_CERT_FILE", settings.redis_tls_cert_file),
+            ("DISPATCHQ_REDIS_TLS_KEY_FILE", settings.redis_tls_key_file),
+        )
+        if value is not None
+    ]
+    if named:
+        raise RedisUnavailable(
+            f"{named[0]} is set but DISPATCHQ_REDIS_URL is {scheme}://, not TLS"
+            " (use rediss:// or rediss+sentinel://)"
+        )
+    return None
+
+
+def _unreachable_or_tls(settings: Settings, error: BaseException) -> RedisUnavailable:
+    """A failed connection: an outage to wait out, or a TLS failure (the operator's to fix).
+
+    A `rediss://` URL naming a plain port fails with no TLS reason at all (the server waits
+    for the rest of what it takes for an inline command): that port is asked in plain, once.
+    """
+    described = settings.describe_redis()
+    reason = tls_reason(error)
+    if reason is None and settings.redis_url is not None:
+        parts = urlsplit(settings.redis_url.get_secret_value())
+        with contextlib.suppress(ValueError):
+            if (
+                parts.scheme.lower() == "rediss"
+                and parts.hostname
+                and plain_redis_at(parts.hostname, parts.port or 6379)
+            ):
+                reason = (
+                    "the server answers in plain, not TLS, on that port (a plain port in a rediss:// URL?)"
+                )
+    if reason is not None:
+        return RedisUnavailable(f"DISPATCHQ_REDIS_URL: TLS to {described} failed: {reason}")
+    return RedisUnreachable(f"cannot reach Redis at {described}: {_short(error)}")
 
 
 def _sentinel_password(settings: Settings) -> str | None:

@@ -7,9 +7,11 @@ no dispatchq process exited, and clients made before and after follow the new pr
 Counts are asserted, never times.
 
 Asynchronous replication can lose a write the primary acknowledged a moment before it
-died (`WAIT` is not built yet), so the test asks the primary to `WAIT` for its replica
-itself before the kill: it then measures what dispatchq does with a failover, not the
-luck of the replication stream.
+died, so an enqueue on Sentinel is acknowledged only once a replica has it (`WAIT`,
+`DISPATCHQ_REDIS_WAIT_MS`): the primary is killed mid-enqueue, and every id the CLI printed
+must still be there. With its only replica promoted, the new primary has no replica, and
+enqueues are refused (not acknowledged) until the old primary is restarted and the
+sentinels make it the new primary's replica, as an operator's supervisor would.
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,110 +29,22 @@ import redis
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import connect, connect_async
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
-from tests.ha.conftest import LOOPBACK, PRIMARY_PASSWORD, SENTINEL_PASSWORD, SERVICE, Topology
+from tests.conftest import run_cli, wait_for, write_config
+from tests.ha.conftest import (
+    LOOPBACK,
+    PRIMARY_PASSWORD,
+    SENTINEL_PASSWORD,
+    SERVICE,
+    Producer,
+    Topology,
+    doubling_kind,
+    ha_env,
+    restart,
+    start_worker,
+    worker_logs,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def _env(dq_env: dict[str, str], topology: Topology, **extra: str) -> dict[str, str]:
-    return {
-        **dq_env,
-        "DISPATCHQ_REDIS_URL": topology.url,
-        "DISPATCHQ_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
-        "DISPATCHQ_BATCH_SIZE": "1",
-        **extra,
-    }
-
-
-def _doubling_kind(tmp_path: Path) -> None:
-    module = write_check_module(
-        tmp_path,
-        """
-        import time
-
-        def check(judgement):
-            time.sleep(0.02)
-            return judgement.state["n"] * 2
-        """,
-    )
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  double:\n    check: {module}:check\n")
-
-
-def _enqueue(env: dict[str, str], start: int, n: int) -> tuple[list[str], int]:
-    """Enqueue n judgements; the ids the CLI acknowledged (printed) and its exit code."""
-    lines = "\n".join(
-        json.dumps({"kind": "double", "target": f"t{i}", "state": {"n": i}}) for i in range(start, start + n)
-    )
-    done = run_cli(["enqueue", "-"], env, input=lines + "\n")
-    ids = [line.split("\t")[1] for line in done.stdout.splitlines() if "\t" in line]
-    return ids, done.returncode
-
-
-class Producer(threading.Thread):
-    """Enqueues batches until told to stop, pausing on request; keeps every acknowledged id."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        super().__init__(daemon=True)
-        self.env = env
-        self.acknowledged: list[str] = []
-        self.batches = 0
-        self.refused = 0
-        self.stopping = threading.Event()
-        self.running = threading.Event()
-        self.running.set()
-        self.idle = threading.Event()
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        n = 0
-        while not self.stopping.is_set():
-            if not self.running.is_set():
-                self.idle.set()
-                self.running.wait(0.1)
-                continue
-            self.idle.clear()
-            ids, code = _enqueue(self.env, n, 5)
-            n += 5
-            with self.lock:
-                self.acknowledged += ids
-                self.batches += code == 0
-                self.refused += code != 0
-
-    def pause(self) -> None:
-        self.running.clear()
-        wait_for(self.idle.is_set, timeout=60, what="the producer to finish its batch")
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dispatchq.cli", "worker", "code"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _logs(tmp_path: Path) -> str:
-    return "\n".join(
-        f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(tmp_path.glob("*.log"))
-    )
 
 
 def _async_primary_port(settings: Any) -> int:
@@ -152,32 +63,35 @@ def _async_primary_port(settings: Any) -> int:
 def test_a_sigkill_of_the_primary_under_load_loses_no_acknowledged_judgement(
     topology: Topology, dq_env: dict[str, str], tmp_path: Path, workers: list[subprocess.Popen[bytes]]
 ) -> None:
-    env = _env(dq_env, topology)
+    env = ha_env(dq_env, topology)
     settings = load_settings(env)
-    _doubling_kind(tmp_path)
+    doubling_kind(tmp_path)
     before = connect(settings)  # a long-lived client, made before the failover
     assert int(before.info("server")["tcp_port"]) == topology.primary.port
     assert _async_primary_port(settings) == topology.primary.port
     for i in range(2):
-        workers.append(_start_worker(env, tmp_path / f"worker-{i}.log"))
+        workers.append(start_worker(env, tmp_path / f"worker-{i}.log"))
     producer = Producer(env)
     producer.start()
     try:
         store = Store(before)
         wait_for(lambda: store.count("answered") >= 10, timeout=60, what="the load to be under way")
-        producer.pause()
-        # What the primary acknowledged is on the replica before it dies (WAIT is the test's, see above).
-        assert before.execute_command("WAIT", 1, 5000) == 1
-        topology.primary.proc.kill()  # type: ignore[union-attr]
+        topology.primary.proc.kill()  # type: ignore[union-attr]  # mid-enqueue: no pause
         topology.primary.proc.wait(timeout=10)  # type: ignore[union-attr]
-        producer.running.set()  # the producer meets the failover
         wait_for(
             lambda: topology.primary_port() == topology.replica.port,
             timeout=60,
             what=f"the sentinels to promote the replica:\n{topology.logs()}",
         )
+        restart(
+            topology.primary, topology.replica.port
+        )  # it rejoins as the new primary's replica: enqueues are acknowledged again
         batches = producer.batches
-        wait_for(lambda: producer.batches >= batches + 3, timeout=60, what="enqueues on the new primary")
+        wait_for(
+            lambda: producer.batches >= batches + 3,
+            timeout=90,
+            what=f"enqueues on the new primary:\n{topology.logs()}",
+        )
     finally:
         producer.stopping.set()
         producer.join(timeout=120)
@@ -199,11 +113,13 @@ def test_a_sigkill_of_the_primary_under_load_loses_no_acknowledged_judgement(
             what="every acknowledged judgement answered",
         )
     except pytest.fail.Exception:
-        pytest.fail(f"not every acknowledged judgement was answered; the workers said:\n{_logs(tmp_path)}")
+        pytest.fail(
+            f"not every acknowledged judgement was answered; the workers said:\n{worker_logs(tmp_path)}"
+        )
     for record in store.get_many(acknowledged):
         assert record is not None
         assert [t.outcome for t in record.trail].count("answered") == 1, record.id
-    assert [w.poll() for w in workers] == [None, None], _logs(tmp_path)
+    assert [w.poll() for w in workers] == [None, None], worker_logs(tmp_path)
     before.close()
     after.close()
 
@@ -237,7 +153,7 @@ def test_a_misconfigured_sentinel_url_is_refused_at_start_in_one_line(
     shared_topology: Topology, dq_env: dict[str, str], tmp_path: Path, change: dict[str, str], says: str
 ) -> None:
     write_config(tmp_path / "dispatchq.yaml", "kinds: {}\n")
-    env = _env(dq_env, shared_topology)
+    env = ha_env(dq_env, shared_topology)
     url = shared_topology.url
     if "service" in change:
         url = url.replace(f"/{SERVICE}", f"/{change['service']}")
@@ -284,7 +200,7 @@ def _interrupted_blpop(client: redis.Redis) -> None:
 def test_a_command_after_an_interrupted_blocking_read_gets_its_own_reply(
     shared_topology: Topology, dq_env: dict[str, str]
 ) -> None:
-    client = connect(load_settings(_env(dq_env, shared_topology)))
+    client = connect(load_settings(ha_env(dq_env, shared_topology)))
     _interrupted_blpop(client)
     # Unfixed, the connection goes back to the pool with BLPOP's reply (nil, in 2 s) to come,
     # and ECHO reads it as its own.
@@ -307,3 +223,43 @@ def test_redis_py_still_needs_the_stale_reply_fix(shared_topology: Topology) -> 
     finally:
         client.close()
         manager.close()
+
+
+# --- acknowledged means replicated ------------------------------------------------------------------
+
+
+def test_an_enqueue_no_replica_confirms_is_not_acknowledged_and_a_resend_is_safe(
+    shared_topology: Topology, dq_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = ha_env(dq_env, shared_topology, DISPATCHQ_REDIS_WAIT_MS="300")
+    doubling_kind(tmp_path)
+    lines = "".join(
+        json.dumps({"kind": "double", "target": f"w{i}", "state": {"n": i}}) + "\n" for i in range(3)
+    )
+    replica = shared_topology.replica.proc
+    assert replica is not None
+    replica.send_signal(signal.SIGSTOP)  # alive, but acknowledging nothing
+    try:
+        refused = run_cli(["enqueue", "-"], env, input=lines)
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    assert refused.returncode != 0
+    assert "\t" not in refused.stdout  # no id acknowledged
+    assert "NOREPLICAS" in refused.stderr and "DISPATCHQ_REDIS_WAIT_MS" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    primary = shared_topology.client(shared_topology.primary)
+    try:
+        wait_for(lambda: primary.execute_command("WAIT", 1, 1000) == 1, timeout=30, what="the replica again")
+        resent = run_cli(["enqueue", "-"], env, input=lines)
+        assert resent.returncode == 0, resent.stderr
+        ids = [line.split("\t")[1] for line in resent.stdout.splitlines()]
+        assert len(ids) == 3
+        client = connect(load_settings(env))
+        records = Store(client).get_many(ids)
+        client.close()
+        # Acknowledged now; a copy the refused enqueue left behind is recognised, not written twice.
+        assert all(r is not None for r in records)
+        assert len({r.id for r in records if r is not None}) == 3
+    finally:
+        primary.close()

@@ -377,7 +377,6 @@ def test_a_sentinel_url_names_its_sentinels_service_db_and_the_primary_s_login(
         ("redis+sentinel://h1:port/svc", "not a port number"),
         ("redis+sentinel://h1:26379,/svc", "empty"),
         ("redis+sentinel://h1:26379/svc?ssl=true", "no ?query"),
-        ("rediss+sentinel://h1:26379/svc", "not supported yet"),
     ],
 )
 def test_a_bad_sentinel_url_is_one_line_naming_the_variable(url: str, says: str) -> None:
