@@ -284,6 +284,14 @@ class Settings(BaseSettings):
     serve_host: str = Field("127.0.0.1", description="Address `dispatchq serve` listens on.")
     serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
 
+    # --- issue 21: session leases (task "lease") --------------------------------------------------
+    session_lease: int = Field(
+        120,
+        ge=2,
+        description="How long a session's claim lives unrenewed: its holder renews it, and another host "
+        "takes the judgement over only after it lapsed (keep it above a failover plus an AOF reload).",
+    )
+
     @field_validator("checkout_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
