@@ -173,7 +173,8 @@ class Holding:
         self._stop.set()
         self._writes.put(None)
         for thread in self._threads:
-            thread.join(timeout=max(1.0, self.lease / 4))
+            if thread.ident is not None:  # started
+                thread.join(timeout=max(1.0, self.lease / 4))
         try:
             self.window.release(self.slot, self.probes)
             self.window.store.clear_running(self.jid, self.claim)
