@@ -132,12 +132,17 @@ class Store:
         """
         pool = self.redis.connection_pool
         kwargs = dict(pool.connection_kwargs)
-        kwargs["socket_timeout"] = timeout
-        kwargs["socket_connect_timeout"] = timeout
-        kwargs.pop("retry", None)
+        kwargs.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+        for name in ("retry", "connection_pool"):
+            kwargs.pop(name, None)
+        service, manager = getattr(pool, "service_name", None), getattr(pool, "sentinel_manager", None)
+        # A Sentinel pool asks the same sentinels where the primary is (`storage.sentinel`).
+        first = (service, manager) if service is not None and manager is not None else ()
+        if first:
+            kwargs["is_master"] = getattr(pool, "is_master", True)
         try:
-            copy = type(pool)(connection_class=pool.connection_class, max_connections=4, **kwargs)
-        except TypeError:
+            copy = type(pool)(*first, connection_class=pool.connection_class, max_connections=4, **kwargs)
+        except (TypeError, ValueError):
             return self
         other = Store(redis.Redis(connection_pool=copy), result_ttl=self.result_ttl)
         other.claim_lease = self.claim_lease

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +17,10 @@ import redis
 from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord, Store
-from dispatchq.tiers.lease import LOST_CONTACT, Holding, sweep_lapsed
-from dispatchq.tiers.session import worker_died
+from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, spool_of, sweep_lapsed
+from dispatchq.tiers.session import run_claimed, worker_died
 from dispatchq.window.face import Window
+from tests.conftest import write_config
 
 
 def enqueue(store: Store, jid: str, host: str = "") -> str:
@@ -180,3 +182,82 @@ def test_a_host_bound_holder_runs_on_without_renewing(host_b: Window) -> None:
         assert not hold.cancel.is_set() and hold.fenced is None
     finally:
         hold.close()
+
+
+# --- a real (fake) session run in-process: the fence ends it, an unwritable answer is spooled -----
+FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"
+
+
+@pytest.fixture
+def session_window(
+    make_runtime: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Window]:
+    """host-a's runtime, whose session command is the fake `claude` driven by tmp_path/plan.json."""
+    write_config(
+        tmp_path / "dispatchq.yaml", 'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
+    )
+    monkeypatch.setenv("FAKE_CLAUDE_PLAN", str(tmp_path / "plan.json"))
+    monkeypatch.setenv("FAKE_CLAUDE_SPAWN_LOG", str(tmp_path / "spawns.log"))
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
+    runtime = make_runtime(
+        DISPATCHQ_HOST="host-a",
+        DISPATCHQ_SESSION_LEASE="2",
+        DISPATCHQ_DATA_DIR=str(tmp_path / "data"),
+        DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {FAKE_CLAUDE} -p --output-format stream-json --verbose",
+        DISPATCHQ_TIMEZONE="UTC",
+    )
+    return runtime, window_for(runtime)
+
+
+def plan(tmp_path: Path, *steps: dict[str, Any]) -> None:
+    (tmp_path / "plan.json").write_text(json.dumps(list(steps)))
+
+
+def spawns(tmp_path: Path) -> int:
+    log = tmp_path / "spawns.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_session_whose_holder_cannot_renew_is_ended_uncharged_and_left_for_the_lease(
+    session_window: tuple[Any, Window], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, window = session_window
+    plan(tmp_path, {"sleep": "60"})  # would run a minute: the fence ends it long before
+    token = enqueue(window.records, "j1")
+
+    def away(self: Store, jid: str, claim: str, lease: float) -> bool:
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(Store, "renew_claim", away)
+    result = run_claimed(runtime, "j1", "host-a:slot", [], claim=token)
+    assert result == LOST_CONTACT
+    assert spawns(tmp_path) == 1
+    record = window.records.get("j1")
+    assert record is not None and record.status == "running"  # left as it was: the lease decides
+    assert getattr(record, "claim", None) == token and record.attempts == 0 and record.trail == []
+    assert len(spool_of(window.settings.data_dir)) == 0  # nothing seen worth keeping
+
+
+def test_an_answer_that_cannot_be_written_is_spooled_and_lands_when_replayed(
+    session_window: tuple[Any, Window], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, window = session_window
+    plan(tmp_path, {"answer": "forty-two"})
+    token = enqueue(window.records, "j1")
+    real = Store.transition
+
+    def answer_lost(self: Store, jid: str, status: str, **kwargs: Any) -> bool | None:
+        if status == "answered":
+            raise redis.TimeoutError("Timeout reading from socket")
+        return real(self, jid, status, **kwargs)
+
+    monkeypatch.setattr(Store, "transition", answer_lost)
+    assert run_claimed(runtime, "j1", "host-a:slot", [], claim=token) == f"{LOST_CONTACT}: answer spooled"
+    record = window.records.get("j1")
+    assert record is not None and record.status == "running"
+    assert len(spool_of(window.settings.data_dir)) == 1
+    monkeypatch.setattr(Store, "transition", real)  # Redis is back
+    assert replay_spool(window) == 1
+    record = window.records.get("j1")
+    assert record is not None and record.status == "answered" and record.value == "forty-two"
+    assert spawns(tmp_path) == 1
