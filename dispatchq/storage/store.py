@@ -135,13 +135,16 @@ class Store:
         kwargs.update(socket_timeout=timeout, socket_connect_timeout=timeout)
         for name in ("retry", "connection_pool"):
             kwargs.pop(name, None)
+        kwargs.update(connection_class=pool.connection_class, max_connections=4)
         service, manager = getattr(pool, "service_name", None), getattr(pool, "sentinel_manager", None)
-        # A Sentinel pool asks the same sentinels where the primary is (`storage.sentinel`).
-        first = (service, manager) if service is not None and manager is not None else ()
-        if first:
-            kwargs["is_master"] = getattr(pool, "is_master", True)
+        make: Callable[..., redis.ConnectionPool] = type(pool)
+        if service is not None and manager is not None:
+            # A Sentinel pool asks the same sentinels where the primary is (`storage.sentinel`).
+            kwargs.update(
+                service_name=service, sentinel_manager=manager, is_master=getattr(pool, "is_master", True)
+            )
         try:
-            copy = type(pool)(*first, connection_class=pool.connection_class, max_connections=4, **kwargs)
+            copy = make(**kwargs)
         except (TypeError, ValueError):
             return self
         other = Store(redis.Redis(connection_pool=copy), result_ttl=self.result_ttl)
