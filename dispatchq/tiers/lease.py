@@ -275,9 +275,15 @@ def _running_info(window: Window, jid: str) -> dict[str, Any]:
 
 
 def _died_here(window: Window, info: dict[str, Any]) -> bool:
-    """Did the holder run on this host, as a process this machine sees gone? Then it died."""
+    """Did the holder run on this host, as a process this machine sees gone? Then it died.
+
+    This very process counts too: RQ fails a job in the worker that ran it (a job timeout, a
+    crash of the job itself), and then the job is over without having settled its judgement.
+    """
     pid = info.get("pid")
-    return info.get("host") == window.settings.host and isinstance(pid, int) and not process_alive(pid)
+    if info.get("host") != window.settings.host or not isinstance(pid, int):
+        return False
+    return pid == os.getpid() or not process_alive(pid)
 
 
 def take_over(window: Window, record: Record, claim: str | None, slot: str | None, probes: list[str]) -> str:

@@ -4,6 +4,7 @@ and a holder renews on a thread that survives errors (and fences itself on the s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -106,6 +107,16 @@ def test_a_holder_seen_dead_on_this_very_host_is_a_death_whatever_its_lease(host
     assert getattr(record, "deaths", 0) == 1
     assert record.trail[-1].why == "its session worker died"
     assert getattr(record, "resume_session", None) == "sess-a"  # same host: it resumes
+
+
+def test_a_job_failed_in_its_own_worker_is_a_death_there_too(host_b: Window) -> None:
+    """RQ fails a job (a job timeout) in the worker that ran it: the job is over, unsettled."""
+    store = host_b.records
+    token = enqueue(store, "j1")
+    held_on(host_b, "j1", token, "host-b", pid=os.getpid())
+    worker_died(host_b, "j1", "host-b:slot", [], token)
+    record = store.get("j1")
+    assert record is not None and record.status == "queued" and getattr(record, "deaths", 0) == 1
 
 
 def test_host_bound_work_is_never_taken_over_by_another_host(host_b: Window) -> None:
