@@ -128,9 +128,9 @@ class SessionWorker(DispatchqWorker):
         try:
             replay_spool(window)
             sweep_lapsed(window)
-        except Exception as error:
+        except Exception as error:  # never out of the worker loop: the next round tries again
             if not is_outage(error):
-                raise
+                log.exception("the spool replay or the lease sweep failed")
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         burst = timeout is None
