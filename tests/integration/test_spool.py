@@ -150,3 +150,21 @@ def test_a_spooled_limit_of_a_judgement_still_held_puts_it_back_to_resume(window
     assert getattr(record, "resume_session", None) == "sess-9"
     marker = window.get("general")
     assert marker is not None and int(marker.lifts_at) == resets
+
+
+def test_a_session_worker_replays_its_hosts_spool_when_it_starts(
+    make_runtime: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatchq.workers.base import build_worker
+    from dispatchq.workers.session import SessionWorker
+
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
+    runtime = make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data"))
+    window = window_for(runtime)
+    token = enqueue(window.records, "j1")
+    spool_answer(window, "j1", token, value="from-the-spool")
+    worker = build_worker(SessionWorker, runtime, "session")
+    worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
+    record = window.records.get("j1")
+    assert record is not None and record.status == "answered" and record.value == "from-the-spool"
+    assert len(spool_of(window.settings.data_dir)) == 0
