@@ -297,8 +297,10 @@ def take_over(window: Window, record: Record, claim: str | None, slot: str | Non
     held = getattr(record, "claim", None)
     if not held:
         return "legacy"
+    if claim and claim != held:
+        return "gone"  # RQ's verdict on a job whose claim was taken over already
     info = _running_info(window, record.id)
-    if _died_here(window, info):
+    if info.get("claim") in (None, held) and _died_here(window, info):
         return "died"
     if host_bound(record) and record.host != window.settings.host:
         return "held"

@@ -94,6 +94,15 @@ def test_another_host_takes_over_only_after_the_lease_lapsed_lost_contact_and_un
     record = store.get("j1")
     assert record is not None and record.status == "queued" and len(record.trail) == 1
 
+    # host-b runs it now; RQ's verdict on host-a's old job must not touch host-b's claim.
+    member = next(m.decode() for m in store.redis.zrange(keys.session_line(), 0, -1))
+    mine = store.claim_from_line(keys.session_line(), member, "j1")
+    held_on(host_b, "j1", mine, "host-b", pid=os.getpid())
+    worker_died(host_b, "j1", "host-a:slot", [], token)
+    record = store.get("j1")
+    assert record is not None and record.status == "running" and getattr(record, "claim", None) == mine
+    assert getattr(record, "deaths", 0) == 0
+
 
 def test_a_holder_seen_dead_on_this_very_host_is_a_death_whatever_its_lease(host_b: Window) -> None:
     store = host_b.records
