@@ -157,6 +157,7 @@ class Holding:
         self._writes: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._renew_loop, name=f"lease-{slot}", daemon=True),
+            threading.Thread(target=self._watch_loop, name=f"fence-{slot}", daemon=True),
             threading.Thread(target=self._write_loop, name=f"writes-{slot}", daemon=True),
         ]
 
@@ -203,7 +204,7 @@ class Holding:
         self.last_sent = sent
 
     def _renew_loop(self) -> None:
-        """Renew every `interval` and watch the lease; an error costs a round, never the thread."""
+        """Renew every `interval`; an error costs a round, never the thread."""
         while not self._stop.wait(self.interval):
             try:
                 self.renew_once()
@@ -214,9 +215,17 @@ class Holding:
                     self.jid,
                     type(error).__name__,
                 )
+
+    def _watch_loop(self) -> None:
+        """Watch the lease on a thread of its own: a renewal blocked on a silent link must not
+        delay the fence past the lease (another host may take the judgement right after)."""
+        step = max(0.05, min(0.25, self.margin / 4))
+        while not self._stop.wait(step):
             overdue = time.monotonic() - self.last_sent
             if overdue > self.lease - self.margin:
                 self._fence(f"{LOST_CONTACT} with Redis for {overdue:.0f}s (lease {self.lease:.0f}s)")
+                if self.fenced is not None or self.bound:
+                    return
 
     def _fence(self, why: str, *, always: bool = True) -> None:
         """Shared-line work ends its session (cancel); host-bound work runs on (and spools)."""
