@@ -283,25 +283,36 @@ def _running_info(window: Window, jid: str) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _died_here(window: Window, info: dict[str, Any]) -> bool:
-    """Did the holder run on this host, as a process this machine sees gone? Then it died.
-
-    This very process counts too: RQ fails a job in the worker that ran it (a job timeout, a
-    crash of the job itself), and then the job is over without having settled its judgement.
-    """
+def _holder_here(window: Window, info: dict[str, Any]) -> str:
+    """Where the holder ran, as this machine can tell: "dead" (here, its process gone), "me"
+    (this very process: its job is over, so it left the judgement unsettled), "alive" (here,
+    running: maybe on another job by now, so only the lease tells) or "elsewhere"."""
     pid = info.get("pid")
     if info.get("host") != window.settings.host or not isinstance(pid, int):
-        return False
-    return pid == os.getpid() or not process_alive(pid)
+        return "elsewhere"
+    if pid == os.getpid():
+        return "me"
+    return "alive" if process_alive(pid) else "dead"
 
 
-def take_over(window: Window, record: Record, claim: str | None, slot: str | None, probes: list[str]) -> str:
+def take_over(
+    window: Window,
+    record: Record,
+    claim: str | None,
+    slot: str | None,
+    probes: list[str],
+    *,
+    sweeping: bool = False,
+) -> str:
     """The lease rule for a running judgement whose holder seems gone.
 
     Returns "legacy" (no claim: the caller does what it did before tokens), "died" (its
-    holder ran here and is dead: the caller counts a death), "held" (its lease lives, or it
-    is host-bound to another host: left alone), "gone" (not running under that claim any
-    more) or "taken" (requeued uncharged, "lost contact", without `resume_session`).
+    holder ran here and is gone, or RQ failed its job in this very worker: the caller counts
+    a death), "held" (its lease lives, or it is host-bound to another host: left alone),
+    "gone" (not running under that claim any more) or "taken" (requeued uncharged, "lost
+    contact", without `resume_session` unless host-bound). The sweep
+    (`sweeping`) leaves a dead holder to RQ's death count, and takes over what a job of its
+    own worker left unsettled (it could not write, and spooled nothing).
     """
     held = getattr(record, "claim", None)
     if not held:
@@ -309,7 +320,8 @@ def take_over(window: Window, record: Record, claim: str | None, slot: str | Non
     if claim and claim != held:
         return "gone"  # RQ's verdict on a job whose claim was taken over already
     info = _running_info(window, record.id)
-    if info.get("claim") in (None, held) and _died_here(window, info):
+    here = _holder_here(window, info) if info.get("claim") in (None, held) else "elsewhere"
+    if here == "dead" or (here == "me" and not sweeping):
         return "died"
     if host_bound(record) and record.host != window.settings.host:
         return "held"
@@ -357,7 +369,7 @@ def sweep_lapsed(window: Window) -> int:
             continue
         if window.records.lease_alive(record.id):
             continue
-        if take_over(window, record, None, None, []) == "taken":
+        if take_over(window, record, None, None, [], sweeping=True) == "taken":
             taken += 1
     return taken
 

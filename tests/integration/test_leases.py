@@ -281,3 +281,21 @@ def test_an_answer_that_cannot_be_written_is_spooled_and_lands_when_replayed(
     record = window.records.get("j1")
     assert record is not None and record.status == "answered" and record.value == "forty-two"
     assert spawns(tmp_path) == 1
+
+
+def test_host_bound_work_its_own_workers_job_left_unsettled_is_taken_back_by_the_sweep_uncharged(
+    host_b: Window,
+) -> None:
+    """A host-bound run that ended cut off with nothing to spool (an error): once its lease lapsed,
+    its own host asks again, uncharged, resuming the same session (the transcript is here)."""
+    store = host_b.records
+    store.claim_lease = 0.3
+    token = enqueue(store, "j1", host="host-b")
+    held_on(host_b, "j1", token, "host-b", pid=os.getpid())
+    wait_until(lambda: not store.lease_alive("j1"), "the lease to lapse")
+    assert sweep_lapsed(host_b) == 1
+    record = store.get("j1")
+    assert record is not None and record.status == "queued" and getattr(record, "deaths", 0) == 0
+    assert LOST_CONTACT in record.trail[-1].why
+    assert getattr(record, "resume_session", None) == "sess-a"
+    assert store.line_ids(keys.session_line("host-b")) == ["j1"]
