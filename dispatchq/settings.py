@@ -399,6 +399,14 @@ class Settings(BaseSettings):
         500, ge=0, description="With Sentinel: how long an enqueue waits for a replica (WAIT); 0 = off."
     )
 
+    # --- issue 21: session leases (task "lease") --------------------------------------------------
+    session_lease: int = Field(
+        120,
+        ge=2,
+        description="How long a session's claim lives unrenewed: its holder renews it, and another host "
+        "takes the judgement over only after it lapsed (keep it above a failover plus an AOF reload).",
+    )
+
     @field_validator("checkout_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:

@@ -40,10 +40,10 @@ def typed(ids: list[str]) -> int:
     return process_batch(get_runtime(), ids, job_id=job.id if job is not None else None)
 
 
-def session(jid: str, slot: str, probes: list[str] | None = None) -> str:
+def session(jid: str, slot: str, probes: list[str] | None = None, claim: str | None = None) -> str:
     from dispatchq.tiers.session import run_claimed
 
-    return run_claimed(get_runtime(), jid, slot, probes, hooks=session_hooks())
+    return run_claimed(get_runtime(), jid, slot, probes, hooks=session_hooks(), claim=claim)
 
 
 def retrigger(scope: str, lifts_at: float) -> str:

@@ -281,7 +281,9 @@ def launch(
     - `on_event(event)` is called in *this* thread for every stream-json object as its line
       arrives, so the caller learns the session id early and sees a rejected
       `rate_limit_event` (or any sign of an open window) while the session runs. An exception
-      it raises is logged and recorded in `callback_errors`; the session goes on.
+      it raises is logged and recorded in `callback_errors`; the session goes on. It must not
+      block: while it runs, stdout is not drained and the timeout is not enforced (the session
+      tier hands its record writes to a writer thread of its own, `tiers.lease.Holding`).
     - `timeout` (seconds, from spawn) or a set `cancel` event: SIGTERM to the group, SIGKILL
       after `kill_grace`.
 

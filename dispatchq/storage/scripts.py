@@ -12,15 +12,36 @@ from dispatchq.storage.counts import COUNTS_LUA
 
 __all__ = [
     "CLAIM",
+    "CLEAR_RUNNING",
     "ENQUEUE",
+    "LATE_TRAIL",
+    "LEGACY_CLAIM",
     "LINE_ADD",
     "LINE_CLAIM",
+    "RENEW_CLAIM",
     "SET_FIELDS",
     "STALE",
+    "TAKE_OVER",
     "TRANSITION",
 ]
 
 P = keys.PREFIX
+
+#: The claim a holder without a token passes (a session job made before claim tokens existed).
+#: It matches only a record that has no claim either, and only once: the transition it allows
+#: leaves the claim "-legacy-used", so a second write of that holder is refused.
+LEGACY_CLAIM = "-legacy"
+
+# The fencing check a holder's write runs before it changes anything: ARGV[n] is the holder's
+# claim ('' = not a holder's write, unchecked). Sets `refused` when the record's claim differs.
+_FENCE_LUA = """
+local function fenced(rkey, claim)
+  if claim == '' then return false end
+  local held = redis.call('HGET', rkey, 'claim')
+  if claim == '$LEGACY' then return held ~= false end
+  return held ~= claim
+end
+""".replace("$LEGACY", LEGACY_CLAIM)
 
 # ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
 # (one argument rather than 10 per entry: packing arguments costs more than cjson).
@@ -112,9 +133,12 @@ return out
 
 # Append a trail entry and move a record to a new status. KEYS: record.
 # ARGV: now, expect ('' = any unfinished), status, trail_json, ttl ('' = none), answered_tier ('' = none),
-#       then field/value pairs to set. Fields whose value is the single char "\\0" are deleted.
+#       the holder's claim ('' = unchecked; see `_FENCE_LUA`), then field/value pairs to set.
+# Fields whose value is the single char "\\0" are deleted. Returns 1 applied, 0 not in an
+# expected status, -1 refused (the writer's claim is not the record's).
 TRANSITION = (
     COUNTS_LUA
+    + _FENCE_LUA
     + """
 local rkey = KEYS[1]
 local now, expect, status, trail_json, ttl, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -125,10 +149,12 @@ if expect ~= '' then
   for s in string.gmatch(expect, '[^,]+') do if s == cur then ok = true end end
   if not ok then return 0 end
 end
+if fenced(rkey, ARGV[7]) then return -1 end
 local id = string.sub(rkey, string.len('$P:j:') + 1)
 local before = facts(rkey)
 local sets = {'status', status, 'updated', now}
-for i = 7, #ARGV, 2 do
+if ARGV[7] == '$LEGACY' then table.insert(sets, 'claim'); table.insert(sets, '$LEGACY-used') end
+for i = 8, #ARGV, 2 do
   if ARGV[i+1] == '\\0' then redis.call('HDEL', rkey, ARGV[i])
   else table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i+1]) end
 end
@@ -169,11 +195,12 @@ if line and member and (status ~= 'queued' and status ~= 'waiting') then
   redis.call('ZREM', line, member)
 end
 return 1
-""".replace("$P", P)
+""".replace("$P", P).replace("$LEGACY", LEGACY_CLAIM)
 )
 
 # Take a judgement out of a session line and mark it running, only if it is still there
-# and still waiting (a cancelled one is not claimed). KEYS: line, record. ARGV: member, now.
+# and still waiting (a cancelled one is not claimed), under a fresh claim token with its lease.
+# KEYS: line, record, lease. ARGV: member, now, claim token, lease in ms.
 # KEYS: a status index. ARGV: SSCAN cursor, the status, comma-separated tiers, an instant, and "*" (one
 # record per distinct job) or ",job1,job2," (every record of those jobs; ",," for none).
 # Returns the next cursor, then flat (id, job) pairs of the records in that status and
@@ -218,12 +245,66 @@ local id = string.sub(KEYS[2], string.len('$P:j:') + 1)
 local before = facts(KEYS[2])
 redis.call('SREM', '$P:by-status:' .. st, id)
 redis.call('SADD', '$P:by-status:running', id)
-redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2])
+redis.call('HSET', KEYS[2], 'status', 'running', 'updated', ARGV[2], 'claimed', ARGV[2], 'claim', ARGV[3])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
 redis.call('HDEL', KEYS[2], 'reason')
 settle(KEYS[2], before)
 return 1
 """.replace("$P", P)
 )
+
+# A holder renews its claim's lease. KEYS: record, lease. ARGV: claim, lease in ms.
+# Only while the record is still running under that claim: a lease that lapsed unnoticed is
+# taken again if nobody took the judgement over (`TAKE_OVER` changes the claim). 1 renewed, 0 gone.
+RENEW_CLAIM = """
+if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', tonumber(ARGV[2]))
+return 1
+"""
+
+# Another holder takes a running judgement from a holder that lost contact. KEYS: record, lease.
+# ARGV: the claim seen ('' = whatever claim it has). 1: taken (the claim is now a tombstone,
+# so the old holder's writes are refused), 0: not running under that claim, -1: its lease lives.
+TAKE_OVER = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+local held = redis.call('HGET', KEYS[1], 'claim')
+if ARGV[1] ~= '' and held ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+redis.call('HSET', KEYS[1], 'claim', '-lost:' .. (held or ''))
+return 1
+"""
+
+# A late answer (replayed from a spool after its claim was gone) on the trail, once.
+# KEYS: record. ARGV: the claim, the trail entry JSON. Skipped when that claim settled the
+# record itself (the answer did land, its reply was lost) or the entry is there already.
+LATE_TRAIL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'settled_by') == ARGV[1] then return 0 end
+if redis.call('HSETNX', KEYS[1], 'late:' .. ARGV[1], '1') == 0 then return 0 end
+local trail = redis.call('HGET', KEYS[1], 'trail')
+if not trail or trail == '' or trail == '[]' or trail == '{}' then
+  trail = '[' .. ARGV[2] .. ']'
+else
+  trail = string.sub(trail, 1, -2) .. ',' .. ARGV[2] .. ']'
+end
+redis.call('HSET', KEYS[1], 'trail', trail)
+return 1
+"""
+
+# Forget a judgement's running-here entry, only the holder's own. KEYS: the running hash.
+# ARGV: id, claim ('' = whoever's). A holder back from a partition must not erase the entry
+# of the host that took its judgement over.
+CLEAR_RUNNING = """
+if ARGV[2] ~= '' then
+  local raw = redis.call('HGET', KEYS[1], ARGV[1])
+  if raw then
+    local ok, info = pcall(cjson.decode, raw)
+    if ok and type(info) == 'table' and info.claim ~= nil and info.claim ~= ARGV[2] then return 0 end
+  end
+end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
 
 # Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
 # KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
@@ -244,14 +325,17 @@ return member
 """.replace("$P", P)
 
 
-# Set fields the live counts depend on (tier, reason, its class). KEYS: record. ARGV: pairs.
+# Set fields (those the live counts depend on move them). KEYS: record. ARGV: the holder's claim
+# ('' = unchecked), then pairs. 1 set, 0 no record, -1 refused (the claim is not the record's).
 SET_FIELDS = (
     COUNTS_LUA
+    + _FENCE_LUA
     + """
 local rkey = KEYS[1]
 if redis.call('EXISTS', rkey) == 0 then return 0 end
+if fenced(rkey, ARGV[1]) then return -1 end
 local before = facts(rkey)
-redis.call('HSET', rkey, unpack(ARGV))
+redis.call('HSET', rkey, unpack(ARGV, 2))
 settle(rkey, before)
 return 1
 """.replace("$P", P)

@@ -12,7 +12,9 @@ judgement ids and one round trip per judgement would cost more than RQ itself.
 from __future__ import annotations
 
 import json
+import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
@@ -26,8 +28,10 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
 from dispatchq.storage import keys, scripts
 from dispatchq.storage.counts import RECOUNT_LUA
+from dispatchq.storage.scripts import LEGACY_CLAIM
 
 __all__ = [
+    "LEGACY_CLAIM",
     "WAITING_SAMPLE",
     "WAIT_CLASS",
     "Claimed",
@@ -35,7 +39,10 @@ __all__ = [
     "NewRecord",
     "P",
     "Store",
+    "lease_key",
 ]
+
+log = logging.getLogger("dispatchq.store")
 
 P = keys.PREFIX
 #: The record field holding a waiting record's reason class (`dispatchq.core.waiting`).
@@ -47,6 +54,11 @@ WAITING_SAMPLE = 10
 
 #: Fields whose change moves the live counts: `set_fields` writes these through `scripts.SET_FIELDS`.
 _COUNTED_FIELDS = frozenset({"tier", "reason", WAIT_CLASS})
+
+
+def lease_key(jid: str) -> str:
+    """The key whose life is a session judgement's lease: its holder renews it, it expires alone."""
+    return f"{P}:lease:{jid}"
 
 
 class NewRecord(NamedTuple):
@@ -90,9 +102,14 @@ class LiveCounts:
 class Store:
     """Typed access to judgement records. Takes a client; knows nothing of settings."""
 
+    #: The lease (seconds) a claim from a session line starts with: the session tier sets it
+    #: from DISPATCHQ_SESSION_LEASE before it admits; the holder then renews it.
+    claim_lease: float = 120.0
+
     def __init__(self, client: redis.Redis, *, result_ttl: int = 7 * 86_400) -> None:
         self.redis = client
         self.result_ttl = result_ttl
+        self._refusals: set[tuple[str, str]] = set()
         self._enqueue = client.register_script(scripts.ENQUEUE)
         self._claim = client.register_script(scripts.CLAIM)
         self._transition = client.register_script(scripts.TRANSITION)
@@ -101,6 +118,44 @@ class Store:
         self._set_fields = client.register_script(scripts.SET_FIELDS)
         self._recount = client.register_script(RECOUNT_LUA)
         self._stale = client.register_script(scripts.STALE)
+        self._renew_claim = client.register_script(scripts.RENEW_CLAIM)
+        self._take_over = client.register_script(scripts.TAKE_OVER)
+        self._late_trail = client.register_script(scripts.LATE_TRAIL)
+
+    def bounded(self, timeout: float) -> Store:
+        """The same store on a client of its own whose every call gives up after `timeout` s.
+
+        RQ raises the shared pool's `socket_timeout` to about 70 s for its blocking reads; a
+        session's holder must notice a lost Redis in seconds (to renew, to fence itself, to
+        spool), so its writes go through this one. A pool it cannot copy (a client built by
+        hand) is shared as it is.
+        """
+        pool = self.redis.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+        for name in ("retry", "connection_pool"):
+            kwargs.pop(name, None)
+        kwargs.update(connection_class=pool.connection_class, max_connections=4)
+        service, manager = getattr(pool, "service_name", None), getattr(pool, "sentinel_manager", None)
+        make: Callable[..., redis.ConnectionPool] = type(pool)
+        if service is not None and manager is not None:
+            # A Sentinel pool asks the same sentinels where the primary is (`storage.sentinel`).
+            kwargs.update(
+                service_name=service, sentinel_manager=manager, is_master=getattr(pool, "is_master", True)
+            )
+        try:
+            copy = make(**kwargs)
+        except (TypeError, ValueError):
+            return self
+        other = Store(redis.Redis(connection_pool=copy), result_ttl=self.result_ttl)
+        other.claim_lease = self.claim_lease
+        return other
+
+    def note_refused(self, jid: str, claim: str, what: str) -> None:
+        """A holder's write refused by the fence: said once per judgement and claim, never raised."""
+        if (jid, claim) not in self._refusals:
+            self._refusals.add((jid, claim))
+            log.warning("refused %s of %s: the writer's claim is gone (another holder has it now)", what, jid)
 
     # --- writes --------------------------------------------------------------------------
     def create_many(
@@ -164,8 +219,16 @@ class Store:
         fields: dict[str, Any] | None = None,
         delete: Iterable[str] = (),
         pipe: Pipeline | None = None,
+        claim: str | None = None,
     ) -> bool | None:
-        """Move a record to `status` if it is in one of `expect` (any unfinished if empty)."""
+        """Move a record to `status` if it is in one of `expect` (any unfinished if empty).
+
+        `claim` is the writer's claim token when it writes as the judgement's holder (a
+        session's worker): the move is refused (False, logged once) unless the record still
+        carries that claim. `LEGACY_CLAIM`, from a holder that has none (its job was made
+        before claim tokens existed), is accepted once, and only on a record without one.
+        None: not a holder's write (a person's cancel, reconciliation, a takeover), unchecked.
+        """
         if not expect:
             expect = [s for s in STATUSES if s not in FINISHED]
         finished = status in FINISHED
@@ -184,12 +247,16 @@ class Store:
             trail.model_dump_json() if trail else "",
             str(self.result_ttl) if finished else "",
             answered_tier,
+            claim or "",
             *flat,
         ]
         if pipe is not None:
             self._transition(keys=[keys.record(jid)], args=args, client=pipe)
             return None
-        return bool(self._transition(keys=[keys.record(jid)], args=args))
+        done = int(self._transition(keys=[keys.record(jid)], args=args))
+        if done < 0:
+            self.note_refused(jid, claim or "", f"the move to {status}")
+        return done == 1
 
     def add_to_line(
         self,
@@ -207,18 +274,55 @@ class Store:
             keys=[keys.record(jid), line], args=[repr(score), "1" if front else "0"], client=client
         )
 
-    def claim_from_line(self, line: str, member: str, jid: str) -> bool:
-        """Admit one judgement from a session line: out of the line and running, atomically."""
-        return bool(self._line_claim(keys=[line, keys.record(jid)], args=[member, repr(time.time())]))
+    def claim_from_line(self, line: str, member: str, jid: str) -> str:
+        """Admit one judgement from a session line: out of the line and running, atomically.
 
-    def set_fields(self, jid: str, **fields: Any) -> None:
-        """Set fields on a record; those the live counts depend on move them in the same script."""
+        Returns the claim's fresh token ("" when it was not claimable): written on the record
+        and as its lease (`claim_lease` seconds) in the same script, so no holder ever runs
+        a judgement whose record does not name it.
+        """
+        token = uuid.uuid4().hex
+        lease_ms = str(max(1, int(self.claim_lease * 1000)))
+        args = [member, repr(time.time()), token, lease_ms]
+        done = self._line_claim(keys=[line, keys.record(jid), lease_key(jid)], args=args)
+        return token if done else ""
+
+    def claim_of(self, jid: str) -> str | None:
+        """The claim token a record carries now (None: a record claimed before tokens existed)."""
+        return as_text(self.redis.hget(keys.record(jid), "claim"))
+
+    def renew_claim(self, jid: str, claim: str, lease: float) -> bool:
+        """Renew a holder's lease; False once the claim is no longer the record's (taken over, settled)."""
+        args = [claim, str(max(1, int(lease * 1000)))]
+        return bool(self._renew_claim(keys=[keys.record(jid), lease_key(jid)], args=args))
+
+    def lease_alive(self, jid: str) -> bool:
+        """Does the judgement's lease still live (its holder renewed it within the lease)?"""
+        return bool(self.redis.exists(lease_key(jid)))
+
+    def take_over(self, jid: str, claim: str | None) -> int:
+        """Fence off a holder whose lease lapsed: 1 taken (its claim is now a tombstone), 0 not
+        running under `claim` any more (someone else settled or took it), -1 its lease lives."""
+        return int(self._take_over(keys=[keys.record(jid), lease_key(jid)], args=[claim or ""]))
+
+    def late_trail(self, jid: str, claim: str, entry: TrailEntry) -> bool:
+        """Put a late answer on a record's trail, once per claim; False when it was not needed."""
+        return bool(self._late_trail(keys=[keys.record(jid)], args=[claim, entry.model_dump_json()]))
+
+    def set_fields(self, jid: str, claim: str | None = None, **fields: Any) -> bool:
+        """Set fields on a record; those the live counts depend on move them in the same script.
+
+        With a holder's `claim`, refused (False, logged once) when the record's claim differs.
+        """
         fields = _with_class(fields)
-        if _COUNTED_FIELDS.isdisjoint(fields):
+        if claim is None and _COUNTED_FIELDS.isdisjoint(fields):
             self.redis.hset(keys.record(jid), mapping={k: _encode_field(k, v) for k, v in fields.items()})
-            return
+            return True
         flat = [x for k, v in fields.items() for x in (k, _encode_field(k, v))]
-        self._set_fields(keys=[keys.record(jid)], args=flat)
+        done = int(self._set_fields(keys=[keys.record(jid)], args=[claim or "", *flat]))
+        if done < 0:
+            self.note_refused(jid, claim or "", "a field write")
+        return done == 1
 
     def incr_attempts(self, jid: str) -> int:
         return int(self.redis.hincrby(keys.record(jid), "attempts", 1))
@@ -558,7 +662,7 @@ class Store:
 
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}
 #: Optional fields some tiers keep on a record (shown in `result --json` when set).
-_EXTRA_FIELDS = ("session_id", "resume_session")
+_EXTRA_FIELDS = ("session_id", "resume_session", "claim", "settled_by")
 
 
 def _with_class(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.scripts import CLEAR_RUNNING
 
 if TYPE_CHECKING:
     import redis
@@ -83,6 +84,7 @@ class WindowStore:
         self.redis = client
         self._raise = client.register_script(_RAISE)
         self._slot = client.register_script(_SLOT)
+        self._clear_running = client.register_script(CLEAR_RUNNING)
 
     # --- markers ------------------------------------------------------------------------
     def marker_fields(self, scope: str) -> dict[str, str]:
@@ -217,21 +219,42 @@ class WindowStore:
         fields: Mapping[str, Any],
         line: str,
         priority: float | None,
-    ) -> None:
-        """Back to the front of its line and workers woken, in one MULTI, with nothing charged."""
+        claim: str | None = None,
+    ) -> bool:
+        """Back to the front of its line and workers woken, in one MULTI, with nothing charged.
+
+        With a holder's `claim`, only while the record still carries it: a refused move puts
+        nothing in the line (the line entry is added only after the fenced move, in the same
+        MULTI, and taken out again when the move did not happen). False when not moved.
+        """
         pipe = self.redis.pipeline(transaction=True)
         pipe.multi()
-        records.transition(jid, status, expect=["running"], trail=trail, fields=dict(fields), pipe=pipe)
+        records.transition(
+            jid, status, expect=["running"], trail=trail, fields=dict(fields), pipe=pipe, claim=claim
+        )
         records.add_to_line(jid, line, priority, front=True, pipe=pipe)
         pipe.publish(keys.WAKE_CHANNEL, "work")
-        pipe.execute()
+        moved, member, _ = pipe.execute()
+        if int(moved) == 1:
+            return True
+        # Not moved (refused, or no longer running): a running or finished record is in no line.
+        status_now = as_text(self.redis.hget(keys.record(jid), "status"))
+        if status_now not in ("queued", "waiting"):
+            self.redis.zrem(line, as_text(member) or "")
+        if int(moved) < 0:
+            records.note_refused(jid, claim or "", f"the move to {status}")
+        return False
 
     # --- running sessions, blocked hosts, counters, wake-ups ----------------------------
     def set_running(self, jid: str, info: Mapping[str, Any]) -> None:
         self.redis.hset(keys.SESSION_RUNNING, jid, json.dumps(info))
 
-    def clear_running(self, jid: str) -> None:
-        self.redis.hdel(keys.SESSION_RUNNING, jid)
+    def clear_running(self, jid: str, claim: str | None = None) -> None:
+        """Forget a judgement's running-here entry; with `claim`, only the entry that holder wrote."""
+        if claim is None:
+            self.redis.hdel(keys.SESSION_RUNNING, jid)
+            return
+        self._clear_running(keys=[keys.SESSION_RUNNING], args=[jid, claim])
 
     def running(self) -> dict[str, Any]:
         return {

@@ -26,22 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
-import re
 import shlex
 import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.core.judgement import FINISHED, TrailEntry
+from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_environment
 from dispatchq.launcher.scrub import decide_scrub
@@ -50,17 +48,34 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import Confinement, config_dir, confinement, forget, sandbox_refusal, work_dir
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
-from dispatchq.window.face import SLOT_LEASE, Admission, Wait
+from dispatchq.tiers.lease import (
+    LOST_CONTACT,
+    MAX_ERRORS,
+    Holding,
+    answer,
+    fail,
+    holder_pid,
+    host_bound,
+    kind_model,
+    limit_signals,
+    outcome_of,
+    parse_answer,
+    requeue_front,
+    retry_or_fail,
+    take_over,
+)
+from dispatchq.window.face import Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
-from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
     from dispatchq.core.kinds import Kind
     from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
+    from dispatchq.storage.spool import SpoolKind
     from dispatchq.window.face import Window
 
 __all__ = [
@@ -81,6 +96,7 @@ __all__ = [
     "host_fingerprint",
     "lines_for",
     "model_of",
+    "parse_answer",
     "recheck_blocked",
     "requeue_front",
     "run_claimed",
@@ -95,7 +111,6 @@ log = logging.getLogger("dispatchq.session")
 
 LOOKAHEAD = 64  # line entries examined per admission (kinds paused by a model scope are skipped)
 MAX_TRANSIENT = 5
-MAX_ERRORS = 2
 BLOCKED_RECHECK = 30.0
 
 ModelOf = Callable[[str], str | None]
@@ -134,6 +149,7 @@ def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission |
     entries = window.store.line_heads(lines_for(host), LOOKAHEAD)
     if not entries:
         return Wait("no session judgements waiting")
+    window.records.claim_lease = float(window.settings.session_lease)  # the claim's first lease
     return window.admit(holder, entries, model)
 
 
@@ -203,29 +219,6 @@ def recheck_blocked(window: Window, settings: Settings, environ: Mapping[str, st
         unblock_host(window, host)
 
 
-def requeue_front(
-    window: Window,
-    record: Record,
-    why: str,
-    *,
-    status: str = "queued",
-    trail_why: str | None = None,
-    **fields: Any,
-) -> None:
-    """Back to the front of its line, in order, with nothing charged."""
-    values = {"reason": why} if status == "waiting" else {}
-    values.update(fields)
-    window.store.requeue_front(
-        window.records,
-        record.id,
-        status,
-        trail=TrailEntry(tier="session", outcome="requeued", why=trail_why or why),
-        fields=values,
-        line=keys.session_line(record.host),
-        priority=record.priority,
-    )
-
-
 def take_back(window: Window, jid: str, slot: str | None, probes: list[str]) -> Record | None:
     """A session job that ended without answering: its record, out of running, its slot freed.
 
@@ -241,19 +234,32 @@ def take_back(window: Window, jid: str, slot: str | None, probes: list[str]) -> 
     return record
 
 
-def worker_died(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
-    """RQ gave up on a session job (its worker died): ask the question again, from the front.
+def worker_died(
+    window: Window, jid: str, slot: str | None, probes: list[str], claim: str | None = None
+) -> None:
+    """RQ gave up on a session job (its worker's heartbeat lapsed): the lease decides what next.
 
-    The death is counted on the record (`deaths`), as the code and typed tiers count theirs:
-    after DISPATCHQ_JOB_RETRIES deaths the judgement fails with the reason "its worker died
-    N times", so a session that reliably kills its worker cannot block the line.
+    RQ's verdict is a guess from one host's view: a worker cut off from Redis looks dead
+    too. So a judgement with a claim is handled by the lease rule (`tiers.lease.take_over`):
+    while its lease lives nothing is touched (the sweep takes it once it lapses); after,
+    it is asked again uncharged ("lost contact"). A death is counted only when the holder
+    ran on this very host and this machine sees its process gone, or for a judgement
+    claimed before claim tokens existed: on the record (`deaths`), as the code and typed
+    tiers count theirs; after DISPATCHQ_JOB_RETRIES deaths the judgement fails with the
+    reason "its worker died N times", so a session that reliably kills its worker cannot
+    block the line.
     """
+    current = window.records.get(jid)
+    if current is None or current.status != "running":
+        return
+    if take_over(window, current, claim, slot, probes) not in ("legacy", "died"):
+        return
     record = take_back(window, jid, slot, probes)
     if record is None:
         return
     deaths = window.records.add_death(record.id)
     if deaths > window.settings.job_retries:
-        _fail(window, record, f"its worker died {deaths} time{'s' if deaths != 1 else ''}", {})
+        fail(window, record, f"its worker died {deaths} time{'s' if deaths != 1 else ''}", {})
         return
     resume = getattr(record, "session_id", None)
     fields = {"resume_session": resume} if resume else {}
@@ -261,20 +267,6 @@ def worker_died(window: Window, jid: str, slot: str | None, probes: list[str]) -
 
 
 # --- running one admitted session -----------------------------------------------------
-def _parse_answer(kind: Kind, text: str) -> tuple[bool, Any]:
-    assert kind.session is not None
-    if kind.session.format != "json":
-        return True, text
-    body = text.strip()
-    fenced = re.match(r"^```(?:json)?\s*\n(.*)\n```$", body, re.DOTALL)
-    if fenced:
-        body = fenced.group(1)
-    try:
-        return True, json.loads(body)
-    except json.JSONDecodeError as error:
-        return False, f"session answer is not JSON ({error.msg} at line {error.lineno})"
-
-
 def session_log_path(data_dir: Path, jid: str) -> Path:
     """Where a judgement's sessions' stderr is kept (`dispatchq result --json` shows it)."""
     return data_dir.expanduser() / "session-logs" / f"{jid}.log"
@@ -303,28 +295,28 @@ def run_claimed(
     probes: list[str] | None = None,
     *,
     hooks: Mapping[str, SessionHooks] | None = None,
+    claim: str | None = None,
 ) -> str:
     """The RQ job: spawn one admitted session and account for what it did.
 
     The job's edge: the runtime is unpacked here (the window, the kind, the parent
     environment the session's is scrubbed from) and only the hooks still receive it.
     `hooks` are the built-in kinds' steps around the spawn, by kind name, handed in by
-    the process wiring; a kind without an entry runs the no-op `SessionHooks`.
+    the process wiring; a kind without an entry runs the no-op `SessionHooks`. `claim` is
+    the token admission wrote (None: a job made before tokens existed): from here on the
+    run is a `tiers.lease.Holding`, renewing its lease and writing only as that claim.
     """
     probes = list(probes or [])
-    window = window_for(runtime)
-    stop = threading.Event()
-
-    def renew() -> None:
-        while not stop.wait(SLOT_LEASE / 3):
-            window.renew(slot, probes)
-
-    renewer = threading.Thread(target=renew, name=f"slot-{slot}", daemon=True)
-    renewer.start()
+    shared = window_for(runtime)
+    record = shared.records.get(jid)
+    if record is None or record.status != "running" or (claim and getattr(record, "claim", None) != claim):
+        shared.release(slot, probes)
+        shared.store.clear_running(jid, claim)
+        return "not running any more"
+    holding = Holding(shared, jid, slot, probes, claim, bound=host_bound(record))
+    holding.start()
     try:
-        record = window.records.get(jid)
-        if record is None or record.status != "running":
-            return "not running any more"
+        window = holding.window
         kind = runtime.config.kinds.get(record.kind)
         if kind is None or kind.session is None:
             window.records.transition(
@@ -332,15 +324,13 @@ def run_claimed(
                 "failed",
                 expect=["running"],
                 fields={"tier": "session", "reason": "kind has no session"},
+                claim=holding.token,
             )
             return "failed"
         kind_hooks = (hooks or {}).get(record.kind, NO_HOOKS)
-        return _run(runtime, window, record, kind, kind_hooks, probes, parent_environment())
+        return _run(runtime, holding, record, kind, kind_hooks, parent_environment())
     finally:
-        stop.set()
-        renewer.join(timeout=5)
-        window.release(slot, probes)
-        window.store.clear_running(jid)
+        holding.close()
 
 
 @dataclass(frozen=True)
@@ -352,12 +342,25 @@ class _Attempt:
     """
 
     runtime: Runtime
-    window: Window
+    holding: Holding
     record: Record
     kind: Kind
     hooks: SessionHooks
-    probes: list[str]
     environ: Mapping[str, str]
+
+    @property
+    def window(self) -> Window:
+        """The window on the holder's bounded client: every write of the run goes through it."""
+        return self.holding.window
+
+    @property
+    def probes(self) -> list[str]:
+        return self.holding.probes
+
+    @property
+    def claim(self) -> str:
+        """What the run's record writes carry (its claim token, or the legacy pass)."""
+        return self.holding.token
 
     @property
     def settings(self) -> Settings:
@@ -377,6 +380,8 @@ class _Attempt:
                 "session_id": session_id,
                 "started": time.time(),
                 "probe": self.probes,
+                "pid": holder_pid(),
+                "claim": self.holding.claim,
             },
         )
 
@@ -414,15 +419,23 @@ class _ProbeWatch:
             self.attempt.window.opened(self.attempt.probes, why)
 
     def on_event(self, event: dict[str, Any]) -> None:
+        """Called from the launcher's read loop: no Redis call here, only work for the writer."""
+        attempt = self.attempt
         sid = event.get("session_id")
         if isinstance(sid, str) and sid and event.get("type") == "system":
-            self.attempt.window.records.set_fields(self.attempt.record.id, session_id=sid)
-            self.attempt.running(sid)
+
+            def record_session(sid: str = sid) -> None:
+                attempt.window.records.set_fields(attempt.record.id, claim=attempt.claim, session_id=sid)
+                attempt.running(sid)
+
+            attempt.holding.write(record_session)
         state = window_state(event)
         if state == "closed":
             self.limited.set()
         elif state == "open" and not self.limited.is_set():
-            self.open_window("the probe session's stream shows the window open")
+            attempt.holding.write(
+                lambda: self.open_window("the probe session's stream shows the window open")
+            )
 
     def start_grace(self) -> None:
         if not self.attempt.probes:
@@ -442,22 +455,24 @@ class _ProbeWatch:
 
 def _run(
     runtime: Runtime,
-    window: Window,
+    holding: Holding,
     record: Record,
     kind: Kind,
     hooks: SessionHooks,
-    probes: list[str],
     environ: Mapping[str, str],
 ) -> str:
     """Spawn one admitted judgement's session and account for what it did; returns the job's result."""
     assert kind.session is not None
-    attempt = _Attempt(runtime, window, record, kind, hooks, probes, environ)
+    attempt = _Attempt(runtime, holding, record, kind, hooks, environ)
+    window = attempt.window
     refused = _refused_before_spawn(attempt)
     if refused is not None:
         return refused
     unconfinable = sandbox_refusal(attempt.settings, environ)
     if unconfinable is not None:
-        block_host(window, record, unconfinable, host_fingerprint(attempt.settings, environ))
+        block_host(
+            window, record, unconfinable, host_fingerprint(attempt.settings, environ), claim=attempt.claim
+        )
         attempt.hooks.not_spawned(runtime, record, unconfinable)
         return "sandbox unavailable"
     spawn = _build_spawn(attempt)
@@ -475,10 +490,18 @@ def _run(
             on_event=watch.on_event,
             sandbox=spawn.confined.plan,
             egress=spawn.confined.egress,
+            cancel=holding.cancel,
         )
     finally:
         watch.stop_grace()
-    return _settle(attempt, result, watch, started)
+    if holding.fenced is not None:
+        return _settle_unwritten(attempt, result, started, holding.fenced)
+    try:
+        return _settle(attempt, result, watch, started)
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        return _settle_unwritten(attempt, result, started, f"Redis unreachable ({type(error).__name__})")
 
 
 def _refused_before_spawn(attempt: _Attempt) -> str | None:
@@ -492,12 +515,17 @@ def _refused_before_spawn(attempt: _Attempt) -> str | None:
     closed = window.closed_for(attempt.kind.session.model)
     if closed:
         requeue_front(
-            window, record, closed[0].message or "usage window closed", status="waiting", wclass="window"
+            window,
+            record,
+            closed[0].message or "usage window closed",
+            status="waiting",
+            wclass="window",
+            claim=attempt.claim,
         )
         return "paused"
     verdict = attempt.hooks.before_spawn(attempt.runtime, record)
     if isinstance(verdict, Requeue):
-        requeue_front(window, record, verdict.why)
+        requeue_front(window, record, verdict.why, claim=attempt.claim)
         return verdict.result
     if isinstance(verdict, Settled):
         return verdict.result
@@ -545,7 +573,8 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     """Account for one spawn: what ended it first (nothing ran, a shutdown), then what it said."""
     window, record, settings = attempt.window, attempt.record, attempt.settings
     if result.missing_executable:
-        block_host(window, record, result.missing_executable, host_fingerprint(settings, attempt.environ))
+        fingerprint = host_fingerprint(settings, attempt.environ)
+        block_host(window, record, result.missing_executable, fingerprint, claim=attempt.claim)
         # Undo what before_spawn prepared.
         attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
@@ -565,7 +594,16 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     not_the_judgements = _settle_host(attempt, outcome, result)
     if not_the_judgements is not None:
         return not_the_judgements
-    accounted = _account(window, record, attempt.kind, outcome, result.timed_out, watch.open_window, started)
+    accounted = _account(
+        window,
+        record,
+        attempt.kind,
+        outcome,
+        result.timed_out,
+        watch.open_window,
+        started,
+        claim=attempt.claim,
+    )
     now = datetime.now(UTC)
     for signal, used in reserve_signals(outcome.events, reserve=settings.window_reserve, now=now):
         window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
@@ -588,8 +626,10 @@ def _settle_shutdown(attempt: _Attempt, result: LaunchResult) -> str:
         shutdowns = window.records.add_shutdown(record.id)
         if shutdowns > attempt.settings.job_retries:
             hooks.not_spawned(attempt.runtime, record, STOPPED_BY_SHUTDOWN)
-            return _fail(window, record, f"{STOPPED_BY_SHUTDOWN} {shutdowns} times", {})
-    requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
+            return fail(window, record, f"{STOPPED_BY_SHUTDOWN} {shutdowns} times", {}, claim=attempt.claim)
+    requeue_front(
+        window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, claim=attempt.claim, **fields
+    )
     hooks.not_spawned(attempt.runtime, record, STOPPED_BY_SHUTDOWN)  # not an attempt
     return "stopped by a shutdown"
 
@@ -607,6 +647,7 @@ def _settle_host(attempt: _Attempt, outcome: SessionOutcome, result: LaunchResul
             record,
             outcome.text or "session failed on this host",
             host_fingerprint(settings, attempt.environ),
+            claim=attempt.claim,
         )
         attempt.hooks.not_spawned(attempt.runtime, record, outcome.text)
         return "host blocked"
@@ -615,7 +656,7 @@ def _settle_host(attempt: _Attempt, outcome: SessionOutcome, result: LaunchResul
     resume = attempt.resume
     if outcome.resume_missing and resume:
         why = f"no transcript of session {resume} on this host; starting a fresh session"
-        requeue_front(window, record, why, resume_session="")
+        requeue_front(window, record, why, resume_session="", claim=attempt.claim)
         attempt.hooks.not_spawned(attempt.runtime, record, why)
         return "fresh session"
     return None
@@ -633,11 +674,14 @@ def ended_by_shutdown(result: LaunchResult) -> bool:
     return -result.returncode in _SHUTDOWN_CODES or result.returncode in _SHUTDOWN_EXITS
 
 
-def block_host(window: Window, record: Record, reason: str, fingerprint: str) -> None:
+def block_host(
+    window: Window, record: Record, reason: str, fingerprint: str, *, claim: str | None = None
+) -> None:
     """A host-wide failure: block the host, this judgement back to the front uncharged, hold the rest.
 
     Costs at most one spawn per host until an operator (`dispatchq window open --host`), a
-    changed command or credential, or the periodic probe clears it.
+    changed command or credential, or the periodic probe clears it. `claim`: the holder's
+    token, which fences the put-back of this judgement (not the others it holds).
     """
     settings = window.settings
     why = reason  # what the judgement, `run` and `status` show (`sessions.blocked` names the host)
@@ -651,6 +695,7 @@ def block_host(window: Window, record: Record, reason: str, fingerprint: str) ->
         status="waiting",
         trail_why=f"host-wide failure (no cost): {reason}",
         wclass="host_blocked",
+        claim=claim,
     )
     for other in held(window, settings.host):
         if other.status == "queued":
@@ -668,84 +713,81 @@ def _account(
     timed_out: bool,
     open_window: Callable[[str], None],
     started: float | None = None,
+    *,
+    claim: str | None = None,
 ) -> str:
     store = window.records
     sid = outcome.session_id
     meta: dict[str, Any] = {"session_id": sid, "turns": outcome.num_turns, "cost_usd": outcome.total_cost_usd}
     if outcome.kind == "limit":
         assert outcome.limit is not None
-        model = kind.session.model if kind.session else None
-        signals = [
-            replace(s, scope=scope_pausing(s.scope, model)) for s in outcome.limits or (outcome.limit,)
-        ]
-        reason = window.report_limit(signals, session=sid, asked_at=started)
+        reason = window.report_limit(limit_signals(kind_model(kind), outcome), session=sid, asked_at=started)
         if outcome.refused_at_spawn:
             window.store.count_refused()
-            requeue_front(window, record, reason, status="waiting", trail_why="refused at spawn (no cost)")
+            requeue_front(
+                window, record, reason, status="waiting", trail_why="refused at spawn (no cost)", claim=claim
+            )
             return "refused at spawn"
         # Cut off mid-run: resume the same session later, from the same cwd.
         fields = {"resume_session": sid} if sid else {}
         why = "cut off mid-run by the usage limit; will resume"
-        requeue_front(window, record, reason, status="waiting", trail_why=why, **fields)
+        requeue_front(window, record, reason, status="waiting", trail_why=why, claim=claim, **fields)
         return "cut off"
     if timed_out:
-        return _retry_or_fail(
-            window, record, f"session timed out after {window.settings.session_timeout}s", meta
-        )
+        why = f"session timed out after {window.settings.session_timeout}s"
+        return retry_or_fail(window, record, why, meta, claim=claim)
     if outcome.kind == "transient":
         attempts = store.incr_attempts(record.id)
         if attempts >= MAX_TRANSIENT:
-            return _fail(window, record, f"throttled {attempts} times: {outcome.text[:300]}", meta)
+            return fail(
+                window, record, f"throttled {attempts} times: {outcome.text[:300]}", meta, claim=claim
+            )
         # Back off without holding a worker or a slot: admission skips it until then.
         not_before = time.time() + min(5.0 * 2 ** (attempts - 1), 120.0)
         when = time.strftime("%H:%M:%S", time.gmtime(not_before))
         why = f"transient throttle, retrying after {when} UTC: {outcome.text[:200]}"
-        requeue_front(window, record, why, status="waiting", not_before=repr(not_before))
+        requeue_front(window, record, why, status="waiting", not_before=repr(not_before), claim=claim)
         return "throttled"
     if outcome.kind == "error":
-        return _retry_or_fail(window, record, f"session failed: {outcome.text[:500]}", meta)
+        return retry_or_fail(window, record, f"session failed: {outcome.text[:500]}", meta, claim=claim)
     open_window("the probe session completed normally")
-    ok, value = _parse_answer(kind, outcome.text)
+    ok, value = parse_answer(kind, outcome.text)
     if not ok:
-        return _retry_or_fail(window, record, str(value), meta)
-    store.transition(
-        record.id,
-        "answered",
-        expect=["running"],
-        trail=TrailEntry(tier="session", outcome="answered", why=f"session {sid or '?'}", **meta),
-        fields={
-            "tier": "session",
-            "value": value,
-            "reason": f"answered by session {sid or '?'}",
-            "raw": meta,
-        },
-        delete=["resume_session"],
-    )
-    _cleanup_dir(window.settings.data_dir, record)
+        return retry_or_fail(window, record, str(value), meta, claim=claim)
+    answer(window, record, value, meta, claim)
     return "answered"
 
 
-def _retry_or_fail(window: Window, record: Record, why: str, meta: dict[str, Any]) -> str:
-    """A session that only answers a question is simply asked again, a bounded number of times."""
-    attempts = window.records.incr_attempts(record.id)
-    if attempts >= MAX_ERRORS:
-        return _fail(window, record, why, meta)
-    requeue_front(window, record, f"{why}; asking again")
-    return "retrying"
+# --- outcomes that could not be written: the spool ------------------------------------------
+def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, why: str) -> str:
+    """The run cannot be written (Redis away) or may not be (its holder fenced itself).
 
-
-def _fail(window: Window, record: Record, why: str, meta: dict[str, Any]) -> str:
-    window.records.transition(
-        record.id,
-        "failed",
-        expect=["running"],
-        trail=TrailEntry(tier="session", outcome="failed", why=why, **meta),
-        fields={"tier": "session", "reason": why},
+    Its answer or usage limit is spooled, for the worker to replay once Redis is back;
+    anything else is dropped: the judgement, still `running` under this claim, is taken over
+    uncharged once its lease lapses. Nothing is charged and no hook is told: a fixing
+    session's dispatch marker stays, so its next dispatch verifies first.
+    """
+    settings = attempt.settings
+    outcome = outcome_of(settings, result.stdout, result.returncode, result.stderr, datetime.now(UTC))
+    body: dict[str, Any] = {"model": kind_model(attempt.kind), "session_id": outcome.session_id}
+    spooled: SpoolKind | None = None
+    if outcome.kind == "limit":
+        spooled = "limit"
+    elif outcome.kind == "answer":
+        ok, value = parse_answer(attempt.kind, outcome.text)
+        meta = {
+            "session_id": outcome.session_id,
+            "turns": outcome.num_turns,
+            "cost_usd": outcome.total_cost_usd,
+        }
+        body.update(value=value, meta=meta)
+        spooled = "answer" if ok else None
+    if spooled is not None and attempt.holding.spool(spooled, result, started, **body):
+        return f"{LOST_CONTACT}: {spooled} spooled"
+    log.warning(
+        "session %s ended unwritten (%s): %s; asked again once its lease lapses",
+        attempt.record.id,
+        why,
+        outcome.kind,
     )
-    _cleanup_dir(window.settings.data_dir, record)
-    return "failed"
-
-
-def _cleanup_dir(data_dir: Path, record: Record) -> None:
-    if not record.context.get("checkout"):
-        shutil.rmtree(data_dir.expanduser() / "sessions" / record.id, ignore_errors=True)
+    return LOST_CONTACT

@@ -30,7 +30,9 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
+from dispatchq.tiers.lease import replay_spool, sweep_lapsed
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -104,9 +106,31 @@ class SessionWorker(DispatchqWorker):
 
     runtime: Runtime
 
+    _last_sweep = 0.0
+
     def work(self, *args: Any, **kwargs: Any) -> bool:
         check_session_host(self.runtime)
+        self._leases(force=True)  # what this host spooled before it stopped, first
         return bool(super().work(*args, **kwargs))
+
+    def _leases(self, *, force: bool = False) -> None:
+        """Replay this host's spool and take over judgements whose lease lapsed.
+
+        Every few seconds (a third of the lease at most) rather than every round: the spool
+        is a folder listing, the sweep reads the running table. Redis away: next time.
+        """
+        settings = self.runtime.settings
+        now = time.monotonic()
+        if not force and now - self._last_sweep < min(5.0, settings.session_lease / 3):
+            return
+        self._last_sweep = now
+        window = window_for(self.runtime)
+        try:
+            replay_spool(window)
+            sweep_lapsed(window)
+        except Exception as error:  # never out of the worker loop: the next round tries again
+            if not is_outage(error):
+                log.exception("the spool replay or the lease sweep failed")
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         burst = timeout is None
@@ -127,6 +151,7 @@ class SessionWorker(DispatchqWorker):
                     self.run_maintenance_tasks()
                 if self._stop_requested:
                     return None
+                self._leases()
                 if not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK:
                     last_recheck = time.monotonic()
                     recheck_blocked(window, settings, parent_environment())
@@ -155,10 +180,12 @@ class SessionWorker(DispatchqWorker):
     def _job_for(self, admission: Admission, queue: Queue) -> Job:
         runtime = self.runtime
         runtime.store.set_fields(admission.jid, job=f"session:{admission.slot}")
+        # The claim admission just wrote: the job's every write is fenced by it.
+        claim = runtime.store.claim_of(admission.jid)
         job = queue.create_job(
             SESSION_JOB,
             args=(admission.jid, admission.slot),
-            kwargs={"probes": admission.probes},
+            kwargs={"probes": admission.probes, **({"claim": claim} if claim else {})},
             timeout=dispatcher_for(runtime).job_timeout("session"),
             result_ttl=0,
             failure_ttl=runtime.settings.result_ttl,
@@ -194,7 +221,9 @@ def burst(runtime: Runtime) -> bool:
 def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
     """RQ gave up on a session job: the judgement goes back to the front.
 
-    Its worker died (found abandoned): the death is counted (`worker_died`). Or the worker
+    Its worker's heartbeat lapsed (found abandoned): the lease decides (`worker_died`:
+    nothing while the lease lives, "lost contact" uncharged after; a death only when its
+    process is seen gone on this host). Or the worker
     was stopped cold: a second SIGTERM/SIGINT while a session runs makes RQ raise
     `SystemExit` inside the job, the launcher takes the session down, and the job fails.
     That is a shutdown, not the session's doing: "stopped by a shutdown", uncharged.
@@ -203,19 +232,29 @@ def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
         return
     slot = str(job.args[1]) if len(job.args) > 1 else None
     probes = list((job.kwargs or {}).get("probes", []))
+    claim = (job.kwargs or {}).get("claim")
+    claim = str(claim) if claim else None
     window = window_for(runtime)
     jid = str(job.args[0])
     if isinstance(exc, (SystemExit, KeyboardInterrupt, StopRequested)) and stop_requested():
-        stopped_cold(window, jid, slot, probes)
+        stopped_cold(window, jid, slot, probes, claim)
         return
-    worker_died(window, jid, slot, probes)
+    worker_died(window, jid, slot, probes, claim)
 
 
-def stopped_cold(window: Window, jid: str, slot: str | None, probes: list[str]) -> None:
-    """A session cut off by its worker's cold shutdown: back to the front, nothing charged."""
+def stopped_cold(
+    window: Window, jid: str, slot: str | None, probes: list[str], claim: str | None = None
+) -> None:
+    """A session cut off by its worker's cold shutdown: back to the front, nothing charged.
+
+    Only while it is still this worker's claim (one taken over meanwhile is not put back twice).
+    """
+    current = window.records.get(jid)
+    if current is None or (claim and getattr(current, "claim", None) != claim):
+        return
     record = take_back(window, jid, slot, probes)
     if record is None:
         return
     resume = getattr(record, "session_id", None)
     fields = {"resume_session": resume} if resume else {}
-    requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, **fields)
+    requeue_front(window, record, STOPPED_BY_SHUTDOWN, reason=STOPPED_BY_SHUTDOWN, claim=claim, **fields)
