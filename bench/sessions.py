@@ -37,10 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dispatchq.launcher.releases import OLDEST, installed_claude  # noqa: E402
 from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply, Seen  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
+CLAUDE = installed_claude(ROOT, OLDEST)  # each release has its own folder (docs/claude-code.md)
 LIFT_AFTER = 8.0  # as the layer's usage-limit test: the window reopens 8 s after the first request
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -26,9 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".dispatchq-installed"
-# The real Claude Code CLI the real-client tests run (tests/integration/test_claude_cli.py).
-CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
-CLAUDE_CODE_PREFIX = ROOT / ".cache" / "claude-code"
+# The real Claude Code CLIs the real-client tests run (tests/integration/test_claude_cli.py):
+# every release in dispatchq/launcher/releases.py's RELEASES, each in its own folder
+# .cache/claude-code/<version>/. That file is the one list (read here without importing
+# dispatchq, which is not installed yet); adding the next release is appending it there.
+CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
+CLAUDE_CODE_CACHE = ROOT / ".cache" / "claude-code"
+CLAUDE_CODE_RELEASES: tuple[str, ...] = tuple(
+    runpy.run_path(str(ROOT / "dispatchq" / "launcher" / "releases.py"))["RELEASES"]
+)
 
 
 def say(message: str) -> None:
@@ -119,22 +126,69 @@ def apt_install(packages: list[str]) -> None:
         say(f"apt-get install {' '.join(packages)} failed")
 
 
-def claude_code_installed() -> bool:
-    package = CLAUDE_CODE_PREFIX / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
-    binary = CLAUDE_CODE_PREFIX / "node_modules" / ".bin" / "claude"
-    if not package.is_file() or not binary.exists():
+def claude_code_prefix(version: str) -> Path:
+    """One release's own npm prefix: two releases never share a node_modules."""
+    return CLAUDE_CODE_CACHE / version
+
+
+def _claude_code_stamp(version: str) -> Path:
+    return claude_code_prefix(version) / ".dispatchq-installed"
+
+
+def claude_code_installed(version: str) -> bool:
+    """True when the release's CLI is in its folder, stamped, and says it is that version."""
+    prefix = claude_code_prefix(version)
+    package = prefix / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
+    binary = prefix / "node_modules" / ".bin" / "claude"
+    stamp = _claude_code_stamp(version)
+    if not (package.is_file() and binary.exists() and stamp.is_file()):
         return False
-    version = CLAUDE_CODE.rsplit("@", 1)[1]
-    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    if stamp.read_text().strip() != version:
+        return False
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
     return done.returncode == 0 and version in done.stdout
 
 
-def install_test_tools() -> int:
-    """bubblewrap, socat, node/npm, chromium and the pinned Claude Code CLI, for the real-client tests.
+def install_claude_code(npm: str, version: str) -> bool:
+    """npm install one release into its own folder, then stamp it; False when that failed."""
+    prefix = claude_code_prefix(version)
+    spec = f"{CLAUDE_CODE_PACKAGE}@{version}"
+    say(f"npm install {spec} into {prefix.relative_to(ROOT)} (once per release; ~400 MB for the newest)")
+    prefix.mkdir(parents=True, exist_ok=True)
+    _claude_code_stamp(version).unlink(missing_ok=True)
+    started = time.monotonic()
+    argv = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec]
+    if run(argv, cwd=ROOT):
+        say(f"npm install {spec} failed")
+        return False
+    _claude_code_stamp(version).write_text(version + "\n")
+    if not claude_code_installed(version):
+        say(f"npm install {spec} finished but `claude --version` does not say {version}")
+        return False
+    say(f"Claude Code {version} installed in {time.monotonic() - started:.0f} s")
+    return True
 
-    npm installs the CLI under .cache/claude-code (ignored by git); never with
-    --omit=optional: the native binary is an optional, per-platform package. Under CI=true
-    a missing npm fails the run; elsewhere the real-client tests skip, saying why.
+
+def _drop_single_release_layout() -> None:
+    """The layout before releases had folders (.cache/claude-code/node_modules): one CLI too many."""
+    for name in ("node_modules", "package.json", "package-lock.json"):
+        old = CLAUDE_CODE_CACHE / name
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        elif old.is_file():
+            old.unlink()
+
+
+def install_test_tools() -> int:
+    """bubblewrap, socat, node/npm, chromium and every supported Claude Code CLI, for the real-client tests.
+
+    npm installs each release of CLAUDE_CODE_RELEASES under .cache/claude-code/<version>/
+    (ignored by git); never with --omit=optional: the native binary is an optional,
+    per-platform package. Under CI=true a missing npm or a failed install fails the run;
+    elsewhere that release's real-client tests skip, saying why.
     """
     missing = [] if shutil.which("bwrap") else ["bubblewrap"]
     if not shutil.which("socat"):  # Claude Code's own tool sandbox relays through it
@@ -144,22 +198,22 @@ def install_test_tools() -> int:
     if not shutil.which("chromium"):  # the status page's browser test (Playwright drives it)
         missing += ["chromium"]
     apt_install(missing)
-    if claude_code_installed():
+    wanted = [version for version in CLAUDE_CODE_RELEASES if not claude_code_installed(version)]
+    if not wanted:
+        _drop_single_release_layout()
         return 0
+    ci = os.environ.get("CI") == "true"
     npm = shutil.which("npm")
     if npm is None:
-        if os.environ.get("CI") == "true":
+        if ci:
             say("npm is needed for the real Claude Code CLI tests (CI=true): install nodejs and npm")
             return 1
         say("npm not found: the real Claude Code CLI tests will be SKIPPED (install nodejs and npm)")
         return 0
-    say(f"npm install {CLAUDE_CODE} into {CLAUDE_CODE_PREFIX.relative_to(ROOT)} (once)")
-    CLAUDE_CODE_PREFIX.mkdir(parents=True, exist_ok=True)
-    argv = [npm, "install", "--prefix", str(CLAUDE_CODE_PREFIX), "--no-audit", "--no-fund", CLAUDE_CODE]
-    if run(argv, cwd=ROOT) or not claude_code_installed():
-        say(f"npm install {CLAUDE_CODE} failed")
-        return 1 if os.environ.get("CI") == "true" else 0
-    return 0
+    failed = [version for version in wanted if not install_claude_code(npm, version)]
+    if not failed:
+        _drop_single_release_layout()
+    return 1 if failed and ci else 0
 
 
 def run_steps(steps: list[tuple[str, list[str]]], what: str) -> int:

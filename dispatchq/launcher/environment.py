@@ -18,7 +18,14 @@ names it knows, and every host grows names nobody listed (`GH_PAT`, `OTEL_EXPORT
 - Never, whatever is allowed (`_NEVER`): `TYPESAFE_API_KEY(_FILE)`, every `DISPATCHQ_*`,
   `CLAUDECODE`, `SSH_AUTH_SOCK` (the operator's ssh-agent is a second credential),
   `GIT_CONFIG_*` (`GIT_CONFIG_VALUE_0` carries `http.extraHeader` tokens), exported shell
-  functions (`BASH_FUNC_*`).
+  functions (`BASH_FUNC_*`), `CLAUDE_CODE_RETRY_WATCHDOG*` (issue 23: under it `claude -p`
+  sleeps through a usage limit, holding a slot for hours while dispatchq believes it works).
+- Set by dispatchq for every session (`SESSION_FORCED`), whatever the parent has:
+  `CLAUDE_CODE_RETRY_WATCHDOG=0` and `CLAUDE_CODE_STARTUP_FAILURE_RESULTS=1` (a start-up
+  refusal is written as a result with its `startup_failure_reason`). Claude Code applies a
+  checkout's `.claude/settings.json` `env` over its process environment (measured on
+  2.1.197 and 2.1.332), so the same values also go in as `--settings` (`session_argv`),
+  which ranks above the project's and the local settings.
 - A name let in by the operator's allow list or a kind's `env:` is still withheld when it is
   secret-shaped (`is_secret_name`: a segment such as TOKEN, PAT, PWD, JWT, WEBHOOK, HEADERS,
   camelCase split too): the allow list widens what a session sees, never its credentials.
@@ -42,12 +49,14 @@ from __future__ import annotations
 import ctypes
 import fnmatch
 import itertools
+import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from dispatchq.errors import SettingsError
+from dispatchq.launcher.releases import is_claude_command
 
 __all__ = [
     "CA_BUNDLE_NAMES",
@@ -57,12 +66,14 @@ __all__ = [
     "PROXY_NAMES",
     "SECRET_SEGMENTS",
     "SESSION_BASE",
+    "SESSION_FORCED",
     "child_environment",
     "is_dumpable",
     "is_secret_name",
     "is_secret_value",
     "mark_non_dumpable",
     "read_secret",
+    "session_argv",
     "session_env_names",
     "session_environment",
     "url_userinfo",
@@ -155,7 +166,6 @@ CLI_SETTINGS = frozenset(
         "CLAUDE_CODE_DISABLE_DEFERRED_TOOL_RESUME",
         "CLAUDE_CODE_RESUME_INTERRUPTED_TURN",
         "CLAUDE_CODE_FORWARD_SUBAGENT_TEXT",
-        "CLAUDE_CODE_STARTUP_FAILURE_RESULTS",
         "CLAUDE_CODE_PROJECT_DIR_NAME",
         "CLAUDE_CODE_RESTRICTED",
         "DISABLE_TELEMETRY",
@@ -171,7 +181,21 @@ CLI_SETTINGS = frozenset(
 
 NEVER_PASS = frozenset({"TYPESAFE_API_KEY", "TYPESAFE_API_KEY_FILE"})
 # Never passed, not even when allowed (globs, matched case-insensitively).
-_NEVER = ("DISPATCHQ_*", "CLAUDECODE", "SSH_AUTH_SOCK", "GIT_CONFIG_*", "BASH_FUNC_*")
+_NEVER = (
+    "DISPATCHQ_*",
+    "CLAUDECODE",
+    "SSH_AUTH_SOCK",
+    "GIT_CONFIG_*",
+    "BASH_FUNC_*",
+    "CLAUDE_CODE_RETRY_WATCHDOG*",
+)
+# What dispatchq itself sets for every session (issue 23): limits are reported, never slept
+# through (dispatchq waits them out with no slot held), and a refused start says why.
+SESSION_FORCED: Mapping[str, str] = {
+    "CLAUDE_CODE_RETRY_WATCHDOG": "0",
+    "CLAUDE_CODE_STARTUP_FAILURE_RESULTS": "1",
+}
+_SETTINGS_FLAG = "--settings"
 
 SESSION_SCRUB_FLAG = "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"
 
@@ -336,7 +360,54 @@ def session_environment(
     if credential_value is not None:
         env[name] = _check_credential((name, credential_value))[1]
     env[SESSION_SCRUB_FLAG] = "1" if scrub_subprocesses else "0"
+    env.update(SESSION_FORCED)
     return env
+
+
+def _given_settings(value: str) -> dict[str, object]:
+    """The operator's own `--settings` value (a JSON object or a file holding one), parsed."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = type(exc).__name__
+            raise SettingsError(f"session --settings file {value!r} cannot be read ({why})") from None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        raise SettingsError(f"session --settings {value!r} is not a JSON object") from None
+    if not isinstance(parsed, dict):
+        raise SettingsError(f"session --settings {value!r} is not a JSON object")
+    return parsed
+
+
+def session_argv(argv: list[str]) -> list[str]:
+    """`argv` with `SESSION_FORCED` given as `--settings` when the command is Claude Code.
+
+    The process environment alone loses to a checkout's `.claude/settings.json` `env` (the
+    CLI applies settings over it), and a checkout could turn the retry watchdog back on;
+    `--settings` ranks above project and local settings, below only the host's managed
+    policy. An operator's own `--settings` (in the command or a kind's `args`) is kept: it
+    is read and merged, ours winning for the forced names, since the CLI takes only the last.
+    Any other command (a stand-in, a wrapper) is left as it is.
+    """
+    if not argv or not is_claude_command(argv[0]):
+        return list(argv)
+    out: list[str] = []
+    given: dict[str, object] = {}
+    words = iter(argv)
+    for word in words:
+        if word == _SETTINGS_FLAG:
+            given = _given_settings(next(words, ""))
+        elif word.startswith(_SETTINGS_FLAG + "="):
+            given = _given_settings(word.split("=", 1)[1])
+        else:
+            out.append(word)
+    theirs = given.get("env")
+    env = dict(theirs) if isinstance(theirs, dict) else {}
+    env.update(SESSION_FORCED)
+    return [*out, _SETTINGS_FLAG, json.dumps({**given, "env": env}, separators=(",", ":"))]
 
 
 def session_env_names(

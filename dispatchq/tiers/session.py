@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
-from dispatchq.launcher.environment import read_secret, session_environment
+from dispatchq.launcher.environment import read_secret, session_argv, session_environment
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
 from dispatchq.queue.retrigger import window_for
@@ -536,7 +536,9 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     """argv (resuming the judgement's session if it has one), scrubbed environment, cwd, prompt."""
     assert attempt.kind.session is not None
     settings, record, environ = attempt.settings, attempt.record, attempt.environ
-    argv = build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
+    argv = session_argv(
+        build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
+    )
     credential = read_secret(settings.session_credential_var, environ)
     confined = settings.session_sandbox == "on"
     scrub = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)

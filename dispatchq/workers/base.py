@@ -28,6 +28,7 @@ from rq.registry import StartedJobRegistry
 
 from dispatchq.core.tiers import row
 from dispatchq.errors import UserError
+from dispatchq.launcher.releases import claude_code_fact
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
@@ -154,6 +155,7 @@ class DispatchqWorker(SimpleWorker):
             # "on", "off" (unconfined: status says so) or "unavailable" (the host is blocked).
             "sandbox": None if not spawns else "unavailable" if problem else settings.session_sandbox,
             "sandbox_problem": problem,
+            "claude_code": claude_code_fact(settings.session_command, environ) if spawns else None,
         }
 
     def register_death(self) -> None:

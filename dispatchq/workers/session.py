@@ -23,6 +23,7 @@ from rq.job import Job
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
+from dispatchq.launcher.releases import warn_if_unsupported
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqQueue
@@ -99,6 +100,7 @@ def check_session_host(runtime: Runtime) -> None:
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
         _say_once(logging.WARNING, decision.warning)
+    warn_if_unsupported(settings.session_command, environ)  # issue 23: outside the range, a WARNING
 
 
 class SessionWorker(DispatchqWorker):

@@ -1,13 +1,16 @@
-"""The session tier against the real Claude Code CLI (pinned, from npm) and a stand-in Messages API.
+"""The session tier against the real Claude Code CLI (each supported release, from npm) and a stand-in API.
 
 `tests/support/fake_claude.py` prints what we believe Claude Code prints; here the real CLI
-(`@anthropic-ai/claude-code`, installed by `python3 ops/dev.py test` under `.cache/claude-code`)
-is the session command, exactly as a user configures it, and `dispatchq/testing/anthropic.py`
-answers its API calls on 127.0.0.1. What the CLI then prints (events, result text, stderr) is
-the CLI's own, so what is asserted is how dispatchq reads the real thing: one spawn for a
-limit hit and none until the lift, no marker for a throttle, a paid answer kept.
+(`@anthropic-ai/claude-code`, each release of `dispatchq.launcher.releases.RELEASES`, installed
+by `python3 ops/dev.py test` under `.cache/claude-code/<version>/`) is the session command,
+exactly as a user configures it, and `dispatchq/testing/anthropic.py` answers its API calls
+on 127.0.0.1. What the CLI then prints (events, result text, stderr) is the CLI's own, so
+what is asserted is how dispatchq reads the real thing: one spawn for a limit hit and none
+until the lift, no marker for a throttle, a paid answer kept.
 
-Where npm cannot be had the layer is skipped with the reason; under `CI=true` it fails instead.
+Every case runs on every release (the `real` fixture's parameter, ids `cc2.1.197`, ...), but
+for the ones that check a wording only the oldest prints (`@oldest_only`). Where npm cannot be
+had a release's cases are skipped with the reason; under `CI=true` the module fails instead.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from dispatchq.launcher.releases import OLDEST, RELEASES, installed_claude
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
@@ -33,31 +37,66 @@ from dispatchq.window.limits import GENERAL_SCOPE
 from tests.conftest import REPO
 from tests.integration.test_session_tier import Harness, iso_epoch
 
-CLAUDE = REPO / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
-VERSION = "2.1.197"
+
+def claude_of(version: str) -> Path:
+    """The release's own CLI, in its own folder (ops/dev.py installs each)."""
+    return installed_claude(REPO, version)
 
 
-def _claude_ready() -> str | None:
-    """None when the pinned CLI runs here, else why not."""
+def command_of(version: str) -> str:
+    return f"{claude_of(version)} -p --output-format stream-json --verbose"
+
+
+def _claude_ready(version: str) -> str | None:
+    """None when the release's CLI runs here, else why not."""
+    claude = claude_of(version)
     if not sys.platform.startswith("linux"):
         return "the real-client layer runs on Linux"
-    if not CLAUDE.exists():
-        return f"the real Claude Code CLI is not at {CLAUDE} (`python3 ops/dev.py test` installs it with npm)"
-    done = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0 or VERSION not in done.stdout:
+    if not claude.exists():
+        return f"Claude Code {version} is not at {claude} (`python3 ops/dev.py test` installs it with npm)"
+    done = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or version not in done.stdout:
         printed = done.stdout.strip() or done.stderr.strip()[-200:]
-        return f"{CLAUDE} --version printed {printed!r} (want {VERSION})"
+        return f"{claude} --version printed {printed!r} (want {version})"
     return None
 
 
-_WHY_NOT = _claude_ready()
-if _WHY_NOT is not None and os.environ.get("CI") == "true":
-    raise RuntimeError(f"CI=true and the real-client layer cannot run: {_WHY_NOT}")
-pytestmark = pytest.mark.skipif(
-    _WHY_NOT is not None, reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {_WHY_NOT}"
-)
+WHY_NOT = {version: _claude_ready(version) for version in RELEASES}
+_MISSING = {version: why for version, why in WHY_NOT.items() if why is not None}
+if _MISSING and os.environ.get("CI") == "true":
+    raise RuntimeError(f"CI=true and the real-client layer cannot run: {'; '.join(_MISSING.values())}")
 
-COMMAND = f"{CLAUDE} -p --output-format stream-json --verbose"
+
+def release_params(versions: tuple[str, ...] = RELEASES) -> list[Any]:
+    """One pytest param per release, skipped loudly where that release cannot run here."""
+    return [
+        pytest.param(
+            version,
+            id=f"cc{version}",
+            marks=pytest.mark.skipif(
+                WHY_NOT[version] is not None,
+                reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {WHY_NOT[version]}",
+            ),
+        )
+        for version in versions
+    ]
+
+
+#: For a case that checks a wording only the oldest release prints (the newest prints another
+#: form, read by its own case): it runs on the oldest only.
+oldest_only = pytest.mark.parametrize("release", release_params((OLDEST,)))
+
+
+def newest_gap(real: RealHarness, why: str, *, strict: bool = True) -> None:
+    """A case dispatchq does not yet pass on a newer release, for a reason another file owns.
+
+    An expected failure rather than a skip: it still runs (under `CI=true` too), and a strict
+    one fails loudly the day the gap is closed, so the mark is taken off. `why` names it.
+    """
+    if real.version != OLDEST:
+        real.node.add_marker(pytest.mark.xfail(reason=f"Claude Code {real.version}: {why}", strict=strict))
+
+
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
@@ -65,15 +104,21 @@ needs_bwrap = pytest.mark.skipif(
 
 
 class RealHarness(Harness):
-    """The session tier's harness with the real CLI as the session command."""
+    """The session tier's harness with one release of the real CLI as the session command."""
 
-    def __init__(self, env: dict[str, str], tmp: Path, client: Any, api: FakeAnthropicAPI) -> None:
+    def __init__(
+        self, env: dict[str, str], tmp: Path, client: Any, api: FakeAnthropicAPI, version: str
+    ) -> None:
         super().__init__(env, tmp, client)
         home = tmp / "home"
         home.mkdir()
         self.api = api
+        self.version = version
+        self.node: Any = None  # the running case's pytest item (for newest_gap)
+        self.claude = claude_of(version)
+        self.command = command_of(version)
         self.env.update(
-            DISPATCHQ_SESSION_COMMAND=COMMAND,
+            DISPATCHQ_SESSION_COMMAND=self.command,
             ANTHROPIC_BASE_URL=api.url,
             CLAUDE_CODE_OAUTH_TOKEN="stand-in-token",
             DISABLE_TELEMETRY="1",
@@ -126,10 +171,19 @@ class RealHarness(Harness):
                 out.write(json.dumps({"case": case, "judgements": judgements, **counts}) + "\n")
 
 
+@pytest.fixture(params=release_params())
+def release(request: pytest.FixtureRequest) -> str:
+    """The Claude Code release a case runs against (every one, unless the case narrows it)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def real(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[RealHarness]:
+def real(
+    dq_env: dict[str, str], redis_client: Any, tmp_path: Path, release: str, request: pytest.FixtureRequest
+) -> Iterator[RealHarness]:
     with FakeAnthropicAPI() as api:
-        h = RealHarness(dq_env, tmp_path, redis_client, api)
+        h = RealHarness(dq_env, tmp_path, redis_client, api, release)
+        h.node = request.node
         try:
             yield h
         finally:
@@ -207,6 +261,11 @@ def test_without_bwrap_on_refuses_to_start_the_worker_with_the_hint(real: RealHa
 
 # --- a usage limit: one spawn, none while closed, the lift within seconds -------------------------
 def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealHarness) -> None:
+    newest_gap(
+        real,
+        "the limit is read from the result text (`5-hour limit · resets 12:52am (UTC)`, stated "
+        "`12:52am (utc)|UTC`), not from the event's resetsAt: machine signals first is the signals work",
+    )
     resets = int(time.time()) + 8
     real.api.push(Reply.limit(resets_at=resets, claim="five_hour"))  # the first request only
     real.api.answer("after the lift")
@@ -240,7 +299,10 @@ def test_a_real_usage_limit_costs_one_spawn_then_none_until_the_lift(real: RealH
 
 # --- a transient throttle: no marker --------------------------------------------------------------
 def test_a_real_transient_429_puts_up_no_marker(real: RealHarness) -> None:
-    real.api.push(Reply.error(429, "rate_limit_error", "Rate limited"))
+    # 2.1.332 retries a subscriber's transient 429 once itself (CLAUDE_CODE_MAX_RETRIES=1): two
+    # throttles in a row reach dispatchq there, one on 2.1.197.
+    throttles = 1 if real.version == OLDEST else 2
+    real.api.push(*[Reply.error(429, "rate_limit_error", "Rate limited")] * throttles)
     real.api.answer("after the throttle")
     jid = real.enqueue("ask", "q")
     real.workers(1)
@@ -278,21 +340,25 @@ def test_a_real_answer_billed_as_extra_usage_is_kept(real: RealHarness) -> None:
 def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real: RealHarness) -> None:
     # Scrubbing is on (bwrap works for the worker) but the session's own PATH has no bwrap: the
     # real CLI exits 1 with ~5 KB of minified source, the message, stack frames and its banner.
-    real.env["DISPATCHQ_SESSION_COMMAND"] = f"/usr/bin/env PATH=/nonexistent {COMMAND}"
-    real.env["DISPATCHQ_SESSION_SANDBOX_BIND"] = str(CLAUDE.parents[1])  # env, not claude, is argv[0]
+    real.env["DISPATCHQ_SESSION_COMMAND"] = f"/usr/bin/env PATH=/nonexistent {real.command}"
+    real.env["DISPATCHQ_SESSION_SANDBOX_BIND"] = str(real.claude.parents[1])  # env, not claude, is argv[0]
     jid = real.enqueue("ask", "q")
     done = real.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
     assert done.returncode == 0, done.stderr
     record = real.record(jid)
     assert record.reason is not None
-    assert "error: bubblewrap is required for subprocess env scrubbing" in record.reason, record.reason
+    # 2.1.197 prints `error: bubblewrap is required ...` amid its minified source and stack;
+    # 2.1.332 prints `Claude Code could not start: bubblewrap is required ...`, one line.
+    assert "bubblewrap is required for subprocess env scrubbing" in record.reason, record.reason
     assert " at " not in record.reason.split("isolation", 1)[0][-40:]
     assert "Bun v" not in record.reason and "$bunfs" not in record.reason and "|" not in record.reason
     shown = json.loads(real.cli("result", jid, "--json").stdout)
     log = Path(shown["session_log"])
     text = log.read_text()
-    assert "error: bubblewrap is required" in text and "$bunfs" in text and "Bun v" in text
-    assert len(text) > 3000
+    assert "bubblewrap is required" in text
+    if real.version == OLDEST:
+        assert "error: bubblewrap is required" in record.reason
+        assert "$bunfs" in text and "Bun v" in text and len(text) > 3000
 
 
 # --- host-wide failures: one spawn, then none until cleared ---------------------------------------
@@ -304,7 +370,7 @@ def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real
         ),
         pytest.param(
             {"reply": Reply.error(403, "permission_error", "OAuth token has been revoked.")},
-            "does not have access",
+            "does not have access",  # 2.1.332: "Failed to authenticate: OAuth token revoked. ..."
             id="revoked",
         ),
         pytest.param(
@@ -315,6 +381,15 @@ def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real
 def test_a_host_wide_failure_blocks_the_host_after_one_spawn(
     real: RealHarness, setup: dict[str, Any], why: str
 ) -> None:
+    if real.version != OLDEST and why == "does not have access":
+        why = "OAuth token revoked"  # its own words for the same 403
+    if "ANTHROPIC_BASE_URL" in setup:
+        newest_gap(
+            real,
+            "no API at all: the judgements are not held by a host block within 60 s "
+            "(api_error connection_failed / its new wording is the signals work)",
+        )
+    setup = dict(setup)
     reply = setup.pop("reply", None)
     if reply is not None:
         real.api.default = reply
@@ -439,7 +514,7 @@ def test_a_weekly_limit_printed_with_the_time_only_is_tomorrow_never_just_reset(
     # that text is all dispatchq has. Read as "just reset" it would probe at once, every time.
     resets = int(time.time()) + 84_600
     real.api.default = Reply.limit(resets_at=resets, claim="seven_day")
-    real.env["DISPATCHQ_SESSION_COMMAND"] = f"{CLAUDE} -p --output-format json"
+    real.env["DISPATCHQ_SESSION_COMMAND"] = f"{real.claude} -p --output-format json"
     ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
     real.bursts()  # exits by itself: read as "just reset" it would probe again at once
     assert real.spawns() == 1
@@ -484,8 +559,11 @@ OPUS_HIGH_LOAD = "Opus is experiencing high load, please use /model to switch to
 def test_opus_high_load_backs_off_that_judgement_and_pauses_no_other_model(real: RealHarness) -> None:
     overloaded: list[Seen] = []
 
+    # 2.1.332 retries this 429 once itself: two in a row reach dispatchq there, one on 2.1.197.
+    overloads = 1 if real.version == OLDEST else 2
+
     def opus_overloaded_once(seen: Seen) -> Reply | None:
-        if "opus" in seen.model and not overloaded:
+        if "opus" in seen.model and len(overloaded) < overloads:
             overloaded.append(seen)
             return Reply.error(429, "rate_limit_error", OPUS_HIGH_LOAD)
         return None
@@ -502,9 +580,9 @@ def test_opus_high_load_backs_off_that_judgement_and_pauses_no_other_model(real:
     requests = real.api.message_requests
     opus_asks = [r for r in requests if "opus" in r.model]
     sonnet_asks = [r for r in requests if "sonnet" in r.model]
-    assert len(opus_asks) == 2 and len(sonnet_asks) == 1, [r.model for r in requests]
+    assert len(opus_asks) == overloads + 1 and len(sonnet_asks) == 1, [r.model for r in requests]
     # While the Opus judgement backed off, a Sonnet one ran: nothing paused it.
-    assert min(r.at for r in sonnet_asks) < opus_asks[1].at
+    assert min(r.at for r in sonnet_asks) < opus_asks[overloads].at  # its next spawn
     assert any(OPUS_HIGH_LOAD in step.why for step in real.record(opus).trail)
     real.figure("Opus high load 429 (transient, Sonnet not paused)", 2, total=3)
 
@@ -569,7 +647,8 @@ def test_fables_monthly_spend_limit_pauses_fable_only(real: RealHarness) -> None
     assert real.spawns() == 2
     marker = real.marker("model:fable")
     assert marker is not None and marker.closed() and marker.lifts_at == resets
-    assert "monthly spend limit" in marker.message, marker
+    if real.version == OLDEST:  # 2.1.332's marker names the event, not its spend-limit text
+        assert "monthly spend limit" in marker.message, marker
     assert real.marker() is None  # the other models still answer
     assert real.all_status(fables, "waiting")
     assert real.record(other).status == "answered"
@@ -598,6 +677,7 @@ def test_an_api_keys_usage_limits_400_closes_the_window_until_the_stated_day(rea
 
 # --- case 11: a probe a moment early --------------------------------------------------------------
 def test_a_probe_refused_a_moment_after_the_stated_reset_is_retried_in_seconds(real: RealHarness) -> None:
+    newest_gap(real, "issue 23 item 5, the skew read as tomorrow (reprobe_backoff: signals)", strict=False)
     # The API's clock is behind the host's: at the stated instant it still refuses, stating the
     # same reset. DISPATCHQ_REPROBE_MIN stays at its 300 s: read as a wrong time, this would stall.
     stated: list[int] = []

@@ -1,7 +1,8 @@
 """The real Claude Code CLI inside the session sandbox: it answers, it resumes, it scrubs its tools.
 
-The pinned CLI (tests/integration/test_claude_cli.py installs and checks it; under `CI=true` a
-missing CLI fails that module's import, and so this one's) runs as the session command of a
+Each supported release of the CLI (tests/integration/test_claude_cli.py checks them and its
+`release` fixture, imported here, runs every case once per release; under `CI=true` a missing
+CLI fails that module's import, and so this one's) runs as the session command of a
 real `dispatchq worker session` with `DISPATCHQ_SESSION_SANDBOX=on`, against the loopback
 Messages API stand-in, which a confined session reaches only through its proxy.
 
@@ -28,18 +29,16 @@ from typing import Any
 
 import pytest
 
+from dispatchq.launcher.releases import OLDEST
 from dispatchq.process.wiring import set_runtime
 from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply
 from tests.conftest import REPO
-from tests.integration.test_claude_cli import CLAUDE, RealHarness
+from tests.integration.test_claude_cli import RealHarness, release
 
-# Importing test_claude_cli already fails under CI=true when the pinned CLI cannot run there.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not CLAUDE.exists(), reason=f"REAL CLAUDE CODE CLI SANDBOX TESTS SKIPPED: no CLI at {CLAUDE}"
-    ),
-]
+# Importing test_claude_cli already fails under CI=true when a release cannot run there; the
+# `release` fixture skips, with the reason, a release that cannot run here otherwise.
+pytestmark = [pytest.mark.slow]
+__all__ = ["release"]  # the fixture, shared: one param per supported release
 
 PROBE = REPO / "tests" / "support" / "look_around.py"
 TOOLED = """
@@ -51,9 +50,11 @@ TOOLED = """
 
 
 @pytest.fixture
-def confined(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[RealHarness]:
+def confined(
+    dq_env: dict[str, str], redis_client: Any, tmp_path: Path, release: str
+) -> Iterator[RealHarness]:
     with FakeAnthropicAPI() as api:
-        h = RealHarness(dq_env, tmp_path, redis_client, api)
+        h = RealHarness(dq_env, tmp_path, redis_client, api, release)
         h.env["DISPATCHQ_SESSION_SANDBOX"] = "on"
         try:
             yield h
@@ -131,8 +132,15 @@ def _tool_python(real: RealHarness) -> str:
 
 
 def test_the_real_clis_own_tool_subprocess_sees_no_credential_inside_the_sandbox(
-    confined: RealHarness,
+    confined: RealHarness, request: pytest.FixtureRequest
 ) -> None:
+    if confined.version != OLDEST:
+        # Its tool sandbox mounts a fresh /proc, which dispatchq's sandbox refuses
+        # (`bwrap: Can't mount proc on /newroot/proc: Operation not permitted`); the nested
+        # check (`bwrap --ro-bind / / true`) does not try --proc, so scrub `on` still starts.
+        request.node.add_marker(
+            pytest.mark.xfail(reason=f"Claude Code {confined.version}: nested bwrap --proc", strict=True)
+        )
     confined.add_kinds(TOOLED)
     probe_dir = confined.tmp / "probe"
     probe_dir.mkdir()

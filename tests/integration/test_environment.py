@@ -18,6 +18,7 @@ import pytest
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import (
     CLI_SETTINGS,
+    SESSION_FORCED,
     child_environment,
     is_secret_name,
     is_secret_value,
@@ -133,7 +134,7 @@ def _session(parent: dict[str, str], **kwargs: object) -> dict[str, str]:
 def test_a_session_gets_its_base_its_credential_and_the_scrub_flag_only() -> None:
     env = _session({**BASE, **dict.fromkeys(CASE4_NAMES + KNOWN_NAMES, "s3cr3t")})
 
-    assert env == {**SESSION_PART, CRED: "tok", "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1"}
+    assert env == {**SESSION_PART, CRED: "tok", "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1", **SESSION_FORCED}
 
 
 def test_a_repository_command_gets_the_child_base_only() -> None:
@@ -158,7 +159,7 @@ def test_pointers_to_another_login_or_the_host_s_folders_stay_behind(name: str) 
 # --- the allow list and a kind's env ---------------------------------------------------------------
 @pytest.mark.parametrize("name", CASE4_NAMES + KNOWN_NAMES)
 def test_every_case_4_name_is_withheld_by_default(name: str) -> None:
-    assert name not in _session({**BASE, name: "s3cr3t"})
+    assert _session({**BASE, name: "s3cr3t"}).get(name) == SESSION_FORCED.get(name)  # issue 23: forced
     assert name not in child_environment({**BASE, name: "s3cr3t"})
 
 
@@ -170,11 +171,14 @@ def test_a_credential_shaped_or_reserved_name_is_withheld_even_when_allowed(name
     assert name not in child_environment(parent, allow=["*", name])
 
 
-def test_the_retry_watchdog_passes_only_when_the_operator_names_it() -> None:
+def test_the_retry_watchdog_never_passes_even_when_allowed_and_is_forced_off() -> None:
+    # Issue 23: under it `claude -p` sleeps through a usage limit while holding the slot.
     parent = {"CLAUDE_CODE_RETRY_WATCHDOG": "1", "CLAUDE_CODE_RETRY_WATCHDOG_MAX_WAIT_MS": "60000"}
-
-    assert not set(parent) & set(_session(parent))
-    assert set(parent) <= set(_session(parent, allow=["CLAUDE_CODE_RETRY_WATCHDOG*"]))
+    for allow in ([], ["CLAUDE_CODE_RETRY_WATCHDOG*"], ["CLAUDE_CODE_*"], ["*"]):
+        env = _session(parent, allow=allow)
+        assert env["CLAUDE_CODE_RETRY_WATCHDOG"] == "0", allow
+        assert "CLAUDE_CODE_RETRY_WATCHDOG_MAX_WAIT_MS" not in env, allow
+        assert not set(parent) & set(child_environment(parent, allow=allow)), allow  # a kind's env:
 
 
 def test_allow_takes_exact_names_and_globs() -> None:
@@ -185,6 +189,7 @@ def test_allow_takes_exact_names_and_globs() -> None:
         "XDG_RUNTIME_DIR",
         CRED,
         "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB",
+        *SESSION_FORCED,
     }
 
 
@@ -302,7 +307,7 @@ def test_session_env_names_lists_names_only_and_what_the_allow_list_could_not_pa
     names = session_env_names(parent, allow=["GH_*", "MY_*"], credential_var=CRED, credential_present=True)
 
     assert names == {
-        "passes": sorted({*SESSION_PART, "MY_OK", CRED, "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"}),
+        "passes": sorted({*SESSION_PART, "MY_OK", CRED, "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB", *SESSION_FORCED}),
         "allowed_but_withheld": ["GH_PAT", "MY_URL"],
     }
     assert secret not in json.dumps(names) and "hunter2" not in json.dumps(names)

@@ -1,8 +1,14 @@
-"""What the real Claude Code CLI (2.1.197) printed, read the way dispatchq must read it.
+"""What the real Claude Code CLI (2.1.197, and 2.1.332's result form) printed, read as dispatchq must.
 
 Every text here was printed by the real CLI against the stand-in API
 (`dispatchq/testing/anthropic.py`) or is quoted in issue 12; `tests/unit/test_limits.py` keeps
 the older forms. Pure and clock-free: `now` is always given.
+
+The cases whose texts both releases print take `release` (each of `RELEASES`): the result and
+the synthetic assistant message are then built in that release's own form (2.1.332 puts
+`type` 18th, says `terminal_reason: "api_error"` and `api_error_type`, marks the message
+`is_api_error_message`). Texts only 2.1.197 prints stay on its form; 2.1.332's new texts are
+the signals work's own file.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dispatchq.launcher.releases import OLDEST, RELEASES
 from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff, reserve_signals
 from dispatchq.window.marker import applies, scope_pausing
 from dispatchq.window.messages import detect_limit, error_line
@@ -68,20 +75,55 @@ def _stream(*events: dict[str, Any]) -> str:
     return "\n".join(json.dumps(e) for e in events)
 
 
+@pytest.fixture(params=RELEASES, ids=[f"cc{v}" for v in RELEASES])
+def release(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 def _result(
-    text: str, *, is_error: bool, status: int | None, turns: int = 1, cost: float = 0.0
+    text: str,
+    *,
+    is_error: bool,
+    status: int | None,
+    turns: int = 1,
+    cost: float = 0.0,
+    release: str = OLDEST,
 ) -> dict[str, Any]:
-    return {
-        "type": "result",
-        "subtype": "success",
-        "is_error": is_error,
-        "api_error_status": status,
-        "num_turns": turns,
-        "result": text,
+    if release == OLDEST:
+        return {
+            "type": "result",
+            "subtype": "success",
+            "is_error": is_error,
+            "api_error_status": status,
+            "num_turns": turns,
+            "result": text,
+            "session_id": "s-1",
+            "total_cost_usd": cost,
+            "terminal_reason": "completed",
+        }
+    # 2.1.332's order (observed): `type` is the 18th key, after the usage blocks.
+    newer: dict[str, Any] = {
+        "duration_api_ms": 0,
+        "stop_reason": "stop_sequence",
         "session_id": "s-1",
         "total_cost_usd": cost,
-        "terminal_reason": "completed",
+        "usage": {},
+        "modelUsage": {},
+        "permission_denials": [],
+        "terminal_reason": "api_error" if is_error else "completed",  # observed for "Not logged in"
+        "fast_mode_state": "off",
+        "is_error": is_error,
+        "num_turns": turns,
+        "subtype": "success",
+        "api_error_status": status,
+        "result": text,
+        "type": "result",
+        "duration_ms": 1,
+        "result_index": 0,
     }
+    if is_error and status:
+        newer["api_error_type"] = "rate_limit_error" if status == 429 else "api_error"
+    return newer
 
 
 def _event(**info: Any) -> dict[str, Any]:
@@ -98,16 +140,15 @@ def test_a_failed_start_reads_its_error_line_from_stderr() -> None:
     assert got.text.startswith("error: bubblewrap is required")
 
 
-def test_a_subscriber_429_not_your_usage_limit_is_transient_despite_the_rejected_event() -> None:
+def test_a_subscriber_429_not_your_usage_limit_is_transient_despite_the_rejected_event(release: str) -> None:
     text = "API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited"
-    got = outcome(
-        _stream(_event(status="rejected", isUsingOverage=False), _result(text, is_error=True, status=429))
-    )
+    result = _result(text, is_error=True, status=429, release=release)
+    got = outcome(_stream(_event(status="rejected", isUsingOverage=False), result))
     assert got.kind == "transient"
     assert got.limit is None
 
 
-def test_a_completed_answer_billed_as_extra_usage_is_an_answer() -> None:
+def test_a_completed_answer_billed_as_extra_usage_is_an_answer(release: str) -> None:
     resets = int((NOW + timedelta(hours=2)).timestamp())
     event = _event(
         status="rejected",
@@ -116,12 +157,12 @@ def test_a_completed_answer_billed_as_extra_usage_is_an_answer() -> None:
         overageStatus="allowed",
         isUsingOverage=True,
     )
-    got = outcome(_stream(event, _result("4", is_error=False, status=None, cost=0.00005)))
+    got = outcome(_stream(event, _result("4", is_error=False, status=None, cost=0.00005, release=release)))
     assert got.kind == "answer"
     assert got.text == "4"
 
 
-def test_the_real_session_limit_is_a_limit_at_its_resets_at() -> None:
+def test_the_real_session_limit_is_a_limit_at_its_resets_at(release: str) -> None:
     resets = int((NOW + timedelta(minutes=30)).timestamp())
     event = _event(
         status="rejected",
@@ -131,11 +172,10 @@ def test_the_real_session_limit_is_a_limit_at_its_resets_at() -> None:
         overageDisabledReason="org_level_disabled",
         isUsingOverage=False,
     )
-    got = outcome(
-        _stream(
-            event, _result("You've hit your session limit · resets 7:46am (UTC)", is_error=True, status=429)
-        )
-    )
+    # 2.1.197 calls five_hour "session limit", 2.1.332 "5-hour limit": the event's resetsAt rules.
+    name = "session limit" if release == OLDEST else "5-hour limit"
+    text = f"You've hit your {name} · resets 7:46am (UTC)"
+    got = outcome(_stream(event, _result(text, is_error=True, status=429, release=release)))
     assert got.kind == "limit"
     assert got.limit is not None and got.limit.lifts_at.timestamp() == resets
     assert got.limit.kind == "five_hour" and got.refused_at_spawn
@@ -249,11 +289,10 @@ def test_every_limit_wording_the_real_cli_prints(
     ],
 )
 def test_throttles_the_real_cli_prints_are_transient_even_with_a_rejected_event(
-    text: str, status: int
+    text: str, status: int, release: str
 ) -> None:
-    got = outcome(
-        _stream(_event(status="rejected", isUsingOverage=False), _result(text, is_error=True, status=status))
-    )
+    result = _result(text, is_error=True, status=status, release=release)
+    got = outcome(_stream(_event(status="rejected", isUsingOverage=False), result))
     assert got.kind == "transient", text
     assert detect(text) is None
 
@@ -311,7 +350,7 @@ def test_a_refusal_long_after_the_stated_time_waits_reprobe_min() -> None:
     assert (moved.lifts_at - NOW).total_seconds() == 300
 
 
-def _synthetic(text: str, error: str | None = None) -> dict[str, Any]:
+def _synthetic(text: str, error: str | None = None, release: str = OLDEST) -> dict[str, Any]:
     event: dict[str, Any] = {
         "type": "assistant",
         "message": {"model": "<synthetic>", "role": "assistant", "content": [{"type": "text", "text": text}]},
@@ -319,6 +358,8 @@ def _synthetic(text: str, error: str | None = None) -> dict[str, Any]:
     }
     if error:
         event["error"] = error
+    if release != OLDEST:
+        event["is_api_error_message"] = True
     return event
 
 
@@ -339,8 +380,11 @@ def _synthetic(text: str, error: str | None = None) -> dict[str, Any]:
         ("API Error: Unable to connect to API (ConnectionRefused)", None, None),
     ],
 )
-def test_host_wide_failures_the_real_cli_prints(text: str, status: int | None, error: str | None) -> None:
-    got = outcome(_stream(_synthetic(text, error), _result(text, is_error=True, status=status)))
+def test_host_wide_failures_the_real_cli_prints(
+    text: str, status: int | None, error: str | None, release: str
+) -> None:
+    result = _result(text, is_error=True, status=status, release=release)
+    got = outcome(_stream(_synthetic(text, error, release), result))
     assert got.kind == "host", text
 
 
@@ -458,8 +502,9 @@ def test_the_orgs_monthly_spend_limit_on_the_general_window_pauses_everything() 
         "You will regain access on 2027-01-01 at 00:00 UTC.",
     ],
 )
-def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str) -> None:
-    got = outcome(_stream(_synthetic(text, "unknown"), _result(text, is_error=True, status=400)))
+def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str, release: str) -> None:
+    result = _result(text, is_error=True, status=400, release=release)
+    got = outcome(_stream(_synthetic(text, "unknown", release), result))
     assert got.kind == "limit" and got.limit is not None
     assert (got.limit.kind, got.limit.lifts_at) == ("api_usage", datetime(2027, 1, 1, tzinfo=UTC))
 
