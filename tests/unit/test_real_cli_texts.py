@@ -80,6 +80,18 @@ def release(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+API_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
 def _result(
     text: str,
     *,
@@ -122,7 +134,8 @@ def _result(
         "result_index": 0,
     }
     if is_error and status:
-        newer["api_error_type"] = "rate_limit_error" if status == 429 else "api_error"
+        # The response body's `error.type`, as the Messages API names it per status.
+        newer["api_error_type"] = API_ERROR_TYPES.get(status, "api_error")
     return newer
 
 
