@@ -244,18 +244,24 @@ class DispatchqWorker(SimpleWorker):
 
 
 def forget_dead_executions(client: redis.Redis, job_id: str, *, keep: str = "") -> int:
-    """Drop the entries of `job_id`'s execution registry whose execution hash is gone.
+    """Drop the entries of `job_id`'s execution registry whose execution hash is gone or torn.
 
-    Such an entry is what a worker killed mid-job leaves behind (its hash expires with its
-    heartbeat; the registry entry only 60 s later). RQ's `Job.delete` fetches every entry
-    and raises on the first missing hash. Returns how many entries were dropped.
+    Gone is what a worker killed mid-job leaves behind (its hash expires with its
+    heartbeat; the registry entry only 60 s later). Torn is what a partition leaves: another
+    host's maintenance deleted this execution as abandoned, then this worker's late heartbeat
+    re-created its hash with a field or two and no `created_at`. RQ's `Job.delete` fetches
+    every entry and raises on the first missing or torn hash, which would file a job that
+    returned as failed (and, for a session, read as its worker dying). Returns how many
+    entries were dropped.
     """
     registry = ExecutionRegistry(job_id=job_id, connection=client)
     dropped = 0
     for execution_id in registry.get_execution_ids():
-        if execution_id == keep:
-            continue
-        if not client.exists(Execution(id=execution_id, job_id=job_id, connection=client).key):
+        key = Execution(id=execution_id, job_id=job_id, connection=client).key
+        if execution_id != keep and not client.exists(key):
+            dropped += int(client.zrem(registry.key, execution_id))
+        elif client.exists(key) and not client.hexists(key, "created_at"):
+            client.delete(key)
             dropped += int(client.zrem(registry.key, execution_id))
     return dropped
 

@@ -26,17 +26,19 @@ import pytest
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import connect
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for
-from tests.ha.conftest import (
+from dispatchq.testing.sentinel import (
     LOOPBACK,
     PRIMARY_PASSWORD,
     SERVICE,
     Producer,
     Topology,
-    doubling_kind,
-    ha_env,
     plain_pair,
     sentinel_topology,
+)
+from tests.conftest import run_cli, wait_for
+from tests.ha.conftest import (
+    doubling_kind,
+    ha_env,
     start_worker,
     worker_logs,
 )

@@ -444,14 +444,16 @@ def test_a_limit_seen_while_cut_off_reaches_the_marker_and_others_spawn_at_most_
     seen = {
         "A spawned": spawned["A"],
         "B spawned at most once": spawned["B"] <= 1,  # into the closed window
-        "most alive at once": cluster.max_live,
+        # A's session ends at once (the limit), so a sampler may never see it alive: the rule is
+        # only that two never are.
+        "never two alive at once": cluster.max_live <= 1,
         "deaths of A's judgement": cluster.deaths(first),
         "failed": [jid for jid in [first, *others] if cluster.record(jid).status == "failed"],
     }
     assert seen == {
         "A spawned": 1,
         "B spawned at most once": True,
-        "most alive at once": 1,
+        "never two alive at once": True,
         "deaths of A's judgement": 0,
         "failed": [],
     }, cluster.explain(first)

@@ -29,17 +29,19 @@ import redis
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import connect, connect_async
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for, write_config
-from tests.ha.conftest import (
+from dispatchq.testing.sentinel import (
     LOOPBACK,
     PRIMARY_PASSWORD,
     SENTINEL_PASSWORD,
     SERVICE,
     Producer,
     Topology,
+    restart,
+)
+from tests.conftest import run_cli, wait_for, write_config
+from tests.ha.conftest import (
     doubling_kind,
     ha_env,
-    restart,
     start_worker,
     worker_logs,
 )

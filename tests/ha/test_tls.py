@@ -23,16 +23,18 @@ import trustme
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import connect, connect_async
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
-from tests.ha.conftest import (
+from dispatchq.testing.sentinel import (
     LOOPBACK,
     PRIMARY_PASSWORD,
     SENTINEL_PASSWORD,
     SERVICE,
-    TlsServer,
     Topology,
     make_tls,
     sentinel_topology,
+)
+from tests.conftest import run_cli, wait_for, write_check_module, write_config
+from tests.ha.conftest import (
+    TlsServer,
 )
 
 pytestmark = pytest.mark.slow
