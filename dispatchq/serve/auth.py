@@ -95,7 +95,10 @@ _FORM_HEADERS = {
     )
 }
 
+# The referrer meta: under the headers' `no-referrer` Chromium sends `Origin: null` with the
+# form's POST, which the cross-site rule refuses; same-origin gives this server's own Origin.
 LOGIN_FORM = """<!doctype html><meta charset="utf-8"><title>dispatchq</title>
+<meta name="referrer" content="same-origin">
 <form method="post" action="/login" style="font: 16px system-ui; margin: 4em auto; max-width: 24em">
 <p>This dispatchq needs its API token (<code>DISPATCHQ_API_TOKEN</code>) to show the page.</p>
 <p><input type="password" name="token" autofocus required style="width: 100%"></p>

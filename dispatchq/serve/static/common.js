@@ -38,7 +38,7 @@ function stamp(value) {
   if (!value || !Number.isFinite(at)) return el("span", "–");
   const node = el("time", localText(at), "stamp");
   node.dateTime = new Date(at * 1000).toISOString();
-  node.title = `${node.dateTime.replace(".000Z", "Z")} (UTC)`;
+  node.title = `${node.dateTime.replace(/\.\d{3}Z$/, "Z")} (UTC)`;
   return node;
 }
 
