@@ -78,6 +78,14 @@ def parse_until(text: object, now: datetime) -> datetime:
     return when.astimezone(UTC)
 
 
+def _room(context: ServeContext) -> None:
+    """`require_room`, as the CLI asks before a command's first write: a full Redis is 503."""
+    try:
+        require_room(context.runtime.redis)
+    except UserError as error:
+        raise ActionError(503, str(error)) from None
+
+
 def _utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
@@ -101,14 +109,14 @@ def close_window(context: ServeContext, fields: dict[str, Any], who: str) -> dic
             f"({current.message or current.kind}); "
             'send "force": true to replace it with the earlier time',
         )
-    require_room(rt.redis)
+    _room(context)
     marker = face.close(when, reason=reason or "closed by an operator", who=who)
     return {"ok": True, "closed_until_epoch": marker.lifts_at, "closed_until": _utc(marker.lifts_at)}
 
 
 def open_window(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str, Any]:
     """`dispatchq window open`: every marker removed, what waited on them released."""
-    require_room(context.runtime.redis)
+    _room(context)
     return {"ok": True, "opened": window_for(context.runtime).open(who=who)}
 
 
@@ -117,7 +125,7 @@ def unblock(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str
     host = fields.get("host")
     if not isinstance(host, str) or not _HOST.match(host):
         raise ActionError(400, '"host" must be a host name (letters, digits, ".", "_", "-")')
-    require_room(context.runtime.redis)
+    _room(context)
     cleared = unblock_host(window_for(context.runtime), host)
     return {"ok": True, "host": host, "was_blocked": cleared}
 
@@ -136,7 +144,7 @@ def _judgement(context: ServeContext, prefix: str) -> str:
 
 def retry(context: ServeContext, jid: str) -> dict[str, Any]:
     """`dispatchq retry ID`: judged again from the kind's first tier, the trail kept."""
-    require_room(context.runtime.redis)
+    _room(context)
     full = _judgement(context, jid)
     dispatcher_for(context.runtime).retry(full)
     return {"ok": True, "id": full, "requeued": True}
@@ -201,12 +209,11 @@ def routes(context: ServeContext, trusted: Networks) -> list[BaseRoute]:
 
 async def _answer(run: Callable[[], Any]) -> JSONResponse:
     """The action's JSON, or its refusal as a 4xx with the reason (a UserError is the CLI's
-    one-line refusal: 404 for an unknown judgement, 409 for one in the wrong state)."""
+    one-line refusal: 404 for a judgement gone since, 409 for one in the wrong state)."""
     try:
         return JSONResponse(await run())
     except ActionError as error:
         return JSONResponse({"error": str(error)}, status_code=error.status)
     except UserError as error:
         text = str(error)
-        status = 404 if text.startswith("no judgement") else 507 if "memory" in text.lower() else 409
-        return JSONResponse({"error": text}, status_code=status)
+        return JSONResponse({"error": text}, status_code=404 if text.startswith("no judgement") else 409)
