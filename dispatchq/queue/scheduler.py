@@ -39,8 +39,12 @@ from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.storage import keys
+from dispatchq.storage.history import record_sample
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
+from dispatchq.storage.window import WindowStore
+from dispatchq.window.marker import get as marker_get
+from dispatchq.window.messages import GENERAL_SCOPE
 
 if TYPE_CHECKING:
     from dispatchq.queue.dispatch import Seen
@@ -442,11 +446,13 @@ def run_scheduler(
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     last_maintenance = 0.0
+    sampled_minute = -1
     log.info("dispatchq scheduler started (tick %.1fs)", tick)
     while not stopping:
         started = time.monotonic()
         try:
             _tick(runtime, scheduler, control)
+            sampled_minute = _sample_history(runtime, sampled_minute)
             if time.monotonic() - last_maintenance >= runtime.settings.recovery_interval:
                 last_maintenance = time.monotonic()
                 try:
@@ -484,6 +490,18 @@ def run_scheduler(
         sleep(max(0.0, tick - elapsed))
     with contextlib.suppress(Exception):  # a stop during an outage has nothing to clean up
         runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)
+
+
+def _sample_history(runtime: Runtime, sampled_minute: int) -> int:
+    """Once a minute, the counters into the 24-hour history (`storage.history`): the scheduler
+    samples because it is always running, and a minute another scheduler sampled is kept as is."""
+    now = time.time()
+    minute = int(now // 60)
+    if minute == sampled_minute:
+        return sampled_minute
+    closed = marker_get(WindowStore(runtime.redis), GENERAL_SCOPE) is not None
+    record_sample(runtime.redis, now, window_closed=closed)
+    return minute
 
 
 def _tick(runtime: Runtime, scheduler: Scheduler, control: DispatchqQueue) -> None:

@@ -25,8 +25,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.runtime import Runtime
-from dispatchq.serve import judgements, metrics, page, status, webhooks
-from dispatchq.serve.auth import BearerAuth, LoginThrottle, login_route
+from dispatchq.serve import actions, history, judgements, metrics, page, status, webhooks
+from dispatchq.serve.auth import BearerAuth, LoginThrottle, login_form_route, login_route
 from dispatchq.serve.context import ServeContext
 from dispatchq.serve.guard import (
     AccessLog,
@@ -98,9 +98,13 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         *status.routes(lambda: runtime),
         *metrics.routes(lambda: runtime),
         *page.routes(lambda: runtime),
+        *page.judgement_routes(context),
+        *history.routes(lambda: runtime),
+        *actions.routes(context, proxies),
         Route(
             "/login", login_route(context.api_token, LoginThrottle(), proxies), methods=["POST"], name="login"
         ),
+        Route("/login", login_form_route(context.api_token), methods=["GET"], name="login-form"),
         *extra_routes,
     ]
     app = Starlette(routes=routes)

@@ -12,6 +12,15 @@ checks its expiry itself (`Max-Age` is only the browser's word). Failed logins a
 per peer (`guard.peer_address`): LOGIN_ATTEMPTS in LOGIN_WINDOW seconds, then 429 with
 Retry-After until the oldest failure is out of the window, so a 32-character token cannot
 be guessed through the form.
+
+The page acts too (window open/close, retry, cancel, unblock a host: `serve.actions`), so
+`/login` also sets a write cookie, `<expires>.<HMAC-SHA256(token, "write" label, expires)>`,
+that lasts WRITE_COOKIE_MAX_AGE only (a browser left open cannot act all day). It opens the
+action routes (ACTION_PREFIX) and nothing else, and only for a request whose `Origin` is this
+server (a browser always sends it on a `fetch` POST; a request without it is a tool's, which
+has the bearer token) carrying WRITE_HEADER, which a form cannot send and another origin's
+script cannot add without a CORS preflight this server never grants. `page.js` sends the
+header; it never sees either cookie (HttpOnly) nor the token.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dispatchq.serve.guard import (
     READ_METHODS,
     Networks,
+    cross_site_reason,
     header,
     is_loopback,
     peer_address,
@@ -39,17 +49,24 @@ from dispatchq.serve.guard import (
 )
 
 __all__ = [
+    "ACTION_PREFIX",
     "COOKIE_MAX_AGE",
     "LOGIN_ATTEMPTS",
     "LOGIN_FORM",
     "LOGIN_WINDOW",
     "OPEN_PATHS",
     "TOKEN_COOKIE",
+    "WRITE_COOKIE",
+    "WRITE_COOKIE_MAX_AGE",
+    "WRITE_HEADER",
     "BearerAuth",
     "LoginThrottle",
     "cookie_value",
+    "login_form_route",
     "login_route",
     "read_cookie_valid",
+    "write_cookie_valid",
+    "write_cookie_value",
 ]
 
 #: The routes that answer without the bearer token.
@@ -62,8 +79,26 @@ LOGIN_WINDOW = 60.0
 #: Peers remembered by the throttle at most (a flood of addresses must not grow it unbounded).
 _MAX_PEERS = 10_000
 _COOKIE_CONTEXT = b"dispatchq read-only page cookie v1:"
+WRITE_COOKIE = "dispatchq_write"
+#: How long the page may act after a login: a quarter of an hour, then the form again.
+WRITE_COOKIE_MAX_AGE = 15 * 60
+_WRITE_CONTEXT = b"dispatchq write page cookie v1:"
+#: The routes the write cookie opens (the page's actions); every other write needs the token.
+ACTION_PREFIX = "/actions/"
+#: The header a write with the write cookie must carry: a form cannot send it.
+WRITE_HEADER = "X-Dispatchq-Write"
+#: The login form's own policy: the page's forbids every form, this one posts to `/login`.
+_FORM_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    )
+}
 
+# The referrer meta: under the headers' `no-referrer` Chromium sends `Origin: null` with the
+# form's POST, which the cross-site rule refuses; same-origin gives this server's own Origin.
 LOGIN_FORM = """<!doctype html><meta charset="utf-8"><title>dispatchq</title>
+<meta name="referrer" content="same-origin">
 <form method="post" action="/login" style="font: 16px system-ui; margin: 4em auto; max-width: 24em">
 <p>This dispatchq needs its API token (<code>DISPATCHQ_API_TOKEN</code>) to show the page.</p>
 <p><input type="password" name="token" autofocus required style="width: 100%"></p>
@@ -71,8 +106,12 @@ LOGIN_FORM = """<!doctype html><meta charset="utf-8"><title>dispatchq</title>
 """
 
 
-def _mac(token: bytes, expires: int) -> str:
-    return hmac.new(token, _COOKIE_CONTEXT + str(expires).encode(), hashlib.sha256).hexdigest()
+def _mac(token: bytes, expires: int, context: bytes = _COOKIE_CONTEXT) -> str:
+    return hmac.new(token, context + str(expires).encode(), hashlib.sha256).hexdigest()
+
+
+def _form(status: int) -> HTMLResponse:
+    return HTMLResponse(LOGIN_FORM, status_code=status, headers=_FORM_HEADERS)
 
 
 def cookie_value(token: bytes, now: float) -> str:
@@ -81,7 +120,13 @@ def cookie_value(token: bytes, now: float) -> str:
     return f"{expires}.{_mac(token, expires)}"
 
 
-def read_cookie_valid(token: bytes, given: bytes, now: float) -> bool:
+def write_cookie_value(token: bytes, now: float) -> str:
+    """The write cookie for a login at `now`: a short expiry and an HMAC over the write label."""
+    expires = int(now) + WRITE_COOKIE_MAX_AGE
+    return f"{expires}.{_mac(token, expires, _WRITE_CONTEXT)}"
+
+
+def read_cookie_valid(token: bytes, given: bytes, now: float, context: bytes = _COOKIE_CONTEXT) -> bool:
     """Whether a cookie value (quoted or not: browsers and proxies differ) is a live login."""
     expires_text, _, mac = given.strip().strip(b'"').partition(b".")
     if not expires_text.isdigit() or len(expires_text) > 12:
@@ -89,12 +134,31 @@ def read_cookie_valid(token: bytes, given: bytes, now: float) -> bool:
     expires = int(expires_text)
     if expires <= now:
         return False
-    return hmac.compare_digest(mac, _mac(token, expires).encode())
+    return hmac.compare_digest(mac, _mac(token, expires, context).encode())
+
+
+def write_cookie_valid(token: bytes, given: bytes, now: float) -> bool:
+    """Whether a write cookie value is live (a read cookie, signed for another label, is not)."""
+    return read_cookie_valid(token, given, now, _WRITE_CONTEXT)
+
+
+def _cookies(scope: Scope, name: bytes) -> list[bytes]:
+    """Every value the request's Cookie headers give `name`."""
+    found = []
+    for key, value in scope.get("headers", ()):
+        if key != b"cookie":
+            continue
+        for part in value.split(b";"):
+            cookie, _, given = part.strip().partition(b"=")
+            if cookie == name:
+                found.append(given)
+    return found
 
 
 class BearerAuth:
     """Every route but OPEN_PATHS needs `Authorization: Bearer <token>` (when a token is set);
-    the login cookie stands in for it on GET and HEAD."""
+    the login cookie stands in for it on GET and HEAD, the write cookie on the page's actions
+    (same Origin and WRITE_HEADER: see the module)."""
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app
@@ -111,11 +175,18 @@ class BearerAuth:
         if scope.get("method") in READ_METHODS and self._cookie_matches(scope):
             await self.app(scope, receive, send)
             return
+        refused = self._write_refusal(scope)
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        if refused:
+            await send_json(send, 403, {"error": refused})
+            return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
         if scope["path"] == "/" and scope.get("method") in READ_METHODS:
-            await HTMLResponse(LOGIN_FORM, status_code=401)(scope, receive, send)
+            await _form(401)(scope, receive, send)
             return
         await send_json(
             send,
@@ -127,14 +198,28 @@ class BearerAuth:
     def _cookie_matches(self, scope: Scope) -> bool:
         assert self._token is not None
         now = time.time()
-        for name, value in scope.get("headers", ()):
-            if name != b"cookie":
-                continue
-            for part in value.split(b";"):
-                key, _, given = part.strip().partition(b"=")
-                if key == TOKEN_COOKIE.encode() and read_cookie_valid(self._token, given, now):
-                    return True
-        return False
+        return any(
+            read_cookie_valid(self._token, given, now) for given in _cookies(scope, TOKEN_COOKIE.encode())
+        )
+
+    def _write_refusal(self, scope: Scope) -> str | None:
+        """None: a live write cookie opens this action; "": no write cookie (401 follows);
+        else why a request with one is refused (403)."""
+        assert self._token is not None
+        if scope.get("method") in READ_METHODS or not scope["path"].startswith(ACTION_PREFIX):
+            return ""
+        now = time.time()
+        if not any(
+            write_cookie_valid(self._token, given, now) for given in _cookies(scope, WRITE_COOKIE.encode())
+        ):
+            return ""
+        if header(scope, b"origin") is None or cross_site_reason(scope) is not None:
+            return "a write with the page's login cookie needs this server's own Origin"
+        if header(scope, WRITE_HEADER.lower().encode()) != b"1":
+            return (
+                f"a write with the page's login cookie needs the header {WRITE_HEADER}: 1 (the page sends it)"
+            )
+        return None
 
 
 class LoginThrottle:
@@ -197,27 +282,38 @@ def login_route(
         async for chunk in request.stream():  # a form with one field: 4 KB is plenty
             body += chunk
             if len(body) > 4096:
-                return HTMLResponse(LOGIN_FORM, status_code=413)
+                return _form(413)
         try:
             fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
         except ValueError:  # more fields than the form has
-            return HTMLResponse(LOGIN_FORM, status_code=400)
+            return _form(400)
         given = (fields.get("token") or [""])[0].strip().encode()
         if not hmac.compare_digest(given, token.encode()):
             throttle.failed(peer, clock())
-            return HTMLResponse(LOGIN_FORM, status_code=401)
+            return _form(401)
         throttle.succeeded(peer)
         answer = RedirectResponse("/", status_code=303)
         host, _ = split_host(request.headers.get("host", ""))
-        answer.set_cookie(
-            TOKEN_COOKIE,
-            cookie_value(token.encode(), clock()),
-            max_age=COOKIE_MAX_AGE,
-            httponly=True,
-            samesite="strict",
-            path="/",
-            secure=request.url.scheme == "https" or not is_loopback(host),
-        )
+        secure = request.url.scheme == "https" or not is_loopback(host)
+        now = clock()
+        for name, value, max_age in (
+            (WRITE_COOKIE, write_cookie_value(token.encode(), now), WRITE_COOKIE_MAX_AGE),
+            (TOKEN_COOKIE, cookie_value(token.encode(), now), COOKIE_MAX_AGE),
+        ):
+            answer.set_cookie(
+                name, value, max_age=max_age, httponly=True, samesite="strict", path="/", secure=secure
+            )
         return answer
 
     return login
+
+
+def login_form_route(token: str | None) -> Any:
+    """`GET /login`: the form again (the page links here when its write cookie has expired)."""
+
+    async def form(request: Request) -> Response:
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        return _form(200)
+
+    return form

@@ -276,3 +276,191 @@ def test_the_page_forbids_inline_script_and_other_origins(served: str) -> None:
     assert b"http://" not in body and b"https://" not in body  # no external asset
     code, _, script = get(f"{served}/static/page.js")
     assert code == 200 and b"innerHTML" not in script
+
+
+# --- the page as a place to act from (a real `dispatchq serve` with a token) ------------------
+
+TOKEN = "page-actions-token-0123456789abcdefXYZ"
+WARNING = {"id": "scheduler-down", "text": f"scheduler down {EVIL}", "hint": "start it: dispatchq scheduler"}
+
+
+@pytest.fixture
+def acting(populated: Any, dq_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    """`dispatchq serve` with a token over the populated Redis, and a history with a gap in it."""
+    from dispatchq.storage.history import record_sample
+    from tests.support.serve import Server
+
+    now = time.time()
+    redis = populated.redis
+    for minutes_ago in [*range(40, 30, -1), *range(12, 0, -1)]:  # a gap from 30 to 12 minutes ago
+        redis.incrby(keys.answered_counter("code"), 3)
+        redis.incrby(keys.answered_counter("session"), 1)
+        redis.incrby(keys.STATS_SESSIONS_SPAWNED, 1)
+        record_sample(redis, now - minutes_ago * 60, window_closed=minutes_ago < 6)
+    with Server({**dq_env, "DISPATCHQ_API_TOKEN": TOKEN}, tmp_path) as server:
+        yield server
+
+
+def row_of(page: Any, table: str, jid: str) -> Any:
+    return page.locator(f"#{table} tbody tr", has=page.locator(f'a.jid[title="{jid}"]'))
+
+
+def acted(page: Any, text: str, ok: bool = True) -> str:
+    """Wait for the action's outcome line to say `text`; return it."""
+    selector = "#action-result.ok" if ok else "#action-result.bad"
+    page.wait_for_function(
+        "([s, t]) => (document.querySelector(s) || {}).textContent?.includes(t)", arg=[selector, text]
+    )
+    return str(page.locator("#action-result").inner_text())
+
+
+def with_warnings(route: Any) -> None:
+    """`/status` as the server answered it, with one red fact added (the `truth` branch's list)."""
+    response = route.fetch()
+    data = response.json()
+    data["warnings"] = [WARNING]
+    route.fulfill(response=response, json=data)
+
+
+def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) -> None:
+    chromium = chromium_or_skip()
+    import hashlib
+    import hmac
+
+    from playwright.sync_api import sync_playwright
+
+    from dispatchq.queue.retrigger import window_for
+    from dispatchq.tiers.session import session_log_path
+
+    base = f"http://127.0.0.1:{acting.port}"
+    store = populated.store
+    dialogs: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 2200})
+            page = context.new_page()
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.route("**/status", with_warnings)
+            # The login form, submitted in the browser (its own CSP lets it post to /login).
+            page.goto(base + "/")
+            page.fill("input[name=token]", TOKEN)
+            page.on("pageerror", lambda e: dialogs.append(f"page error: {e}"))
+            page.click("button[type=submit]")
+            page.wait_for_selector("#scopes .countdown")
+            page.wait_for_selector("#history svg")
+
+            # The write cookie: HttpOnly (the script sees no cookie), Strict, a "write" HMAC, 15 min.
+            assert page.evaluate("document.cookie") == ""
+            cookies = {c["name"]: c for c in context.cookies()}
+            write = cookies["dispatchq_write"]
+            assert write["httpOnly"] and write["sameSite"] == "Strict"
+            assert TOKEN not in write["value"] and TOKEN not in json.dumps(list(cookies.values()))
+            expires_text, _, mac = write["value"].partition(".")
+            label = f"dispatchq write page cookie v1:{expires_text}".encode()
+            assert hmac.compare_digest(mac, hmac.new(TOKEN.encode(), label, hashlib.sha256).hexdigest())
+            assert 14 * 60 <= int(expires_text) - time.time() <= 15 * 60
+            assert abs(write["expires"] - int(expires_text)) <= 2
+
+            # The header: the full summary, red facts with their hint, the favicon, one date format.
+            summary = page.locator("#summary").inner_text()
+            for part in (
+                "answered by code",
+                "answered by typed",
+                "answered by session",
+                "failed",
+                "needs-triage",
+                "cancelled",
+                f"waiting {WAITING + 1}",
+            ):
+                assert part in summary, (part, summary)
+            fact = page.locator("#warnings li").first
+            assert EVIL in fact.inner_text() and "start it: dispatchq scheduler" in fact.inner_text()
+            assert fact.evaluate("n => getComputedStyle(n).color") == "rgb(180, 35, 24)"
+            assert page.locator("#warnings script").count() == 0
+            icon = page.locator("link[rel=icon]").get_attribute("href") or ""
+            assert icon.startswith("data:image/svg+xml")
+            stamp = page.locator("#latest time.stamp").first
+            assert (stamp.get_attribute("title") or "").endswith("Z (UTC)")
+
+            # The history: answered bars, closed-window bands, and the 18 unsampled minutes as a gap.
+            assert page.locator("#history rect.answered-code").count() >= 20
+            assert page.locator("#history rect.closed").count() >= 4
+            gaps = page.locator("#history rect.gap")
+            titles = [gaps.nth(i).locator("title").text_content() or "" for i in range(gaps.count())]
+            assert any("no samples" in t for t in titles), titles
+            widths = [float(gaps.nth(i).get_attribute("width") or 0) for i in range(gaps.count())]
+            assert any(10 <= w <= 14 for w in widths), widths  # 18 min of 1440 on a 1000-wide axis
+
+            # Retry and cancel from the latest judgements.
+            first, second = (page.locator("#latest a.jid").nth(i).get_attribute("title") for i in (0, 1))
+            assert first and second
+            row_of(page, "latest", first).locator("button", has_text="cancel").click()
+            acted(page, f"cancelled {first}")
+            assert store.get(first).status == "cancelled"
+            row_of(page, "latest", second).locator("button", has_text="retry").click()
+            acted(page, f"re-queued {second}")
+            assert any(t.why == "retry requested" for t in store.get(second).trail)
+
+            # Unblock the host.
+            page.locator("#hosts tbody tr", has_text="build-07").locator("button").click()
+            acted(page, "host build-07: sessions unblocked")
+            assert not WindowStore(populated.redis).blocked_reason("build-07")
+
+            # Window close: a shorter closure is refused without force, then forced; then opened.
+            page.fill("#close-until", "1h")
+            page.fill("#close-reason", "lunch")
+            page.click("#close-window")
+            assert "already closed until" in acted(page, "refused (409)", ok=False)
+            assert window_for(populated).get("general").lifts_at > time.time() + 2 * 3600
+            page.check("#close-force")
+            page.click("#close-window")
+            acted(page, "window closed until")
+            assert 3500 < window_for(populated).get("general").lifts_at - time.time() <= 3600
+            page.click("#open-window")
+            acted(page, "opened: general")
+            assert window_for(populated).get("general") is None
+            page.wait_for_function(
+                "() => document.querySelector('#audit').textContent.includes('serve 127.0.0.1')"
+            )
+
+            # Without the custom header the write cookie writes nothing.
+            refused = page.evaluate(
+                """async () => (await fetch("actions/window/close", {method: "POST",
+                    headers: {"Content-Type": "application/json"}, body: '{"until": "2h"}'})).status"""
+            )
+            assert refused == 403 and window_for(populated).get("general") is None
+
+            # A page on another site (localhost is another site than 127.0.0.1) cannot write.
+            other = context.new_page()
+            other.goto(f"http://localhost:{acting.port}/login")
+            other.evaluate(
+                f"""async () => {{ try {{ await fetch("{base}/actions/window/close", {{method: "POST",
+                    mode: "no-cors", credentials: "include", headers: {{"Content-Type": "text/plain"}},
+                    body: '{{"until": "2h"}}'}}); }} catch (e) {{}} }}"""
+            )
+            wait_for(lambda: " POST /actions/window/close 403" in acting.output, what="the refusal logged")
+            assert window_for(populated).get("general") is None
+            other.close()
+
+            # A judgement's page: its record, trail and session log, linked from the id.
+            log = session_log_path(populated.settings.data_dir, second)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"claude: something failed {EVIL}\n")
+            page.wait_for_selector(f'#latest a.jid[title="{second}"]')
+            shot = tmp_path / "page-actions.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            page.locator(f'#latest a.jid[title="{second}"]').first.click()
+            page.wait_for_selector("#session-log:not([hidden])")
+            assert page.url.endswith(f"/judgement/{second}")
+            assert EVIL in page.locator("#session-log").inner_text()
+            assert "retry requested" in page.locator("#trail").inner_text()
+            assert second in page.locator("#record").inner_text()
+            assert page.locator("#judgement-actions button").count() >= 1
+            judgement_shot = tmp_path / "judgement-page.png"
+            page.screenshot(path=str(judgement_shot), full_page=True)
+            print(f"screenshot: {judgement_shot}")
+            assert shot.stat().st_size > 10_000 and dialogs == []
+        finally:
+            browser.close()

@@ -1,16 +1,11 @@
 // The status page: fetch `status` every few seconds, build the DOM with textContent only.
 // Text from issues, comments and payloads is data: it is never parsed as HTML here.
+// The helpers (el, show, stamp, idLink, act) are common.js's.
 "use strict";
 
 const REFRESH_MS = 5000;
+const HISTORY_MS = 60000;
 let skew = 0; // server clock minus this browser's, in seconds (countdowns use the server's)
-
-function el(tag, text, className) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  if (className) node.className = className;
-  return node;
-}
 
 function fill(tableId, rows, empty) {
   const body = document.querySelector(`#${tableId} tbody`);
@@ -42,20 +37,6 @@ function num(value) {
   return el("td", value === undefined || value === null ? "0" : String(value), "num");
 }
 
-function show(value) {
-  if (value === undefined || value === null || value === "") return "–";
-  if (typeof value === "object") return JSON.stringify(value);
-  return String(value);
-}
-
-function local(epochSeconds) {
-  if (!epochSeconds) return "–";
-  return new Date(epochSeconds * 1000).toLocaleString(undefined, {
-    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
-    timeZoneName: "short",
-  });
-}
-
 function countdown(epochSeconds) {
   const span = el("span", "", "countdown");
   span.dataset.until = String(epochSeconds);
@@ -84,18 +65,67 @@ function short(id) {
   return code;
 }
 
+function judgementActions(r) {
+  const td = el("td");
+  const finished = ["answered", "needs-triage", "failed", "cancelled"].includes(r.status);
+  if (r.status !== "queued" && r.status !== "running") {
+    td.appendChild(actionButton("retry", () => act(`actions/judgements/${encodeURIComponent(r.id)}/retry`, {},
+      (a) => `re-queued ${a.id}`).then(refresh)));
+  }
+  if (!finished) {
+    td.appendChild(actionButton("cancel", () => act(`actions/judgements/${encodeURIComponent(r.id)}/cancel`, {},
+      (a) => `cancelled ${a.id}`).then(refresh)));
+  }
+  return td;
+}
+
+function summaryPart(label, value) {
+  const span = el("span", `${label} `, "summary-part");
+  span.appendChild(el("strong", String(value || 0)));
+  span.dataset.part = label;
+  return span;
+}
+
+// The header: every count a person asks first, the answered ones per tier.
+function renderSummary(data) {
+  const j = data.judgements || {};
+  const answered = data.answered || {};
+  const box = document.getElementById("summary");
+  box.className = "";
+  box.replaceChildren(
+    el("span", `redis ${data.redis} · `, "muted"),
+    ...["code", "typed", "session"].map((t) => summaryPart(`answered by ${t}`, answered[t])),
+    summaryPart("queued", j.queued), summaryPart("running", j.running), summaryPart("waiting", j.waiting),
+    summaryPart("failed", j.failed), summaryPart("needs-triage", j["needs-triage"]),
+    summaryPart("cancelled", j.cancelled),
+    el("span", "updated ", "muted"), stamp(Date.now() / 1000),
+  );
+}
+
+// Red facts (`status`'s `warnings`: no worker for what is queued, the scheduler down, ...),
+// each with its hint; whatever ids and texts the server sends, shown as text.
+function renderWarnings(data) {
+  const list = document.getElementById("warnings");
+  const warnings = Array.isArray(data.warnings) ? data.warnings : [];
+  list.replaceChildren(...warnings.map((w) => {
+    const li = el("li", show(w.text));
+    li.dataset.id = String(w.id || "");
+    if (w.hint) li.appendChild(el("span", w.hint, "hint"));
+    return li;
+  }));
+  list.hidden = !warnings.length;
+}
+
 function render(data) {
   skew = typeof data.now === "number" ? data.now - Date.now() / 1000 : 0;
-  const j = data.judgements || {};
-  document.getElementById("summary").textContent =
-    `redis ${data.redis} · ${j.queued || 0} queued, ${j.running || 0} running, ${j.waiting || 0} waiting, ` +
-    `${j.answered || 0} answered · updated ${new Date().toLocaleTimeString()}`;
+  renderSummary(data);
+  renderWarnings(data);
 
   const markers = data.markers || [];
   const scopes = markers.map((m) => {
     const state = scopeState(m);
     return [
-      el("td", m.scope), el("td", state, `state state-${state}`), el("td", local(m.lifts_at_epoch)),
+      el("td", m.scope), el("td", state, `state state-${state}`), stamp(m.lifts_at_epoch),
       m.up ? countdown(m.lifts_at_epoch) : el("td", "–"), el("td", show(m.kind)), el("td", show(m.message)),
       el("td", show(m.session)), el("td", m.utilization === null || m.utilization === undefined ? "–" : `${Math.round(m.utilization * 100)}%`),
     ];
@@ -109,12 +139,15 @@ function render(data) {
   retrigger.replaceChildren();
   if (data.retrigger) {
     const at = Date.parse(data.retrigger) / 1000;
-    retrigger.append("Next retrigger: ", el("strong", local(at)), " (in ", countdown(at), ")");
+    retrigger.append("Next retrigger: ", stamp(at), " (in ", countdown(at), ")");
   } else {
     retrigger.textContent = "No retrigger scheduled.";
   }
   const sessions = data.sessions || {};
-  fill("hosts", Object.entries(sessions.blocked || {}).map(([host, why]) => [host, why]), "no host blocked");
+  fill("hosts", Object.entries(sessions.blocked || {}).map(([host, why]) => [host, why,
+    actionButton("unblock", () => act("actions/hosts/unblock", { host }, (a) =>
+      a.was_blocked ? `host ${a.host}: sessions unblocked` : `host ${a.host} was not blocked`).then(refresh)),
+  ]), "no host blocked");
 
   const byTier = data.judgements_by_tier || {};
   fill("tiers", ["code", "typed", "session"].map((t) => [
@@ -131,11 +164,12 @@ function render(data) {
   if (more > 0) reasons.push([`… and ${more} other reason(s)`, el("td", "", "num")]);
   fill("waiting-reasons", reasons, "nothing waits");
   fill("waiting-sample", (data.waiting_sample || []).map((r) => [
-    short(r.id), r.kind, r.target, r.item, r.reason, local(r.updated_at),
+    idLink(r.id), r.kind, r.target, r.item, r.reason, stamp(r.updated_at), judgementActions(r),
   ]), "nothing waits");
 
   fill("latest", (data.latest || []).map((r) => [
-    short(r.id), r.kind, r.target, r.item, r.status, r.tier, r.value, r.reason, local(r.updated_at),
+    idLink(r.id), r.kind, r.target, r.item, r.status, r.tier, r.value, r.reason, stamp(r.updated_at),
+    judgementActions(r),
   ]), "no judgements yet");
 
   const t = data.triage || {};
@@ -147,7 +181,7 @@ function render(data) {
     s.target, s.event, s.rule, s.action, s.reason, s.explanation, s.confidence, s.threshold, s.margin,
   ]), "nothing suppressed in shadow mode");
 
-  fill("audit", (data.window_audit || []).map((a) => [a.at, a.scope, a.action, a.who, a.reason]), "no changes");
+  fill("audit", (data.window_audit || []).map((a) => [stamp(a.at), a.scope, a.action, a.who, a.reason]), "no changes");
 }
 
 function ago(seconds) {
@@ -162,7 +196,7 @@ function renderUsage(data) {
   fill("usage", (data.window_usage || []).map((u) => [
     el("td", u.scope),
     el("td", typeof u.utilization === "number" ? `${Math.round(u.utilization * 100)}%` : "–", "num usage-used"),
-    el("td", local(u.resets_at_epoch)),
+    stamp(u.resets_at_epoch),
     u.resets_at_epoch ? countdown(u.resets_at_epoch) : el("td", "–"),
     el("td", ago(u.age_seconds)),
     short(u.session),
@@ -186,8 +220,49 @@ async function refresh() {
   }
 }
 
+// `2h30m` goes as it is; `18:00` is the next such local time, sent with this browser's offset.
+function untilValue(text) {
+  const clock = /^(\d{1,2}):(\d{2})$/.exec(text.trim());
+  if (!clock) return text.trim();
+  const at = new Date();
+  at.setHours(Number(clock[1]), Number(clock[2]), 0, 0);
+  if (at <= new Date()) at.setDate(at.getDate() + 1);
+  const offset = -at.getTimezoneOffset();
+  const sign = offset >= 0 ? "+" : "-";
+  const pad = (n) => String(Math.floor(Math.abs(n))).padStart(2, "0");
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())}T${pad(at.getHours())}:` +
+    `${pad(at.getMinutes())}:00${sign}${pad(offset / 60)}:${pad(offset % 60)}`;
+}
+
+function wireWindowActions() {
+  document.getElementById("close-window").addEventListener("click", () => {
+    const body = {
+      until: untilValue(document.getElementById("close-until").value),
+      reason: document.getElementById("close-reason").value,
+      force: document.getElementById("close-force").checked,
+    };
+    act("actions/window/close", body, (a) => `window closed until ${localText(a.closed_until_epoch)}`).then(refresh);
+  });
+  document.getElementById("open-window").addEventListener("click", () => {
+    act("actions/window/open", {}, (a) =>
+      a.opened.length ? `opened: ${a.opened.join(", ")}` : "the window was already open").then(refresh);
+  });
+}
+
+async function refreshHistory() {
+  try {
+    const response = await fetch("history", { cache: "no-store", credentials: "same-origin" });
+    if (response.ok) drawHistory(document.getElementById("history"), await response.json());
+  } catch (e) {
+    // The chart keeps its last drawing; the status line says when the server is away.
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  wireWindowActions();
   refresh();
+  refreshHistory();
   setInterval(refresh, REFRESH_MS);
+  setInterval(refreshHistory, HISTORY_MS);
   setInterval(tick, 1000);
 });
