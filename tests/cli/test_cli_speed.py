@@ -56,6 +56,11 @@ def within(module: str, names: tuple[str, ...]) -> bool:
     return any(module == n or module.startswith(n + ".") for n in names)
 
 
+def drawn(modules: list[str]) -> list[str]:
+    """The rich modules imported: a `--json` command prints JSON and never draws a table."""
+    return [m for m in modules if within(m, ("rich",))]
+
+
 def heavy(modules: list[str], allowed: tuple[str, ...] = ()) -> list[str]:
     """The modules of `modules` a light command must not have imported (but `allowed` ones:
     exactly those names, and everything under `dispatchq.findings.grammar` when it is named)."""
@@ -112,6 +117,7 @@ def test_status_json_imports_neither_the_triage_engine_nor_the_gate(cli_env: dic
     assert data["triage"]["runs"] == 0 and data["triage"]["needs_triage"] == 0, data["triage"]
     assert heavy(modules) == []
     assert "dispatchq.triage.status" in modules
+    assert not drawn(modules), "--json draws nothing, so it needs no rich"
 
 
 @pytest.mark.parametrize(
@@ -130,6 +136,8 @@ def test_the_other_loop_commands_import_only_what_they_use(
     done, modules = probe(args, cli_env)
     assert done.returncode == code and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert heavy(modules, allowed) == []
+    if "--json" in args:
+        assert not drawn(modules)
 
 
 def test_a_config_with_triage_rules_still_loads_them(cli_env: dict[str, str], tmp_path: Path) -> None:
