@@ -37,7 +37,6 @@ from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.errors import ConfigError
 from dispatchq.launcher.environment import is_secret_name
-from dispatchq.triage.rules import load_triage
 
 __all__ = [
     "KIND_KEYS",
@@ -453,6 +452,9 @@ def parse_config(
     )
     triage = None
     if data.get("triage") is not None:
+        # The rules engine's loader (and its CEL parser) only for a config that has rules.
+        from dispatchq.triage.rules import load_triage  # noqa: PLC0415 (lazy: the CEL parser)
+
         triage = load_triage(data["triage"], base_dir)
     return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)
 

@@ -6,12 +6,10 @@ import contextlib
 import re
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
@@ -19,6 +17,10 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import is_outage, require_room, waiting_here
 from dispatchq.window.usage import usage_lines
+
+if TYPE_CHECKING:
+    # rich is imported where a table is drawn: `status --json` runs in scripts' loops.
+    from rich.console import Console
 
 __all__ = [
     "parse_until",
@@ -96,6 +98,8 @@ def status(as_json: bool, recount: bool) -> None:
     console = make_console()
     _print_redis(console, data)
     _print_waiting_here(console, data["waiting_for_redis_here"])
+    from rich.table import Table
+
     table = Table("tier", "queued", "workers", "answered")
     for tier in TIERS:
         table.add_row(
@@ -305,6 +309,8 @@ def settings_cmd(as_json: bool) -> None:
     if as_json:
         print_json({**data, "session_environment": names, "config_file": config_file})
         return
+    from rich.table import Table
+
     table = Table("variable", "value", "meaning")
     for name, entry in data.items():
         table.add_row(name, str(entry["value"]), entry["description"] or "")

@@ -8,12 +8,9 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
@@ -22,6 +19,12 @@ from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
+
+if TYPE_CHECKING:
+    # rich is imported where a table or a bar is drawn: `--json` runs in scripts' loops.
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
 
 __all__ = [
     "MIN_ID_PREFIX",
@@ -190,6 +193,8 @@ def _table(records: list[Record]) -> Table:
     columns. A judgement no tier answered (needs-triage, waiting, failed) shows no tier:
     `needs-triage` is where it ended, not who answered it.
     """
+    from rich.table import Table
+
     table = Table(show_lines=False, pad_edge=False)
     table.add_column("id", no_wrap=True, min_width=12)
     table.add_column("kind", overflow="fold", max_width=20)
@@ -289,6 +294,9 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
     show_progress = sys.stderr.isatty() if progress is None else progress
     started = time.monotonic()
     if show_progress and ids:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         bar = Progress(
             TextColumn("[bold]judging"),
             BarColumn(),

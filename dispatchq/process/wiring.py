@@ -5,6 +5,12 @@ builds a `Runtime` (settings, Redis, the config with the decision gate's built-i
 kinds), makes it the process's current runtime for RQ's by-name job functions
 (`jobs.tiers.*`), and starts the long-running roles. Importing the gate here, and
 nowhere below, is what keeps `config` and the tiers free of an import circle.
+
+Every command builds its runtime here, and `dispatchq status` runs in operators' loops: so
+the heavy parts (the findings gate's built-in kinds, RQ's worker and scheduler loops) are
+imported inside the functions that use them, and the built-in kinds are handed to the
+`Runtime` as a callable it resolves when the config is first read. A command that never
+reads the config (`status`) never imports the gate.
 """
 
 from __future__ import annotations
@@ -13,23 +19,25 @@ import logging
 import signal
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from dispatchq.config import Config, config_source, load_config
 from dispatchq.core.tiers import TIERS, automatic_tiers
-from dispatchq.findings.run.kinds import builtin_hooks, builtin_kinds
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.process import logs
-from dispatchq.queue import scheduler
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
 from dispatchq.storage.outage import wait_for_redis
-from dispatchq.tiers.hooks import SessionHooks
-from dispatchq.workers import run as worker
+
+if TYPE_CHECKING:
+    from dispatchq.config import Config
+    from dispatchq.core.kinds import Kind
+    from dispatchq.tiers.hooks import SessionHooks
 
 __all__ = [
     "build_runtime",
     "build_runtime_waiting",
+    "builtin_kinds",
     "drain",
     "get_runtime",
     "run_scheduler",
@@ -39,12 +47,17 @@ __all__ = [
 ]
 
 
+def builtin_kinds() -> dict[str, Kind]:
+    """The kinds defined in code (the findings gate's), imported only when a config is read."""
+    from dispatchq.findings.run.kinds import builtin_kinds as gate_kinds  # noqa: PLC0415 (lazy: the gate)
+
+    return gate_kinds()
+
+
 def build_runtime(settings: Settings | None = None, *, config: Config | None = None) -> Runtime:
     """A runtime from these settings (default: the environment's), with the built-in kinds."""
     settings = settings or load_settings()
-    return Runtime(
-        settings=settings, redis=connect(settings), config_override=config, builtin=builtin_kinds()
-    )
+    return Runtime(settings=settings, redis=connect(settings), config_override=config, builtin=builtin_kinds)
 
 
 _lock = threading.Lock()
@@ -56,6 +69,8 @@ def session_hooks() -> Mapping[str, SessionHooks]:
     for a kind defined in code (`jobs.tiers.session` hands them to it). Made once."""
     with _lock:
         if not _HOOKS:
+            from dispatchq.findings.run.kinds import builtin_hooks  # noqa: PLC0415 (lazy: the gate)
+
             _HOOKS.update(builtin_hooks())
         return _HOOKS
 
@@ -94,6 +109,8 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     mark_non_dumpable()
     logs.configure(role, settings.log_format, rq_info=settings.log_rq)
     log = logging.getLogger(f"dispatchq.{role}")
+    from dispatchq.config import load_config  # noqa: PLC0415 (lazy: the YAML parser)
+
     load_config(settings.config, builtin=builtin_kinds(), required=False)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -105,12 +122,16 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
             signal.signal(sig, handler)
     if client is None:
         return None
+    from dispatchq.config import config_source  # noqa: PLC0415 (lazy: the YAML parser)
+
     log.info("%s", config_source(settings.config))  # after Redis: a refusal at start stays one line
-    return Runtime(settings=settings, redis=client, builtin=builtin_kinds())
+    return Runtime(settings=settings, redis=client, builtin=builtin_kinds)
 
 
 def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:
     """`dispatchq worker TIER`: this process becomes one tier's worker."""
+    from dispatchq.workers import run as worker  # noqa: PLC0415 (lazy: RQ's worker, every tier)
+
     logs.configure(
         tier,
         runtime.settings.log_format,
@@ -124,6 +145,8 @@ def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool 
 
 def run_scheduler(runtime: Runtime, *, burst: bool = False) -> None:
     """`dispatchq scheduler`: rq-scheduler's loop plus the control queue."""
+    from dispatchq.queue import scheduler  # noqa: PLC0415 (lazy: rq-scheduler)
+
     logs.configure("scheduler", runtime.settings.log_format, rq_info=runtime.settings.log_rq)
     mark_non_dumpable()
     set_runtime(runtime)
@@ -134,6 +157,8 @@ def drain(runtime: Runtime, *, horizon: float | None = None, sessions: bool = Tr
     """Run every tier in this process until nothing more can be answered now (`dispatchq run`).
 
     This process runs sessions and holds every key, as a worker does: non-dumpable too."""
+    from dispatchq.workers import run as worker  # noqa: PLC0415 (lazy: RQ's worker, every tier)
+
     mark_non_dumpable()
     set_runtime(runtime)
     tiers = TIERS if sessions else automatic_tiers()

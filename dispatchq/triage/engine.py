@@ -32,6 +32,7 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.budget import HOUR, Budget, BudgetLimit, RollingBudget, RunBudget, budget_for
 from dispatchq.triage.executors import Command, Executor, Ledger, comment_marker
 from dispatchq.triage.rules import ActionSpec, Event, Mode, TriageConfig, decision_key
+from dispatchq.triage.status import outcome_counts, status_section
 from dispatchq.triage.table import Entry, Knowledge, RuleError, questions_to_ask, resolve
 
 __all__ = [
@@ -246,25 +247,6 @@ class TriageStore:
 
     def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
         return self.storage.recent_runs(limit)
-
-
-def outcome_counts(runs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Totals by reason code over runs (what `dispatchq status` shows for triage)."""
-    total: Counter[str] = Counter()
-    for run in runs:
-        total.update(run.get("counts", {}))
-    return dict(total)
-
-
-def status_section(storage: TriageStorage, *, last: int = 20) -> dict[str, Any]:
-    """The triage part of `dispatchq status --json`: the last runs' counts by outcome."""
-    runs = TriageStore(storage).recent_runs(last)
-    return {
-        "runs": len(runs),
-        "last_run": runs[0]["time"] if runs else None,
-        "counts": outcome_counts(runs),
-        "needs_triage": storage.needs_triage_count(),
-    }
 
 
 # ------------------------------------------------------------------------------------ result

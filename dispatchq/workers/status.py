@@ -18,7 +18,7 @@ from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
-from dispatchq.triage.engine import status_section as triage_section
+from dispatchq.triage.status import status_section as triage_section
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime

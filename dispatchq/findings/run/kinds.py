@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, SessionSpec
-from dispatchq.findings.run.fixer import FixerJob
-from dispatchq.findings.texts.prompts import analyst_prompt, new_nonce, restater_prompt
 from dispatchq.findings.texts.returns import ANALYST, FIXER, RESTATER
 from dispatchq.tiers.hooks import SessionHooks, SpawnVerdict
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
+    from dispatchq.findings.run.fixer import FixerJob
     from dispatchq.runtime import Runtime
     from dispatchq.window.limits import SessionOutcome
 
@@ -61,6 +60,13 @@ class QuestionHooks(SessionHooks):
     """
 
     def render_prompt(self, runtime: Runtime, record: Record) -> str:
+        # Lazy: every process that reads a config names these kinds; only a session spawns them.
+        from dispatchq.findings.texts.prompts import (  # noqa: PLC0415 (lazy: the gate's texts)
+            analyst_prompt,
+            new_nonce,
+            restater_prompt,
+        )
+
         state = record.state if isinstance(record.state, dict) else {}
         nonce = new_nonce()
         if record.kind == ANALYST:
@@ -68,20 +74,28 @@ class QuestionHooks(SessionHooks):
         return restater_prompt(state, nonce)
 
 
+def _fixer(runtime: Runtime, record: Record) -> FixerJob:
+    """The fixer job of this record, its module imported only when a fixer session runs:
+    every process that reads a config names the built-in kinds, few spawn the fixer."""
+    from dispatchq.findings.run.fixer import FixerJob  # noqa: PLC0415 (lazy: the gate's machinery)
+
+    return FixerJob.load(runtime, record)
+
+
 class FixerHooks(SessionHooks):
     """The fixer job's own steps around the spawn (see `FixerJob`)."""
 
     def before_spawn(self, runtime: Runtime, record: Record) -> SpawnVerdict:
-        return FixerJob.load(runtime, record).before_spawn()
+        return _fixer(runtime, record).before_spawn()
 
     def render_prompt(self, runtime: Runtime, record: Record) -> str:
-        return FixerJob.load(runtime, record).prompt()
+        return _fixer(runtime, record).prompt()
 
     def after_session(self, runtime: Runtime, record: Record, outcome: SessionOutcome, result: Any) -> None:
-        FixerJob.load(runtime, record).after_session(outcome, result)
+        _fixer(runtime, record).after_session(outcome, result)
 
     def not_spawned(self, runtime: Runtime, record: Record, reason: str) -> None:
-        FixerJob.load(runtime, record).not_spawned(reason)
+        _fixer(runtime, record).not_spawned(reason)
 
 
 def _kind(name: str, prompt: str, args: Sequence[str], fmt: str) -> Kind:
