@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dispatchq.cli import console as make_console
@@ -94,6 +95,8 @@ def status(as_json: bool, recount: bool) -> None:
         print_json(data)
         return
     console = make_console()
+    for w in data.get("warnings") or []:  # the red facts first (workers/warnings.py)
+        console.print(f"[red]{escape(w['text'])}[/]: {escape(w['hint'])}", markup=True, highlight=False)
     _print_redis(console, data)
     _print_waiting_here(console, data["waiting_for_redis_here"])
     table = Table("tier", "queued", "workers", "answered")

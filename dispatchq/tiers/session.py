@@ -50,7 +50,15 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
-from dispatchq.tiers.confine import Confinement, config_dir, confinement, forget, sandbox_refusal, work_dir
+from dispatchq.tiers.confine import (
+    Confinement,
+    config_dir,
+    confinement,
+    credential_or_empty,
+    forget,
+    spawn_refusal,
+    work_dir,
+)
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.window.face import SLOT_LEASE, Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
@@ -160,7 +168,7 @@ def host_fingerprint(settings: Settings, environ: Mapping[str, str]) -> str:
     argv = build_argv(settings.session_command)
     resolved = shutil.which(argv[0], path=environ.get("PATH")) or ""
     var = settings.session_credential_var
-    secret = read_secret(var, environ) or ""
+    secret = credential_or_empty(settings, environ)  # a deleted *_FILE still fingerprints
     file_name = environ.get(f"{var}_FILE") or ""
     stamp = ""
     if file_name:
@@ -455,7 +463,7 @@ def _run(
     refused = _refused_before_spawn(attempt)
     if refused is not None:
         return refused
-    unconfinable = sandbox_refusal(attempt.settings, environ)
+    unconfinable = spawn_refusal(attempt.settings, environ)  # credential unreadable, or no sandbox
     if unconfinable is not None:
         block_host(window, record, unconfinable, host_fingerprint(attempt.settings, environ))
         attempt.hooks.not_spawned(runtime, record, unconfinable)

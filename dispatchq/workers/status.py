@@ -19,6 +19,7 @@ from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.engine import status_section as triage_section
+from dispatchq.workers.warnings import collect_warnings
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -88,6 +89,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "outcomes_total": counters["triage_outcomes"],
         "suppressed": _suppressed(triage),
     }
+    data["warnings"] = collect_warnings(data)  # the red facts at the top (workers/warnings.py)
     return data
 
 
