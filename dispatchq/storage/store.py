@@ -26,6 +26,7 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
 from dispatchq.storage import keys, scripts
 from dispatchq.storage.counts import RECOUNT_LUA
+from dispatchq.storage.histograms import observe_answer
 
 __all__ = [
     "WAITING_SAMPLE",
@@ -188,8 +189,11 @@ class Store:
         ]
         if pipe is not None:
             self._transition(keys=[keys.record(jid)], args=args, client=pipe)
+            observe_answer(pipe, jid, answered_tier, args[0])  # time in queue (storage/histograms.py)
             return None
-        return bool(self._transition(keys=[keys.record(jid)], args=args))
+        done = bool(self._transition(keys=[keys.record(jid)], args=args))
+        observe_answer(self.redis, jid, answered_tier, args[0])  # time in queue (storage/histograms.py)
+        return done
 
     def add_to_line(
         self,

@@ -50,6 +50,7 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.storage.histograms import observe_session
 from dispatchq.tiers.confine import (
     Confinement,
     config_dir,
@@ -558,6 +559,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
     window.store.count_spawned()
+    observe_session(window.store.redis, time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
         return _settle_shutdown(attempt, result)
