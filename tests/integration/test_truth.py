@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dispatchq.settings import load_settings
+from dispatchq.storage.histograms import read_histograms
 from dispatchq.storage.store import Store
 from dispatchq.tiers.confine import credential_problem, spawn_refusal
 from dispatchq.tiers.preflight import COMMAND_HINT, resolve_session_command
@@ -225,6 +226,10 @@ def test_a_credential_file_deleted_while_the_worker_runs_blocks_the_host_uncharg
     worker = procs.start("session", ["worker", "session"], env)
     first = _enqueue(env, "before")
     wait_for(lambda: store.statuses([first]) == ["answered"], timeout=90, what="the first judgement answered")
+    # Observed by the worker process itself, read here from Redis (storage/histograms.py).
+    histograms = read_histograms(redis_client)
+    assert histograms["session_duration"][""].buckets[-1] == ("+Inf", 1.0)
+    assert histograms["queue_time"]["session"].buckets[-1] == ("+Inf", 1.0)
 
     token.unlink()  # the credential goes missing while the worker runs
     jid = _enqueue(env, "after")
