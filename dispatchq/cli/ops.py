@@ -95,7 +95,11 @@ def status(as_json: bool, recount: bool) -> None:
     if as_json:
         print_json(data)
         return
+    from rich.markup import escape
+
     console = make_console()
+    for w in data.get("warnings") or []:  # the red facts first (workers/warnings.py)
+        console.print(f"[red]{escape(w['text'])}[/]: {escape(w['hint'])}", markup=True, highlight=False)
     _print_redis(console, data)
     _print_waiting_here(console, data["waiting_for_redis_here"])
     from rich.table import Table

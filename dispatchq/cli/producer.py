@@ -142,7 +142,7 @@ def enqueue(
 def result(jid: str, wait: float | None, as_json: bool) -> None:
     """Show a judgement's record: status, the tier that answered, the answer, the trail."""
     from dispatchq.client import Client
-    from dispatchq.tiers.session import session_log_path
+    from dispatchq.tiers.session_logs import session_log_path
 
     rt = runtime(config=False)
     record = Client(runtime=rt).result(full_id(rt, jid), wait=wait)

@@ -24,6 +24,7 @@ __all__ = [
     "threshold_for",
 ]
 
+
 def entry_tier(kind: Kind) -> str:
     """The cheapest tier that serves the kind; else where it escalates to (a person)."""
     for candidate in tiers.ladder():

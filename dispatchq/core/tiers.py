@@ -142,7 +142,6 @@ TABLE: tuple[TierRow, ...] = (
 TIERS: tuple[str, ...] = tuple(r.name for r in TABLE)
 
 
-
 def rank(rung: str) -> int:
     """A tier's rank, or the top for `needs-triage`: read from the table at call time."""
     if rung == NEEDS_TRIAGE:

@@ -29,4 +29,3 @@ def stop_requested(within: float = 0.0) -> bool:
     session's end is then seen first, the worker's own signal an instant later.
     """
     return _STOP.wait(within) if within > 0 else _STOP.is_set()
-

@@ -28,7 +28,7 @@ from dispatchq.core.judgement import JudgementIn
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
-from dispatchq.tiers.session import session_log_path
+from dispatchq.tiers.session_logs import session_log_path
 
 if TYPE_CHECKING:
     from dispatchq.serve.context import ServeContext

@@ -2,32 +2,33 @@
 
 A custom collector (no metric is kept in this process: several `serve` processes, or one
 restarted, report the same numbers). Gauges come from `status`'s own data, so the page,
-`status --json` and `/metrics` never disagree; counters from the store's counters:
+`status --json` and `/metrics` never disagree; counters and histograms from the store's
+counters (every process adds to them in Redis). Names follow the exposition rules: a unit
+suffix (`_seconds`, `_bytes`), `_timestamp_seconds` for an instant, `_ratio` for a share,
+`_total` for a counter, `_info` for facts; a `tier` label only ever holds a tier of the table
+(`dispatchq.core.tiers`). Every family is listed in `docs/metrics.md`.
 
-- per usage-window scope: `dispatchq_window_closed`, `dispatchq_window_lifts_at_seconds`,
-  `dispatchq_window_utilization` (when the session reported it);
-- `dispatchq_judgements{tier,status}`: unfinished judgements (queued, running, waiting) per
-  tier; finished ones (kept until their records expire) with `tier="all"`, because a
-  record's tier is not indexed once it is finished;
-- `dispatchq_waiting{reason_class}` (`window`, `host_blocked`, `slot`, `lock`, `retry`,
-  `other`: reasons are free text, labels are not), `dispatchq_workers{tier}`,
-  `dispatchq_queue_depth{tier}`, `dispatchq_host_blocked{host}`;
-- counters: `dispatchq_sessions_spawned_total`, `dispatchq_sessions_refused_at_spawn_total`,
-  `dispatchq_sessions_avoided_total`, `dispatchq_answered_total{tier}`,
-  `dispatchq_typed_requests_total`, `dispatchq_triage_outcomes_total{row}` (per resolution
-  row: the reason code of each planned action), `dispatchq_judgements_finished_total{tier,status}`;
-- `dispatchq_serve_refused_total{reason}` (`concurrency`, `header_timeout`, `body_timeout`,
-  `body_too_large`): this process's refusals by a bound (`RefusalCollector`), the one
-  metric kept in the process rather than Redis.
+The names this replaced stay for one release as duplicates whose HELP says
+"deprecated: use X" (`DEPRECATED`), so dashboards can move at their own pace.
+`dispatchq_serve_refused_total{reason}` (`concurrency`, `header_timeout`, `body_timeout`,
+`body_too_large`) is this process's refusals by a bound (`RefusalCollector`), the one
+metric kept in the process rather than Redis.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -39,64 +40,128 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.serve.body import REASONS, REFUSALS
 from dispatchq.serve.usage import usage_families
+from dispatchq.storage.histograms import oldest_waiting, read_histograms
 from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["RefusalCollector", "StoreCollector", "metric_families", "routes"]
+__all__ = ["DEPRECATED", "RefusalCollector", "StoreCollector", "build_version", "metric_families", "routes"]
+
+#: Old family name -> the family to use instead (as exposed, `_total` included).
+DEPRECATED: dict[str, str] = {
+    "dispatchq_window_lifts_at_seconds": "dispatchq_window_lifts_at_timestamp_seconds",
+    "dispatchq_window_utilization": "dispatchq_window_utilization_ratio",
+    "dispatchq_judgements": "dispatchq_judgements_unfinished and dispatchq_judgements_by_status",
+    "dispatchq_answered_total": 'dispatchq_judgements_finished_total{status="answered"}',
+    "dispatchq_triage_outcomes_total": "dispatchq_triage_actions_total",
+}
+
+
+def _deprecated(name: str) -> str:
+    return f"deprecated: use {DEPRECATED[name]}"
+
+
+def build_version() -> str:
+    """The installed distribution's version (what `dispatchq_build_info` says)."""
+    try:
+        return version("dispatchq")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[Metric]:
-    """Every metric, from `status`'s data and the store's counters (pure: tested as a function)."""
+    """Every metric, from `status`'s data and the store's counters (pure: tested as a function).
+
+    `data` may also hold what the collector reads for metrics alone: `oldest_waiting` (tier ->
+    seconds), `histograms` (`storage.histograms.read_histograms`), `version`.
+    """
+    info = InfoMetricFamily("dispatchq_build", "The dispatchq version serving these metrics")
+    info.add_metric([], {"version": str(data.get("version") or build_version())})
+    yield info
+    yield from _window_families(data)
+    yield from usage_families(data)  # the window's use as sessions reported it (serve/usage.py)
+    yield from _judgement_families(data)
+    yield from _worker_families(data)
+    yield from _counter_families(counters)
+    yield from _histogram_families(data.get("histograms") or {})
+
+
+def _window_families(data: dict[str, Any]) -> Iterator[Metric]:
     closed = GaugeMetricFamily(
         "dispatchq_window_closed", "1 while the scope's usage window is closed", labels=["scope"]
     )
     lifts = GaugeMetricFamily(
-        "dispatchq_window_lifts_at_seconds", "When the scope's marker lifts (Unix time)", labels=["scope"]
-    )
-    used = GaugeMetricFamily(
-        "dispatchq_window_utilization",
-        "Share of the scope's window used, as last reported (0..1)",
+        "dispatchq_window_lifts_at_timestamp_seconds",
+        "When the scope's closed-window marker lifts (Unix time)",
         labels=["scope"],
+    )
+    old_lifts = GaugeMetricFamily(
+        "dispatchq_window_lifts_at_seconds",
+        _deprecated("dispatchq_window_lifts_at_seconds"),
+        labels=["scope"],
+    )
+    old_used = GaugeMetricFamily(
+        "dispatchq_window_utilization", _deprecated("dispatchq_window_utilization"), labels=["scope"]
     )
     for m in data.get("markers") or []:
         closed.add_metric([m["scope"]], 1.0 if m.get("up") else 0.0)
         if m.get("lifts_at_epoch") is not None:
             lifts.add_metric([m["scope"]], float(m["lifts_at_epoch"]))
+            old_lifts.add_metric([m["scope"]], float(m["lifts_at_epoch"]))
         if m.get("utilization") is not None:
-            used.add_metric([m["scope"]], float(m["utilization"]))
+            old_used.add_metric([m["scope"]], float(m["utilization"]))
     if not any(m.get("scope") == "general" for m in data.get("markers") or []):
         closed.add_metric(["general"], 0.0)
-    yield from (closed, lifts, used)
-    yield from usage_families(data)  # the window's use as sessions reported it (serve/usage.py)
+    yield from (closed, lifts, old_lifts, old_used)
 
-    judgements = GaugeMetricFamily(
-        "dispatchq_judgements",
-        "Judgements now in a status (unfinished: per tier; finished: tier=all, until their records expire)",
+
+def _judgement_families(data: dict[str, Any]) -> Iterator[Metric]:
+    by_tier: dict[str, dict[str, int]] = data.get("judgements_by_tier") or {}
+    counts: dict[str, int] = data.get("judgements") or {}
+    unfinished = GaugeMetricFamily(
+        "dispatchq_judgements_unfinished",
+        "Unfinished judgements per tier and status (queued, running, waiting)",
         labels=["tier", "status"],
     )
-    by_tier: dict[str, dict[str, int]] = data.get("judgements_by_tier") or {}
-    for tier in sorted(set(TIERS) | set(by_tier)):
-        for status in STATUSES:
-            if status not in FINISHED:
-                judgements.add_metric([tier, status], float((by_tier.get(tier) or {}).get(status, 0)))
+    old = GaugeMetricFamily(
+        "dispatchq_judgements", _deprecated("dispatchq_judgements"), labels=["tier", "status"]
+    )
+    for tier in TIERS:
+        for status in (s for s in STATUSES if s not in FINISHED):
+            n = float((by_tier.get(tier) or {}).get(status, 0))
+            unfinished.add_metric([tier, status], n)
+            old.add_metric([tier, status], n)
+    by_status = GaugeMetricFamily(
+        "dispatchq_judgements_by_status",
+        "Judgements now in a status, all tiers (finished ones until their records expire)",
+        labels=["status"],
+    )
     for status in STATUSES:
+        by_status.add_metric([status], float(counts.get(status, 0)))
         if status in FINISHED:
-            judgements.add_metric(["all", status], float((data.get("judgements") or {}).get(status, 0)))
-    yield judgements
-
+            old.add_metric(["all", status], float(counts.get(status, 0)))
+    oldest = GaugeMetricFamily(
+        "dispatchq_oldest_waiting_age_seconds",
+        "Age of the oldest judgement queued or waiting for a tier (0: none)",
+        labels=["tier"],
+    )
+    ages: dict[str, float] = data.get("oldest_waiting") or {}
+    for tier in TIERS:
+        oldest.add_metric([tier], float(ages.get(tier, 0.0)))
     waiting = GaugeMetricFamily(
         "dispatchq_waiting", "Waiting judgements by class of reason", labels=["reason_class"]
     )
     for cls in WAIT_CLASSES:
         waiting.add_metric([cls], float((data.get("waiting_by_class") or {}).get(cls, 0)))
-    yield waiting
+    yield from (unfinished, by_status, old, oldest, waiting)
+
+
+def _worker_families(data: dict[str, Any]) -> Iterator[Metric]:
     yield _per_tier(
         "dispatchq_workers", "Live workers per tier (by their own heartbeat)", data.get("workers")
     )
     yield _per_tier("dispatchq_queue_depth", "Judgements queued for a tier", data.get("queues"))
-
     blocked = GaugeMetricFamily(
         "dispatchq_host_blocked",
         "1 for a host whose sessions are blocked by a host-wide failure",
@@ -110,7 +175,17 @@ def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[
         "1 while the scheduler's heartbeat is fresh",
         value=1.0 if _alive(data) else 0.0,
     )
+    warning = GaugeMetricFamily(
+        "dispatchq_warning",
+        "1 per warning status shows at its top (workers/warnings.py: its id names the fact)",
+        labels=["id"],
+    )
+    for w in data.get("warnings") or []:
+        warning.add_metric([str(w["id"])], 1.0)
+    yield warning
 
+
+def _counter_families(counters: dict[str, Any]) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "dispatchq_sessions_spawned", "Sessions started", value=float(counters.get("sessions_spawned", 0))
     )
@@ -125,30 +200,73 @@ def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[
         "Judgements answered below the session tier (code or typed)",
         value=float(answered.get("code", 0) + answered.get("typed", 0)),
     )
-    per_tier = CounterMetricFamily("dispatchq_answered", "Judgements answered per tier", labels=["tier"])
+    old_answered = CounterMetricFamily(
+        "dispatchq_answered", _deprecated("dispatchq_answered_total"), labels=["tier"]
+    )
     for tier in TIERS:
-        per_tier.add_metric([tier], float(answered.get(tier, 0)))
-    yield per_tier
+        old_answered.add_metric([tier], float(answered.get(tier, 0)))
+    yield old_answered
     yield CounterMetricFamily(
         "dispatchq_typed_requests",
         "Typed-tier provider requests made",
         value=float(counters.get("typed_requests", 0)),
     )
-    triage = CounterMetricFamily(
-        "dispatchq_triage_outcomes", "Triage planned actions by resolution row (reason code)", labels=["row"]
+    actions = CounterMetricFamily(
+        "dispatchq_triage_actions", "Triage planned actions by their reason code", labels=["reason"]
     )
-    for row, n in sorted((counters.get("triage_outcomes") or {}).items()):
-        triage.add_metric([row], float(n))
-    yield triage
-    finished = CounterMetricFamily(
+    old_triage = CounterMetricFamily(
+        "dispatchq_triage_outcomes", _deprecated("dispatchq_triage_outcomes_total"), labels=["row"]
+    )
+    for reason, n in sorted((counters.get("triage_outcomes") or {}).items()):
+        actions.add_metric([reason], float(n))
+        old_triage.add_metric([reason], float(n))
+    yield from (actions, old_triage)
+    yield from _finished_families(counters.get("finished") or {})
+
+
+def _finished_families(finished: dict[str, int]) -> Iterator[Metric]:
+    """Finished per tier; a judgement that finished outside every tier (escalated to a person:
+    needs-triage, or cancelled before a tier took it) is counted per status alone."""
+    tiered = CounterMetricFamily(
         "dispatchq_judgements_finished",
-        "Judgements that reached a finished status, per tier",
+        "Judgements that reached a finished status, per tier (answered: the tier that answered)",
         labels=["tier", "status"],
     )
-    for name, n in sorted((counters.get("finished") or {}).items()):
+    untiered: dict[str, float] = {}
+    for name, n in sorted(finished.items()):
         tier, _, status = name.rpartition(":")
-        finished.add_metric([tier, status], float(n))
-    yield finished
+        if tier in TIERS:
+            tiered.add_metric([tier, status], float(n))
+        else:
+            untiered[status] = untiered.get(status, 0.0) + float(n)
+    outside = CounterMetricFamily(
+        "dispatchq_judgements_finished_untiered",
+        "Judgements that reached a finished status outside every tier (e.g. needs-triage)",
+        labels=["status"],
+    )
+    for status, total in sorted(untiered.items()):
+        outside.add_metric([status], total)
+    yield from (tiered, outside)
+
+
+_HISTOGRAM_DOCS = {
+    "queue_time": (
+        "dispatchq_queue_time_seconds",
+        "Seconds from enqueue until the answering tier's worker took the judgement, per tier",
+        "tier",
+    ),
+    "session_duration": ("dispatchq_session_duration_seconds", "Seconds a session ran, per spawn", None),
+}
+
+
+def _histogram_families(histograms: dict[str, Any]) -> Iterator[Metric]:
+    for key, (name, doc, label) in _HISTOGRAM_DOCS.items():
+        family = HistogramMetricFamily(name, doc, labels=[label] if label else None)
+        for value, h in sorted((histograms.get(key) or {}).items()):
+            if label and value not in TIERS:
+                continue  # a tier outside the table: never a label value
+            family.add_metric([value] if label else [], buckets=h.buckets, sum_value=h.sum)
+        yield family
 
 
 def _per_tier(name: str, doc: str, values: dict[str, int] | None) -> GaugeMetricFamily:
@@ -172,7 +290,10 @@ class StoreCollector(Collector):
         return []  # nothing read at registration: Redis is read at scrape time only
 
     def collect(self) -> Iterable[Metric]:
-        data = collect_status(self.get_runtime())
+        rt = self.get_runtime()
+        data = collect_status(rt)
+        data["oldest_waiting"] = oldest_waiting(rt.redis)
+        data["histograms"] = read_histograms(rt.redis)
         return list(metric_families(data, data["counters"]))
 
 

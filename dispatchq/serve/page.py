@@ -9,7 +9,7 @@ and any other origin besides, should a page ever try.
 `GET /judgement/{id}` is one judgement's page (`judgement.html`: its record, its trail and
 its session log when one is kept), reading `GET /judgements/{id}` and
 `GET /judgements/{id}/log` (the log's last LOG_TAIL bytes, as text: the session's stderr,
-which `tiers.session.write_session_log` keeps under the data directory).
+which `tiers.session_logs.write_session_log` keeps under the data directory).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
-from dispatchq.tiers.session import session_log_path
+from dispatchq.tiers.session_logs import session_log_path
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime

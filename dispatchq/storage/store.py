@@ -28,6 +28,7 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
 from dispatchq.storage import keys, scripts
 from dispatchq.storage.counts import RECOUNT_LUA
+from dispatchq.storage.histograms import observe_answer
 from dispatchq.storage.scripts import LEGACY_CLAIM
 
 __all__ = [
@@ -252,10 +253,13 @@ class Store:
         ]
         if pipe is not None:
             self._transition(keys=[keys.record(jid)], args=args, client=pipe)
+            observe_answer(pipe, jid, answered_tier, args[0])  # time in queue (storage/histograms.py)
             return None
         done = int(self._transition(keys=[keys.record(jid)], args=args))
         if done < 0:
             self.note_refused(jid, claim or "", f"the move to {status}")
+            return False
+        observe_answer(self.redis, jid, answered_tier, args[0])  # time in queue (storage/histograms.py)
         return done == 1
 
     def add_to_line(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from dispatchq.core.judgement import FINISHED
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.egress import allowed_destinations
+from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind, sandbox_problem
 
 if TYPE_CHECKING:
@@ -38,10 +39,13 @@ __all__ = [
     "Confinement",
     "config_dir",
     "confinement",
+    "credential_or_empty",
+    "credential_problem",
     "forget",
     "judgement_dir",
     "sandbox_refusal",
     "secret_paths",
+    "spawn_refusal",
     "sweep",
     "work_dir",
 ]
@@ -111,6 +115,37 @@ def secret_paths(settings: Settings, environ: Mapping[str, str]) -> tuple[str, .
         if name.upper().endswith("_FILE") and value.startswith("/"):
             found.append(os.path.realpath(value))
     return tuple(dict.fromkeys(found))
+
+
+def credential_problem(settings: Settings, environ: Mapping[str, str]) -> str | None:
+    """Why the session's credential cannot be read now (one line with the fix), or None.
+
+    Read again before every spawn, not only at start: a `<VAR>_FILE` deleted (or emptied, or
+    made unreadable) while the worker runs is a host-wide failure. The host breaker then
+    blocks the host with this reason and the judgement waits uncharged, instead of the spawn
+    preparation raising inside the RQ job (counted as a worker death, then a failure).
+    """
+    var = settings.session_credential_var
+    try:
+        found = read_secret(var, environ)
+    except SettingsError as error:
+        return f"session credential unreadable: {error}: {CREDENTIAL_HINT.format(var=var)}"
+    if found is None:
+        return f"{var} is not set: {CREDENTIAL_HINT.format(var=var)}"
+    return None
+
+
+def credential_or_empty(settings: Settings, environ: Mapping[str, str]) -> str:
+    """The session credential, or "" when it cannot be read (for the host block's fingerprint)."""
+    try:
+        return read_secret(settings.session_credential_var, environ) or ""
+    except SettingsError:
+        return ""
+
+
+def spawn_refusal(settings: Settings, environ: Mapping[str, str]) -> str | None:
+    """Why no session may be spawned on this host right now (credential, then sandbox), or None."""
+    return credential_problem(settings, environ) or sandbox_refusal(settings, environ)
 
 
 def sandbox_refusal(settings: Settings, environ: Mapping[str, str]) -> str | None:

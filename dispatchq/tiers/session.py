@@ -28,7 +28,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import shlex
 import shutil
 import threading
 import time
@@ -48,8 +47,17 @@ from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
+from dispatchq.storage.histograms import observe_session
 from dispatchq.storage.outage import is_outage
-from dispatchq.tiers.confine import Confinement, config_dir, confinement, forget, sandbox_refusal, work_dir
+from dispatchq.tiers.confine import (
+    Confinement,
+    config_dir,
+    confinement,
+    credential_or_empty,
+    forget,
+    spawn_refusal,
+    work_dir,
+)
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.tiers.lease import (
     LOST_CONTACT,
@@ -67,6 +75,7 @@ from dispatchq.tiers.lease import (
     retry_or_fail,
     take_over,
 )
+from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
 
@@ -176,7 +185,7 @@ def host_fingerprint(settings: Settings, environ: Mapping[str, str]) -> str:
     argv = build_argv(settings.session_command)
     resolved = shutil.which(argv[0], path=environ.get("PATH")) or ""
     var = settings.session_credential_var
-    secret = read_secret(var, environ) or ""
+    secret = credential_or_empty(settings, environ)  # a deleted *_FILE still fingerprints
     file_name = environ.get(f"{var}_FILE") or ""
     stamp = ""
     if file_name:
@@ -267,27 +276,6 @@ def worker_died(
 
 
 # --- running one admitted session -----------------------------------------------------
-def session_log_path(data_dir: Path, jid: str) -> Path:
-    """Where a judgement's sessions' stderr is kept (`dispatchq result --json` shows it)."""
-    return data_dir.expanduser() / "session-logs" / f"{jid}.log"
-
-
-def write_session_log(data_dir: Path, jid: str, result: LaunchResult) -> None:
-    """Append one spawn's whole stderr: the reason shown is one line of it, this is the rest."""
-    path = session_log_path(data_dir, jid)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as out:
-            when = datetime.now(UTC).isoformat(timespec="seconds")
-            out.write(f"=== {when} spawn: {shlex.join(result.argv)} (exit {result.returncode})\n")
-            out.write(
-                result.stderr if result.stderr.endswith("\n") or not result.stderr else result.stderr + "\n"
-            )
-    except OSError:
-        log.warning("cannot write the session log %s", path, exc_info=True)
-
-
 def run_claimed(
     runtime: Runtime,
     jid: str,
@@ -468,7 +456,7 @@ def _run(
     refused = _refused_before_spawn(attempt)
     if refused is not None:
         return refused
-    unconfinable = sandbox_refusal(attempt.settings, environ)
+    unconfinable = spawn_refusal(attempt.settings, environ)  # credential unreadable, or no sandbox
     if unconfinable is not None:
         block_host(
             window, record, unconfinable, host_fingerprint(attempt.settings, environ), claim=attempt.claim
@@ -581,6 +569,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
     window.store.count_spawned()
+    observe_session(window.store.redis, time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
         return _settle_shutdown(attempt, result)

@@ -34,6 +34,7 @@ from dispatchq.storage import keys
 from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
+from dispatchq.tiers.preflight import warn_if_command_missing
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -83,6 +84,7 @@ def check_session_host(runtime: Runtime) -> None:
     var = settings.session_credential_var
     if read_secret(var, environ) is None:
         raise SettingsError(f"{var} is not set: {CREDENTIAL_HINT.format(var=var)}")
+    warn_if_command_missing(settings, environ)  # a WARNING now, not when a judgement comes
     problem = sandbox_refusal(settings, environ)
     if problem is not None:
         _say_once(logging.ERROR, f"sessions cannot start on this host: {problem}")

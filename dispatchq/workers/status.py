@@ -19,6 +19,7 @@ from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
 from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.status import status_section as triage_section
+from dispatchq.workers.warnings import collect_warnings
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -88,6 +89,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "outcomes_total": counters["triage_outcomes"],
         "suppressed": _suppressed(triage),
     }
+    data["warnings"] = collect_warnings(data)  # the red facts at the top (workers/warnings.py)
     return data
 
 
@@ -150,9 +152,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
 def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
     store = rt.store
-    running = [
-        r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()
-    ]
+    running = [r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()]
     if not running:
         return 0
     workers = {str(w.get("name")) for w in details}

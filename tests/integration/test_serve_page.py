@@ -330,7 +330,7 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
     from playwright.sync_api import sync_playwright
 
     from dispatchq.queue.retrigger import window_for
-    from dispatchq.tiers.session import session_log_path
+    from dispatchq.tiers.session_logs import session_log_path
 
     base = f"http://127.0.0.1:{acting.port}"
     store = populated.store

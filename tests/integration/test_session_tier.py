@@ -599,14 +599,14 @@ def test_a_missing_executable_waits_with_its_reason_and_costs_no_retry(harness: 
     reason = "dq-no-such-claude not found on PATH"
 
     done = harness.cli("run", str(jobs), "--json", **missing)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 3, done.stdout + done.stderr  # a blocked host: a person must act
     out = json.loads(done.stdout)
     assert out["summary"]["waiting"] == {reason: 2}
     assert {j["status"] for j in out["judgements"]} == {"waiting"}
     ids = [j["id"] for j in out["judgements"]]
     assert all(harness.record(jid).attempts == 0 for jid in ids)
     text = harness.cli("run", str(jobs), "--no-progress", **missing)
-    assert text.returncode == 0 and f"2 wait for a session: {reason}" in text.stdout
+    assert text.returncode == 3 and f"2 wait for a session: {reason}" in text.stdout
     status = harness.status()
     assert status["waiting"] == {reason: 2}
     assert list(status["sessions"]["blocked"].values()) == [reason]

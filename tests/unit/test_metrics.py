@@ -57,3 +57,28 @@ def test_scopes_tiers_classes_and_rows_become_labels() -> None:
     assert got[("dispatchq_triage_outcomes_total", (("row", "shadow_mode"),))] == 3
     assert got[("dispatchq_judgements_finished_total", (("status", "answered"), ("tier", "code")))] == 30
     assert got[("dispatchq_scheduler_alive", ())] == 1
+
+
+def test_the_new_names_carry_the_same_numbers_and_no_tier_outside_the_table() -> None:
+    data = {
+        "markers": [{"scope": "general", "up": True, "lifts_at_epoch": 1800000000.0}],
+        "judgements_by_tier": {"session": {"waiting": 7}, "needs-triage": {"waiting": 1}},
+        "judgements": {"answered": 40, "needs-triage": 3},
+        "warnings": [{"id": "scheduler_down", "text": "t", "hint": "h"}],
+        "oldest_waiting": {"session": 90.0},
+    }
+    counters = {
+        "triage_outcomes": {"shadow_mode": 3},
+        "finished": {"code:answered": 30, "needs-triage:needs-triage": 2},
+    }
+    got = samples(data, counters)
+    assert got[("dispatchq_window_lifts_at_timestamp_seconds", (("scope", "general"),))] == 1800000000.0
+    assert got[("dispatchq_window_lifts_at_seconds", (("scope", "general"),))] == 1800000000.0
+    assert got[("dispatchq_judgements_unfinished", (("status", "waiting"), ("tier", "session")))] == 7
+    assert got[("dispatchq_judgements_by_status", (("status", "needs-triage"),))] == 3
+    assert got[("dispatchq_triage_actions_total", (("reason", "shadow_mode"),))] == 3
+    assert got[("dispatchq_judgements_finished_untiered_total", (("status", "needs-triage"),))] == 2
+    assert got[("dispatchq_warning", (("id", "scheduler_down"),))] == 1
+    assert got[("dispatchq_oldest_waiting_age_seconds", (("tier", "session"),))] == 90
+    assert got[("dispatchq_oldest_waiting_age_seconds", (("tier", "code"),))] == 0
+    assert not [key for key in got if ("tier", "needs-triage") in key[1]]

@@ -1,0 +1,99 @@
+"""The red facts at the top of `status`, the page and `/metrics`: what stops work, and the fix.
+
+Computed from `status`'s own data (a pure function of it), so `status --json`, the page and
+`dispatchq_warning{id}` never disagree. Each warning is `{"id", "text", "hint"}`: `id` is
+stable and names the fact (a metrics label, a key the page may style by), `text` says what is
+wrong in words an operator reads once, `hint` says what to do about it. The ids:
+
+- `queued_no_worker:<tier>`: judgements queued for a tier no live worker serves;
+- `scheduler_down`: no fresh scheduler heartbeat (delayed retries and window lifts stall);
+- `session_command_missing:<host>`: a session worker cannot find its session command;
+- `keyless`: the typed workers have no TypeSafe key, so the typed tier escalates everything;
+- `unconfined:<host>`: a session worker runs its sessions without the sandbox;
+- `host_blocked:<host>`: a host's sessions are blocked by a host-wide failure (its reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dispatchq.core.tiers import TIERS, row
+from dispatchq.tiers.preflight import COMMAND_HINT
+
+__all__ = ["collect_warnings"]
+
+
+def _warning(wid: str, text: str, hint: str) -> dict[str, str]:
+    return {"id": wid, "text": text, "hint": hint}
+
+
+def _idle_tiers(data: Mapping[str, Any]) -> list[dict[str, str]]:
+    queues: Mapping[str, int] = data.get("queues") or {}
+    workers: Mapping[str, int] = data.get("workers") or {}
+    out = []
+    for tier in TIERS:
+        queued = int(queues.get(tier) or 0)
+        if queued > 0 and not int(workers.get(tier) or 0):
+            command = "worker session" if row(tier).worker == "session" else f"worker {tier}"
+            out.append(
+                _warning(
+                    f"queued_no_worker:{tier}",
+                    f"{queued} judgement(s) queued for the {tier} tier and no live {tier} worker",
+                    f"start one: `dispatchq {command}`",
+                )
+            )
+    return out
+
+
+def _session_workers(data: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Per host (several workers on one host report the same fact once)."""
+    out: dict[str, dict[str, str]] = {}
+    for w in data.get("worker_details") or []:
+        if w.get("tier") not in TIERS or row(str(w.get("tier"))).worker != "session":
+            continue
+        host = str(w.get("host") or "?")
+        if w.get("session_command_found") is False:
+            wid = f"session_command_missing:{host}"
+            out[wid] = _warning(
+                wid, f"session worker on {host} cannot find its session command", COMMAND_HINT
+            )
+        if w.get("sandbox") == "off":
+            wid = f"unconfined:{host}"
+            out[wid] = _warning(
+                wid,
+                f"sessions on {host} run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)",
+                "install bubblewrap and set DISPATCHQ_SESSION_SANDBOX=on",
+            )
+    return [out[k] for k in sorted(out)]
+
+
+def collect_warnings(data: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Every warning `status`'s data supports, most blocking first."""
+    found = _idle_tiers(data)
+    if not (data.get("scheduler") or {}).get("alive"):
+        found.append(
+            _warning(
+                "scheduler_down",
+                "the scheduler is not running: delayed retries and window lifts wait for it",
+                "start it: `dispatchq scheduler`",
+            )
+        )
+    for host, reason in sorted(((data.get("sessions") or {}).get("blocked") or {}).items()):
+        found.append(
+            _warning(
+                f"host_blocked:{host}",
+                f"sessions on host {host} are blocked: {reason}",
+                f"fix the cause; `dispatchq window open --host {host}` clears the block",
+            )
+        )
+    found += _session_workers(data)
+    if (data.get("typed") or {}).get("keyless"):
+        found.append(
+            _warning(
+                "keyless",
+                "the typed workers have no TypeSafe key: the typed tier escalates every judgement",
+                "set TYPESAFE_API_KEY (or TYPESAFE_API_KEY_FILE) for the typed workers",
+            )
+        )
+    return found
