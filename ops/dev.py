@@ -2,12 +2,14 @@
 """Set up and run dispatchq from a fresh clone, with nothing but python3.
 
     python3 ops/dev.py demo     # the main job, end to end, on the embedded Redis
+    python3 ops/dev.py stack    # the whole Procfile locally (stand-ins, a project-local data dir)
     python3 ops/dev.py check    # the fast loop: ruff, lint-imports, mypy, unit tests (no apt/npm)
     python3 ops/dev.py test     # the whole test suite (what CI runs)
     python3 ops/dev.py bench    # the benchmarks (bench/README.md)
 
-Each command first makes `.venv` (if needed) and installs dispatchq into it with its
-dev extra; the install is skipped when pyproject.toml has not changed since.
+Each command first makes `.venv` (if needed) and installs dispatchq into it: `demo` and
+`stack` only its runtime dependencies, the others the dev extra too (into the same venv; a
+stamp per extra, so each install is skipped when pyproject.toml has not changed since).
 Standard library only: this runs before anything is installed.
 """
 
@@ -19,14 +21,16 @@ import runpy
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
-STAMP = VENV / ".dispatchq-installed"
+STAMP = VENV / ".dispatchq-installed"  # the dev extra (runtime included); `.runtime` beside it
+# Where `stack` keeps its embedded Redis: in the checkout (ignored by git), never the shared
+# per-user default, so a second checkout's stack is a stack of its own.
+STACK_DIR = ROOT / ".dispatchq-dev"
 # The real Claude Code CLIs the real-client tests run (tests/integration/test_claude_cli.py):
 # every release in dispatchq/launcher/releases.py's RELEASES, each in its own folder
 # .cache/claude-code/<version>/. That file is the one list (read here without importing
@@ -46,71 +50,82 @@ def run(argv: list[str], **kwargs: object) -> int:
     return subprocess.call(argv, **kwargs)  # type: ignore[arg-type]
 
 
-def setup() -> None:
+def setup(extra: str = "dev") -> None:
+    """`.venv` with dispatchq installed editable: its runtime dependencies, or with `[dev]`."""
     if sys.version_info < (3, 11):  # noqa: UP036 - this script runs under any python3
         sys.exit(f"dispatchq needs Python 3.11 or newer (this is {sys.version.split()[0]})")
     if not (BIN / "python").exists():
         say(f"creating {VENV}")
         subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest:
-        return
-    say("installing dispatchq and its dev tools into .venv (once; repeated only when pyproject.toml changes)")
+    stamps = [STAMP] if extra == "dev" else [STAMP, STAMP.with_suffix(".runtime")]
+    if any(p.exists() and p.read_text().strip() == digest for p in stamps):
+        return  # the dev extra includes the runtime
+    what = "its runtime dependencies" if extra == "runtime" else "its runtime and dev dependencies"
+    say(f"installing dispatchq and {what} into .venv (once; again only when pyproject.toml changes)")
     pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    for args in (["install", "--upgrade", "pip"], ["install", "-e", f"{ROOT}[dev]"]):
+    target = f"{ROOT}[dev]" if extra == "dev" else str(ROOT)
+    for args in (["install", "--upgrade", "pip"], ["install", "-e", target]):
+        started = time.monotonic()
         done = subprocess.run([*pip, *args], capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stdout + done.stderr)
             sys.exit(f"pip {' '.join(args)} failed (exit {done.returncode})")
-    STAMP.write_text(digest)
-
-
-LIFT_AFTER = 6  # seconds: the stand-in's usage limit lifts this long after it is hit
+        say(f"pip {' '.join(args[:2])}: done in {time.monotonic() - started:.0f} s")
+    (STAMP if extra == "dev" else STAMP.with_suffix(".runtime")).write_text(digest)
 
 
 def demo() -> int:
-    """Run examples/judgements.jsonl through every tier on a fresh embedded Redis.
+    """`dispatchq demo`: the examples through every tier, with its stand-ins (nothing spent)."""
+    return run([str(BIN / "dispatchq"), "demo"], cwd=ROOT)
 
-    Sessions use the shipped test double dispatchq.testing.stand_in_session (never a real
-    session command: the demo must never spend a person's usage window). Its first session
-    hits a usage limit that lifts a few seconds later, so the demo shows the marker, zero
-    spawns while it is up, the probe at the lift and the drain.
+
+def stack_environment(data: Path) -> dict[str, str]:
+    """The Procfile's environment for a local stack: the example config, stand-ins, `data`.
+
+    A variable already set wins (a port, a real TypeSafe key), except the session command:
+    the stand-in, so a local stack never spends a person's usage window.
     """
-    data = Path(tempfile.mkdtemp(prefix="dispatchq-demo-"))
-    if os.environ.get("DISPATCHQ_SESSION_COMMAND"):
-        say("ignoring DISPATCHQ_SESSION_COMMAND: the demo never spends a real usage window")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHQ_")}
+    env = dict(os.environ)
+    env.setdefault("DISPATCHQ_CONFIG", str(ROOT / "examples" / "dispatchq.yaml"))
+    env.setdefault("DISPATCHQ_CHECKOUT_ROOTS", str(ROOT))
     env["DISPATCHQ_DATA_DIR"] = str(data)
-    env["DISPATCHQ_CONFIG"] = str(ROOT / "examples" / "dispatchq.yaml")
-    env["DISPATCHQ_CHECKOUT_ROOTS"] = str(ROOT)
     env["DISPATCHQ_SESSION_COMMAND"] = (
         f"{BIN / 'python'} -m dispatchq.testing.stand_in_session --state {data / 'stand-in.json'} "
-        f"--lift-after {LIFT_AFTER} -p --output-format stream-json --verbose"
+        "-p --output-format stream-json --verbose"
     )
-    # The stand-in is dispatchq's own trusted code and keeps its state in the data dir, so it
-    # runs unconfined (the README's first command needs nothing but python3, not bubblewrap);
-    # it checks no credential, but a session worker refuses to start without one.
-    env["DISPATCHQ_SESSION_SANDBOX"] = "off"
-    env["DISPATCHQ_SESSION_CREDENTIAL_VAR"] = "CLAUDE_CODE_OAUTH_TOKEN"
-    env["CLAUDE_CODE_OAUTH_TOKEN"] = "stand-in-needs-no-credential"  # noqa: S105 (not a secret)
-    dispatchq = str(BIN / "dispatchq")
-    judgements = str(ROOT / "examples" / "judgements.jsonl")
-    say("sessions run the STAND-IN dispatchq.testing.stand_in_session: no model, no usage window spent")
-    say("the stand-in is our own trusted code: it runs unconfined (DISPATCHQ_SESSION_SANDBOX=off)")
-    say("dispatchq run examples/judgements.jsonl  (embedded Redis in a temporary data dir)")
+    env["DISPATCHQ_SESSION_SANDBOX"] = "off"  # the stand-in is our own trusted code
+    env.setdefault("CLAUDE_CODE_OAUTH_TOKEN", "stand-in-needs-no-credential")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def stack(args: list[str]) -> int:
+    """The Procfile (a worker per tier, the scheduler, serve) under honcho, on a local default.
+
+    The data dir is `.dispatchq-dev/` in this checkout, not the per-user default every
+    checkout shares; sessions are the stand-in. Ctrl-C stops every process (honcho sends
+    SIGTERM: the workers finish their current job). `--data DIR` puts the data elsewhere.
+    """
+    data = Path(args[args.index("--data") + 1]) if "--data" in args else STACK_DIR / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    env = stack_environment(data.resolve())
+    port = env.get("DISPATCHQ_SERVE_PORT", "8484")
+    say(
+        f"data dir {data} (this checkout's own); sessions run the STAND-IN; serve on http://127.0.0.1:{port}/"
+    )
+    say(
+        f"in another shell: export DISPATCHQ_DATA_DIR={data.resolve()} DISPATCHQ_CONFIG={env['DISPATCHQ_CONFIG']}; "
+        ".venv/bin/dispatchq status"
+    )
     try:
-        run([dispatchq, "run", judgements], env=env, cwd=ROOT)
-        say("the stand-in's first session hit a usage limit: the marker is up, nothing more spawns")
-        run([dispatchq, "status"], env=env, cwd=ROOT)
-        say(f"waiting {LIFT_AFTER + 1} s for the limit to lift (a worker would wake at the lift instant)")
-        time.sleep(LIFT_AFTER + 1)
-        say("dispatchq run again: one probe session first, then the rest drain")
-        code = run([dispatchq, "run", judgements], env=env, cwd=ROOT)
-        say("dispatchq status")
-        run([dispatchq, "status"], env=env, cwd=ROOT)
-    finally:
-        run([dispatchq, "redis", "stop"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-        shutil.rmtree(data, ignore_errors=True)
+        code = run([str(BIN / "honcho"), "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"], env=env)
+    except KeyboardInterrupt:
+        code = 130
+    # Every process is down: the embedded server they shared goes too (stopped while they
+    # ran, the next of them would only have started it again).
+    run([str(BIN / "dispatchq"), "redis", "stop"], env=env, stdout=subprocess.DEVNULL)
+    say("the stack is down; embedded Redis stopped")
     return code
 
 
@@ -263,13 +278,15 @@ def bench(args: list[str]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "check", "test", "bench", "setup"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "stack", "check", "test", "bench", "setup"):
         print(__doc__, file=sys.stderr)
         return 2
-    setup()
     command, rest = sys.argv[1], sys.argv[2:]
+    setup("runtime" if command in ("demo", "stack") else "dev")
     if command == "demo":
         return demo()
+    if command == "stack":
+        return stack(rest)
     if command == "check":
         return check(rest)
     if command == "test":

@@ -58,6 +58,7 @@ COMMANDS = {
     "triage": "triage",
     "findings": "findings",
     "serve": "serve",
+    "init": "init",
     # Wires the shipped test doubles (the top layer), so it is named in full and imported
     # only when it runs: nothing in the CLI depends on it.
     "demo": "dispatchq.testing.demo",
@@ -71,6 +72,7 @@ SHORT_HELP = {
     "demo": "Run the shipped example judgements through every tier, with stand-ins.",
     "enqueue": "Enqueue one judgement, or JSON Lines from stdin.",
     "findings": "Findings reports and the decisions recorded in them.",
+    "init": "Write a starter dispatchq.yaml where dispatchq looks for it.",
     "list": "List judgements, newest first.",
     "prune": "Drop index entries of records that have expired.",
     "redis": "The embedded Redis server (start, stop, status).",

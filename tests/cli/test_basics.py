@@ -128,3 +128,24 @@ def test_a_second_close_never_silently_shortens_the_first(run_env: dict[str, str
     assert status["marker"]["message"] == "closed by an operator"
     longer = run_cli(["window", "close", "--until", "5h"], run_env)  # lengthening needs no --force
     assert longer.returncode == 0, longer.stderr
+
+
+def test_init_writes_a_starter_config_the_lookup_finds_and_never_overwrites(
+    dq_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in dq_env.items() if k != "DISPATCHQ_CONFIG"}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    done = run_cli(["init"], env)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "xdg" / "dispatchq" / "dispatchq.yaml"
+    assert f"wrote {written}" in done.stdout
+    # The lookup finds it without DISPATCHQ_CONFIG, and its kinds load.
+    added = run_cli(["enqueue", "--kind", "explain-failure", "--target", "acme/app@1"], env)
+    assert added.returncode == 0, added.stderr
+    again = run_cli(["init"], env)
+    assert again.returncode == 2 and "exists already; --force replaces it" in again.stderr
+    here = tmp_path / "checkout"
+    here.mkdir()
+    local = run_cli(["init", "--here"], env, cwd=here)
+    assert local.returncode == 0, local.stderr
+    assert f"export DISPATCHQ_CONFIG={here / 'dispatchq.yaml'}" in local.stdout
