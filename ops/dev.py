@@ -115,8 +115,8 @@ def stack(args: list[str]) -> int:
         f"data dir {data} (this checkout's own); sessions run the STAND-IN; serve on http://127.0.0.1:{port}/"
     )
     say(
-        f"in another shell: export DISPATCHQ_DATA_DIR={data.resolve()} DISPATCHQ_CONFIG={env['DISPATCHQ_CONFIG']}; "
-        ".venv/bin/dispatchq status"
+        f"in another shell: export DISPATCHQ_DATA_DIR={data.resolve()} "
+        f"DISPATCHQ_CONFIG={env['DISPATCHQ_CONFIG']}; .venv/bin/dispatchq status"
     )
     try:
         code = run([str(BIN / "honcho"), "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"], env=env)
