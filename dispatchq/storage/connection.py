@@ -73,6 +73,7 @@ __all__ = [
     "embedded_for",
     "process_alive",
     "redis_server_binary",
+    "short_reason",
 ]
 
 #: Unix socket paths longer than this fail to bind (sun_path is 108 bytes with the NUL).
@@ -654,6 +655,18 @@ def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:
 
 
 def _short(error: BaseException) -> str:
-    # redis-py puts the URL (and so a password) in some messages: keep only the reason.
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text.split(" connecting to ")[0]
+    return short_reason(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+def short_reason(text: str) -> str:
+    """A redis-py error line without the address it may name, keeping the system's words.
+
+    "Error 111 connecting to h:p. Connection refused." is "Error 111: Connection refused":
+    the address (and with it a URL's password) goes, the strerror an operator needs stays.
+    """
+    head, sep, rest = text.partition(" connecting to ")
+    if not sep:
+        return text
+    _address, dot, why = rest.partition(". ")
+    why = why.strip().rstrip(".")
+    return f"{head}: {why}" if dot and why else head

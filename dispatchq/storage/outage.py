@@ -38,7 +38,7 @@ import redis
 
 from dispatchq.errors import RedisUnavailable, RedisUnreachable, UserError
 from dispatchq.settings import Settings
-from dispatchq.storage.connection import connect, process_alive
+from dispatchq.storage.connection import connect, process_alive, short_reason
 from dispatchq.storage.keys import WRITE_PROBE, wait_probe
 from dispatchq.storage.private import write_private
 
@@ -478,8 +478,8 @@ def outage_reason(error: BaseException) -> str:
     code = getattr(error, "status_code", None)
     if isinstance(code, str) and code and not text.startswith(code):
         text = f"{code} {text}"
-    # redis-py puts the URL (and so a password) in some messages: keep only the reason.
-    return text.split(" connecting to ")[0][:200]
+    # redis-py puts the address in some messages: keep the code and its strerror, never it.
+    return short_reason(text)[:200]
 
 
 def _secs(value: float) -> str:

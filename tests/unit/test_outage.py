@@ -104,7 +104,10 @@ def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends(
         outage.up()
         outage.up()  # nothing to say twice
     messages = [r.getMessage() for r in caplog.records]
-    assert messages[0] == "Redis unreachable at unix:///data/redis.sock (Error 111), retrying in 0.5 s"
+    assert (
+        messages[0]
+        == "Redis unreachable at unix:///data/redis.sock (Error 111: Connection refused), retrying in 0.5 s"
+    )
     assert messages[-1].startswith("Redis back after ")
     assert len(messages) == 2
 
@@ -368,3 +371,10 @@ def test_a_refused_login_stops_a_starting_process_and_is_waited_on_by_a_running_
 def test_the_probe_key_is_one_per_process_and_not_a_window_probe() -> None:
     assert keys.wait_probe("h1", 42) == "dispatchq:wait-probe:h1:42"
     assert not keys.wait_probe("h1", 42).startswith(keys.probe(""))
+
+
+def test_a_connection_error_keeps_its_strerror_and_drops_the_address() -> None:
+    error = redis.ConnectionError("Error 111 connecting to 10.0.0.5:6379. Connection refused.")
+    assert outage_reason(error) == "Error 111: Connection refused"
+    named = redis.ConnectionError("Error 113 connecting to :secret@h:1. No route to host.")
+    assert "secret" not in outage_reason(named) and outage_reason(named).endswith("No route to host")
