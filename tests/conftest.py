@@ -101,6 +101,9 @@ def dq_env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
         DISPATCHQ_SESSION_SANDBOX="off",
         DISPATCHQ_SESSION_ALLOW_ENV="FAKE_CLAUDE_*,PYTHONPATH",
         CLAUDE_CODE_OAUTH_TOKEN="test-session-credential",
+        # Tests wait on RQ's own lines ("Listening on", "Warm shut down requested"), which a
+        # default log leaves out as chatter (tests/unit/test_log_chatter.py checks that).
+        DISPATCHQ_LOG_RQ="true",
     )
     return env
 

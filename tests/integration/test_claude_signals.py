@@ -25,9 +25,14 @@ import pytest
 
 from dispatchq.testing.anthropic import Reply
 from dispatchq.window.messages import ORG_PAUSED_SCOPE, PERSON_HOLD, SKEW_WINDOW
-from tests.integration.test_claude_cli import RealHarness, pytestmark, real
+from tests.integration.test_claude_cli import RealHarness, real, release
 
-__all__ = ["pytestmark", "real"]  # the layer's skip rule and fixture, shared with test_claude_cli.py
+__all__ = [
+    "real",
+    "release",
+]  # the real-client layer's fixtures, shared with test_claude_cli.py (every release)
+
+pytestmark = [pytest.mark.slow]
 
 
 def cli_version(h: RealHarness) -> tuple[int, ...]:

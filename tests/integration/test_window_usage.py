@@ -17,16 +17,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatchq.serve.usage import usage_families
 from dispatchq.storage import usage as usage_store
 from dispatchq.testing.anthropic import Reply
 from tests.conftest import wait_for
-from tests.integration.test_claude_cli import RealHarness, pytestmark, real
+from tests.integration.test_claude_cli import RealHarness, real, release
 from tests.integration.test_serve_page import CHROMIUM_ARGS, chromium_or_skip, free_port
 
-__all__ = ["pytestmark", "real"]  # the real-client layer's skip rule and fixture
+__all__ = [
+    "real",
+    "release",
+]  # the real-client layer's fixtures, shared with test_claude_cli.py (every release)
+
+pytestmark = [pytest.mark.slow]
 
 
 @contextmanager
