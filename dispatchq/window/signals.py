@@ -113,7 +113,9 @@ def spend_limit(info: Mapping[str, Any]) -> tuple[LimitKind, str, datetime | Non
         kind = "org_paused"
     elif info.get("limitScope") in ("group_pool", "channel", "service"):
         kind = info["limitScope"]
-    elif isinstance(info.get("memberSpendLimit"), Mapping):
+    elif isinstance(info.get("memberSpendLimit"), Mapping) and info["memberSpendLimit"]:
+        # 2.1.332 sends `memberSpendLimit: {}` on every rejection (a Fable cap too): only a
+        # filled one names the person's own cap.
         kind = "member_spend"
     else:
         return None

@@ -397,3 +397,21 @@ def test_a_probe_refused_just_after_the_stated_reset_is_skew_on_the_332_record()
     )
     assert refusals == 2
     assert moved.lifts_at - (NOW + timedelta(seconds=3)) == timedelta(seconds=2)  # seconds, never tomorrow
+
+
+def test_an_empty_member_spend_limit_names_no_cap_so_fables_cap_stays_fables() -> None:
+    """Recorded from 2.1.332 (a Fable session, `seven_day_overage_included`): `memberSpendLimit`
+    is `{}` on every rejection; read as the person's own cap it paused every model."""
+    from dispatchq.window.signals import spend_limit
+
+    info = {
+        "status": "rejected",
+        "resetsAt": 1797905280,
+        "rateLimitType": "seven_day_overage_included",
+        "overageStatus": "rejected",
+        "overageDisabledReason": "org_level_disabled_until",
+        "memberSpendLimit": {},
+        "isUsingOverage": False,
+    }
+    assert spend_limit(info) is None
+    assert spend_limit({**info, "memberSpendLimit": {"used": 50, "limit": 50}}) is not None
