@@ -189,23 +189,8 @@ class _DisconnectingConnection(SentinelManagedConnection):
         )
 
 
-class _DisconnectingSSLConnection(SentinelManagedSSLConnection):
-    """`_DisconnectingConnection` over TLS (`rediss+sentinel://`)."""
-
-    def read_response(
-        self,
-        disable_decoding: bool = False,
-        *,
-        timeout: float | object = SENTINEL,
-        disconnect_on_error: bool | None = True,
-        push_request: bool | None = False,
-    ) -> Any:
-        return super().read_response(
-            disable_decoding=disable_decoding,
-            timeout=timeout,
-            disconnect_on_error=disconnect_on_error,
-            push_request=push_request,
-        )
+class _DisconnectingSSLConnection(_DisconnectingConnection, SentinelManagedSSLConnection):
+    """`_DisconnectingConnection` over TLS (`rediss+sentinel://`): the same read, then TLS's."""
 
 
 def _manager(pool: object) -> Any:
