@@ -308,10 +308,10 @@ class Settings(BaseSettings):
     )
     serve_host: str = Field("127.0.0.1", description="Address `dispatchq serve` listens on.")
     serve_port: int = Field(8484, ge=1, le=65535, description="Port `dispatchq serve` listens on.")
-    # -- the operator's first hour (issue 24) --
+    # -- the operator's first hour --
     log_rq: bool = Field(False, description="Show RQ's own INFO lines in worker and scheduler logs.")
 
-    # --- serve-gate (issue 22): which Host names serve answers, whose X-Forwarded-For counts, access log
+    # --- serve's gate: which Host names serve answers, whose X-Forwarded-For counts, access log
     serve_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host names `serve` answers besides loopback (comma-separated, `*.example.com` allowed).",
@@ -358,7 +358,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"{entry!r} is not an IP address or network") from None
         return value
 
-    # --- serve bounds (issue 22, serve-bounds): what one request may cost ----------------------------
+    # --- serve's bounds: what one request may cost ---------------------------------------------------
     serve_max_body: int = Field(
         5 * 1024 * 1024,
         ge=1024,
@@ -385,7 +385,7 @@ class Settings(BaseSettings):
         ge=1,
         description="Most refused lines one `POST /judgements` may hold before it is refused whole.",
     )
-    # --- issue 21, TLS and WAIT (failover) -----------------------------------------------------------
+    # --- TLS and WAIT (failover) ---------------------------------------------------------------------
     redis_tls_ca_file: Path | None = Field(
         None, description="CA bundle a rediss:// (or rediss+sentinel://) server's certificate must chain to."
     )
@@ -399,7 +399,7 @@ class Settings(BaseSettings):
         500, ge=0, description="With Sentinel: how long an enqueue waits for a replica (WAIT); 0 = off."
     )
 
-    # --- issue 21: session leases (task "lease") --------------------------------------------------
+    # --- session leases ------------------------------------------------------------------------------
     session_lease: int = Field(
         120,
         ge=2,

@@ -1,8 +1,8 @@
 """The tiers as one table: every fact about a tier that the queue, the workers and status use.
 
-A tier used to be spelled out wherever it mattered: which queue is shared, how many ids a
-job carries, which timeout applies, which worker class runs it, what happens to a dead
-worker's judgements, where the ladder goes next. Each of those is a column here, so adding
+Every fact that matters about a tier (which queue is shared, how many ids a job carries,
+which timeout applies, which worker class runs it, what happens to a dead worker's
+judgements, where the ladder goes next) is a column here, said once, so adding
 a tier is one row, one module under `dispatchq/tiers/`, one entry point in `jobs/tiers.py`,
 one Procfile line, the settings of its own and its tests; the rest of dispatchq reads the
 row. `tests/unit/test_tier_table.py` holds the `Tier` literal to the table, and

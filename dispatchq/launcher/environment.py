@@ -5,7 +5,7 @@ with `child_environment(...)`; a headless session with `session_environment(...)
 the rule here, and only here, is what lets invariant 4 ("a session gets its one credential and
 nothing else") be tested once and trusted everywhere.
 
-The rule (issue 20, "The environment is an allowlist"). A deny list only ever withholds the
+The rule: the environment is an allowlist. A deny list only ever withholds the
 names it knows, and every host grows names nobody listed (`GH_PAT`, `OTEL_EXPORTER_OTLP_HEADERS`,
 `AZURE_STORAGE_CONNECTION_STRING`, ...); so a child gets only what is *named*:
 
@@ -18,7 +18,7 @@ names it knows, and every host grows names nobody listed (`GH_PAT`, `OTEL_EXPORT
 - Never, whatever is allowed (`_NEVER`): `TYPESAFE_API_KEY(_FILE)`, every `DISPATCHQ_*`,
   `CLAUDECODE`, `SSH_AUTH_SOCK` (the operator's ssh-agent is a second credential),
   `GIT_CONFIG_*` (`GIT_CONFIG_VALUE_0` carries `http.extraHeader` tokens), exported shell
-  functions (`BASH_FUNC_*`), `CLAUDE_CODE_RETRY_WATCHDOG*` (issue 23: under it `claude -p`
+  functions (`BASH_FUNC_*`), `CLAUDE_CODE_RETRY_WATCHDOG*` (under it `claude -p`
   sleeps through a usage limit, holding a slot for hours while dispatchq believes it works).
 - Set by dispatchq for every session (`SESSION_FORCED`), whatever the parent has:
   `CLAUDE_CODE_RETRY_WATCHDOG=0` and `CLAUDE_CODE_STARTUP_FAILURE_RESULTS=1` (a start-up
@@ -189,7 +189,7 @@ _NEVER = (
     "BASH_FUNC_*",
     "CLAUDE_CODE_RETRY_WATCHDOG*",
 )
-# What dispatchq itself sets for every session (issue 23): limits are reported, never slept
+# What dispatchq itself sets for every session: limits are reported, never slept
 # through (dispatchq waits them out with no slot held), and a refused start says why.
 SESSION_FORCED: Mapping[str, str] = {
     "CLAUDE_CODE_RETRY_WATCHDOG": "0",

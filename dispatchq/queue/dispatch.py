@@ -289,7 +289,7 @@ class Dispatcher:
         if any(_admission(p.tier) == "line" for p in chunk):
             pipe.publish(keys.WAKE_CHANNEL, "work")
         results = pipe.execute()
-        await_replica(self.redis, self.settings)  # acknowledged means replicated (issue 21)
+        await_replica(self.redis, self.settings)  # acknowledged means replicated
         return self.store.parse_created(results[0], entries)
 
     # --- moves between tiers ----------------------------------------------------------------

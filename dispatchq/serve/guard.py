@@ -1,7 +1,7 @@
 """What `dispatchq serve` refuses before a route runs, what it adds to every answer, what it logs.
 
-Why each piece (issue 22: with no token, the default on loopback, any web page a developer
-opened could write through their browser):
+Why each piece (with no token, the default on loopback, any web page a developer opens could
+write through their browser):
 
 - `HostCheck`: a DNS-rebinding page reaches 127.0.0.1 under its own name, and its `Host`
   header says that name. Starlette's `TrustedHostMiddleware` answers 400 to any Host but the

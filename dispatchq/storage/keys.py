@@ -217,7 +217,7 @@ def findings_attempt(repo_id: str, finding_id: str, attempt: int) -> str:
     return f"{PREFIX}:findings:attempt:{repo_id}:{finding_id}:{attempt}"
 
 
-# Appended for issue 12 (the host breaker).
+# The host breaker.
 SESSION_BLOCKED_BY = f"{PREFIX}:session:blocked-by"
 """Hash: host -> the fingerprint of the session command and credential a host block was set under."""
 
@@ -231,7 +231,7 @@ WRITE_PROBE = f"{PREFIX}:write-probe"  # string, short TTL: "does Redis accept w
 RECONCILE_TURN = f"{PREFIX}:reconcile:turn"  # string, TTL one recovery interval: whose turn to reconcile
 
 
-# Appended for issue 14 (`dispatchq serve`).
+# `dispatchq serve`.
 def webhook_delivery(delivery_id: str) -> str:
     """String with a TTL: JSON {decision_id, event, target, state} of one X-GitHub-Delivery, so a
     redelivery is answered with the same ids instead of a second decision."""
@@ -243,7 +243,7 @@ def triage_budget_log(name: str) -> str:
     return f"{PREFIX}:triage:budget-log:{name}"
 
 
-# Appended for issue 14 (status in constant time, metrics).
+# Status in constant time, metrics.
 STATS_LIVE = f"{PREFIX}:stats:live"
 """Hash kept by the store's scripts with every record change: `s:<tier>:<status>` -> how many
 unfinished judgements are there, `c:<class>` -> how many wait for that class of reason,
@@ -253,14 +253,14 @@ STATS_FINISHED = f"{PREFIX}:stats:finished"  # hash: `<tier>:<status>` -> judgem
 STATS_TRIAGE_OUTCOMES = f"{PREFIX}:stats:triage:outcomes"  # hash: resolution row (reason code) -> count
 
 
-# Appended for issue 20 (a worker runs only dispatchq's own jobs).
+# A worker runs only dispatchq's own jobs.
 JOBS_UPGRADED = f"{PREFIX}:upgrade:jobs-json"
 """String, no TTL: JSON {at, rewritten, refused} once every pickled RQ job hash (`rq:job:*`) was
 rewritten as JSON or refused (`dispatchq.queue.upgrade`); while it is absent, each worker and
 the scheduler run the upgrade before their first job."""
 
 
-# Appended for issue 21 (waiting means waiting for a writable primary).
+# Waiting means waiting for a writable primary.
 def wait_probe(host: str, pid: int) -> str:
     """String, 5 s TTL: the write a process waiting out an outage makes to learn that Redis takes
     writes again (a demoted master answers PING but refuses every write), one key per process.

@@ -102,7 +102,7 @@ def check_session_host(runtime: Runtime) -> None:
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
         _say_once(logging.WARNING, decision.warning)
-    warn_if_unsupported(settings.session_command, environ)  # issue 23: outside the range, a WARNING
+    warn_if_unsupported(settings.session_command, environ)  # outside the range, a WARNING
 
 
 class SessionWorker(DispatchqWorker):
