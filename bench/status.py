@@ -27,7 +27,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
@@ -45,7 +45,7 @@ def scan_breakdown(store: Store) -> dict[str, int]:
 
 def populate(rt: Runtime, n: int) -> None:
     """N session judgements in the line, all waiting on a closed window (written in batches)."""
-    marker = window_for(rt).close(datetime.now(UTC) + timedelta(hours=5), reason="bench: window closed")
+    marker = rt.window.close(datetime.now(UTC) + timedelta(hours=5), reason="bench: window closed")
     reason = waiting_reason(marker)  # what the window gives every judgement it holds back
     line = keys.session_line()
     batch = 2000
@@ -112,7 +112,7 @@ def fetch(url: str) -> bytes:
 def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     bench.redis.flushall()
     bench.config(CONFIG)
-    rt = Runtime(settings=load_settings(bench.env), redis=bench.redis)
+    rt = Runtime(settings=load_settings(bench.env), redis=bench.redis, queue_parts=QUEUE_PARTS)
     started = time.perf_counter()
     populate(rt, n)
     populated_s = round(time.perf_counter() - started, 1)

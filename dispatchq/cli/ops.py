@@ -403,14 +403,13 @@ def window_close(until: str, reason: str, force: bool) -> None:
     A marker already up that lifts later (a longer reservation, or a usage limit a session
     saw) is kept unless --force: a second close must not silently shorten the first.
     """
-    from dispatchq.queue.retrigger import window_for
     from dispatchq.window.limits import GENERAL_SCOPE
 
     rt = runtime(config=False)
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
-    face = window_for(rt)
+    face = rt.window
     current = face.get(GENERAL_SCOPE)
     if current is not None and current.lifts_at > when.timestamp() and not force:
         longer = datetime.fromtimestamp(current.lifts_at, UTC)
@@ -446,7 +445,6 @@ def _both_times(at: datetime, zone: str) -> str:
 )
 def window_open(host: str | None) -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
-    from dispatchq.queue.retrigger import window_for
 
     rt = runtime(config=False)
     require_room(rt.redis)  # the marker's DEL is allowed under `maxmemory`, its audit is not
@@ -454,8 +452,8 @@ def window_open(host: str | None) -> None:
         from dispatchq.tiers.session import unblock_host
 
         name = host or rt.settings.host
-        cleared = unblock_host(window_for(rt), name)
+        cleared = unblock_host(rt.window, name)
         click.echo(f"host {name}: sessions unblocked" if cleared else f"host {name} was not blocked")
         return
-    opened = window_for(rt).open()
+    opened = rt.window.open()
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")

@@ -17,7 +17,6 @@ from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, Record
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
 
 if TYPE_CHECKING:
@@ -224,7 +223,7 @@ def cancel(jid: str) -> None:
     """Cancel a judgement that has not finished (it will not be spawned or answered)."""
     rt = runtime(config=False)
     jid = full_id(rt, jid)
-    if dispatcher_for(rt).cancel(jid):
+    if rt.dispatcher.cancel(jid):
         click.echo(f"cancelled {jid}")
     else:
         raise UserError(f"judgement {jid} has already finished")
@@ -237,7 +236,7 @@ def retry(jid: str) -> None:
     rt = runtime()
     require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
     jid = full_id(rt, jid)
-    dispatcher_for(rt).retry(jid)
+    rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")
 
 
@@ -351,9 +350,7 @@ def _exit_status(rt: Any, records: list[Record], *, stranded: bool) -> int:
         return 3
     waiting = [r for r in records if r.status == "waiting"]
     if waiting:
-        from dispatchq.queue.retrigger import window_for
-
-        blocked = window_for(rt).store.blocked()
+        blocked = rt.window.store.blocked()
         if any((r.host or rt.settings.host) in blocked for r in waiting):
             return 3
     return 1 if stranded else 0

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.process import logs
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
@@ -57,7 +58,13 @@ def builtin_kinds() -> dict[str, Kind]:
 def build_runtime(settings: Settings | None = None, *, config: Config | None = None) -> Runtime:
     """A runtime from these settings (default: the environment's), with the built-in kinds."""
     settings = settings or load_settings()
-    return Runtime(settings=settings, redis=connect(settings), config_override=config, builtin=builtin_kinds)
+    return Runtime(
+        settings=settings,
+        redis=connect(settings),
+        config_override=config,
+        builtin=builtin_kinds,
+        queue_parts=QUEUE_PARTS,
+    )
 
 
 _lock = threading.Lock()
@@ -125,7 +132,7 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     from dispatchq.config import config_source  # noqa: PLC0415 (lazy: the YAML parser)
 
     log.info("%s", config_source(settings.config))  # after Redis: a refusal at start stays one line
-    return Runtime(settings=settings, redis=client, builtin=builtin_kinds)
+    return Runtime(settings=settings, redis=client, builtin=builtin_kinds, queue_parts=QUEUE_PARTS)
 
 
 def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:

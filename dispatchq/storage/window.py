@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
 from dispatchq.storage.scripts import CLEAR_RUNNING
+from dispatchq.storage.usage import UsageStore
 
 if TYPE_CHECKING:
     import redis
@@ -85,6 +86,8 @@ class WindowStore:
         self._raise = client.register_script(_RAISE)
         self._slot = client.register_script(_SLOT)
         self._clear_running = client.register_script(CLEAR_RUNNING)
+        #: The window's usage as sessions report it (`storage.usage`), on the same client.
+        self.usage = UsageStore(client)
 
     # --- markers ------------------------------------------------------------------------
     def marker_fields(self, scope: str) -> dict[str, str]:
@@ -94,6 +97,11 @@ class WindowStore:
     def marker_keys(self) -> list[str]:
         """The marker hash keys recorded in the scopes set, sorted."""
         return sorted(as_text(k) for k in self.redis.smembers(keys.MARKER_SCOPES))
+
+    @staticmethod
+    def scope_of(marker_key: str) -> str:
+        """The scope a marker hash key names."""
+        return marker_key.removeprefix(keys.marker(""))
 
     def forget_marker_key(self, marker_key: str) -> None:
         """Drop a scopes-set entry whose marker hash is gone."""

@@ -43,7 +43,6 @@ from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_argv, session_environment
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
-from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage import keys
@@ -295,7 +294,7 @@ def run_claimed(
     run is a `tiers.lease.Holding`, renewing its lease and writing only as that claim.
     """
     probes = list(probes or [])
-    shared = window_for(runtime)
+    shared = runtime.window
     record = shared.records.get(jid)
     if record is None or record.status != "running" or (claim and getattr(record, "claim", None) != claim):
         shared.release(slot, probes)

@@ -30,13 +30,13 @@ from dispatchq.core.tiers import row
 from dispatchq.errors import UserError
 from dispatchq.launcher.releases import claude_code_fact
 from dispatchq.launcher.scrub import decide_scrub
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.settings import parent_environment
+from dispatchq.storage import rqstate
 from dispatchq.storage.outage import (
     Backoff,
     OutageLog,
@@ -171,9 +171,7 @@ class DispatchqWorker(SimpleWorker):
         # milliseconds of it.
         longest = max(2 * int(self.maintenance_interval), 2)
         for queue in self.queues:
-            key = queue.registry_cleaning_key
-            if self.connection.ttl(key) > longest:
-                self.connection.expire(key, longest)
+            rqstate.cut_ttl(self.connection, queue.registry_cleaning_key, longest)
         super().clean_registries()
 
     def run_maintenance_tasks(self) -> None:
@@ -258,11 +256,9 @@ def forget_dead_executions(client: redis.Redis, job_id: str, *, keep: str = "") 
     dropped = 0
     for execution_id in registry.get_execution_ids():
         key = Execution(id=execution_id, job_id=job_id, connection=client).key
-        if execution_id != keep and not client.exists(key):
-            dropped += int(client.zrem(registry.key, execution_id))
-        elif client.exists(key) and not client.hexists(key, "created_at"):
-            client.delete(key)
-            dropped += int(client.zrem(registry.key, execution_id))
+        dropped += rqstate.forget_execution(
+            client, registry.key, key, execution_id, keep=execution_id == keep
+        )
     return dropped
 
 
@@ -277,8 +273,7 @@ def build_worker(
     # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's
     # failure callback) with the queue's job class, not the worker's.
     queues = [
-        DispatchqQueue(queue.name, connection=runtime.redis)
-        for queue in dispatcher_for(runtime).queues_for(tier)
+        DispatchqQueue(queue.name, connection=runtime.redis) for queue in runtime.dispatcher.queues_for(tier)
     ]
     worker = cls(
         queues,

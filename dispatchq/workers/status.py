@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import STATUSES
 from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
-from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
+from dispatchq.queue.scheduler import scheduler_alive
 from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.status import status_section as triage_section
@@ -33,7 +32,7 @@ LATEST_SHOWN = 10
 
 def collect_status(rt: Runtime) -> dict[str, Any]:
     """Everything `dispatchq status` shows, as data."""
-    dispatcher = dispatcher_for(rt)
+    dispatcher = rt.dispatcher
     store = rt.store
     depths: dict[str, int] = {}
     for tier in TIERS:
@@ -73,7 +72,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "latest": [_brief(r) for r in store.latest(LATEST_SHOWN)],
         "scheduler": {
             "alive": scheduler_alive(rt),
-            "scheduled_jobs": scheduler_for(rt).count(),
+            "scheduled_jobs": rt.scheduler.count(),
         },
         "typed": _typed_status(rt, details),
         "judgements_orphaned": _orphaned(rt, details),

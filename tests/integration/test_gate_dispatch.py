@@ -38,9 +38,8 @@ APPEND_EDIT = {"path": "docs/guide.md", "append": "See-also-notes\n"}
 
 @pytest.fixture
 def world_report() -> str:
-    return (
-        finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
+    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
+        "DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`"
     )
 
 
@@ -271,10 +270,11 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
     from dispatchq.findings.run.fixer import RepoLock
+    from dispatchq.queue.parts import QUEUE_PARTS
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 
-    runtime = Runtime(settings=load_settings(world.env), redis=world.redis)
+    runtime = Runtime(settings=load_settings(world.env), redis=world.redis, queue_parts=QUEUE_PARTS)
     repo = repo_id(world.root)
     first, second = RepoLock(runtime, repo, "j-one"), RepoLock(runtime, repo, "j-two")
     try:

@@ -41,9 +41,8 @@ NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 @pytest.fixture
 def world_report() -> str:
-    return (
-        finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`")
+    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
+        "DOC-2", "Second finding", location="`docs/notes.md:1`"
     )
 
 

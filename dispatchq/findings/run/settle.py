@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING
 
 from dispatchq.findings.run.fixer import POLL
 from dispatchq.findings.texts.screens import display
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
-from dispatchq.queue.retrigger import window_for
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.window.marker import waiting_reason
 from dispatchq.workers.run import Until, clean_started, drain
@@ -76,7 +74,7 @@ def settle(
     back in line), so a re-run never waits on a dead process forever.
     """
     settings = runtime.settings
-    window = window_for(runtime)
+    window = runtime.window
     findings = FindingsStore(runtime.redis)
 
     def pending() -> list[Record]:
@@ -90,7 +88,7 @@ def settle(
         blocked = findings.session_blocked(settings.host)
         return f"sessions cannot start on this host: {blocked}" if blocked else None
 
-    queues = dispatcher_for(runtime).queues_for("session")
+    queues = runtime.dispatcher.queues_for("session")
     # A busy worker beats every interval; two missed beats and a gone pid: it is dead.
     stale_after = 2.0 * settings.heartbeat_interval + 1.0
 

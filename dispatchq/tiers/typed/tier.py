@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.scheduler import schedule_typed_retry
 from dispatchq.storage.typed import TypedStorage
 from dispatchq.tiers.typed.batching import Answered, Ask, NoKey, Outcome, Permanent, Transient
@@ -200,7 +200,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
             delay = _act(runtime, storage, moves, by_id[jid], kinds[jid], outcome, provider.requested_model)
             if delay is not None:
                 retries.setdefault(round(delay, 3), []).append(jid)
-    dispatcher_for(runtime).commit(moves)
+    runtime.dispatcher.commit(moves)
     for delay, jids in retries.items():
         _retry_later(runtime, jids, delay)
     return len(claimed)
