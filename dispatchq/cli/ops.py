@@ -15,7 +15,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import is_outage, require_room, waiting_here
+from dispatchq.storage.outage import is_outage, waiting_here
 from dispatchq.window.usage import usage_lines
 
 if TYPE_CHECKING:
@@ -419,7 +419,7 @@ def window_close(until: str, reason: str, force: bool) -> None:
         )
     # Several writes (old marker replaced, audit, retrigger, waiting judgements marked):
     # under `maxmemory` refuse before the first, or the old marker would go and no new one come.
-    require_room(rt.redis)
+    rt.storage.server.require_room()
     m = face.close(when, reason=reason or "closed by an operator")
     lifts = datetime.fromtimestamp(m.lifts_at, UTC)
     click.echo(f"usage window closed until {_both_times(lifts, rt.settings.timezone)}")
@@ -447,7 +447,7 @@ def window_open(host: str | None) -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
 
     rt = runtime(config=False)
-    require_room(rt.redis)  # the marker's DEL is allowed under `maxmemory`, its audit is not
+    rt.storage.server.require_room()  # the marker's DEL is allowed under `maxmemory`, its audit is not
     if host is not None:
         from dispatchq.tiers.session import unblock_host
 

@@ -17,7 +17,7 @@ from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, Record
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
+from dispatchq.storage.outage import out_of_memory_message, outage_reason
 
 if TYPE_CHECKING:
     # rich is imported where a table or a bar is drawn: `--json` runs in scripts' loops.
@@ -234,7 +234,7 @@ def cancel(jid: str) -> None:
 def retry(jid: str) -> None:
     """Judge again on purpose, from the kind's first tier (the trail is kept)."""
     rt = runtime()
-    require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
+    rt.storage.server.require_room()  # under `maxmemory`: one line, exit 2, nothing written
     jid = full_id(rt, jid)
     rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")

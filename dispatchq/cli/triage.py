@@ -55,7 +55,7 @@ def _load_triage_config() -> TriageConfig:
 
 
 def _storage() -> TriageStorage:
-    return TriageStorage(runtime(config=False).redis)
+    return runtime(config=False).storage.triage
 
 
 def _executor(config: TriageConfig, storage: TriageStorage) -> Executor:

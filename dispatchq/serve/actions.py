@@ -31,7 +31,6 @@ from starlette.routing import BaseRoute, Route
 from dispatchq.errors import UserError
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.serve.guard import Networks, peer_address
-from dispatchq.storage.outage import require_room
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
 from dispatchq.tiers.session import unblock_host
 from dispatchq.window.messages import GENERAL_SCOPE
@@ -79,7 +78,7 @@ def parse_until(text: object, now: datetime) -> datetime:
 def _room(context: ServeContext) -> None:
     """`require_room`, as the CLI asks before a command's first write: a full Redis is 503."""
     try:
-        require_room(context.runtime.redis)
+        context.runtime.storage.server.require_room()
     except UserError as error:
         raise ActionError(503, str(error)) from None
 

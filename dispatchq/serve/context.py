@@ -37,7 +37,7 @@ class ServeContext:
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.storage = ServeStorage(self.runtime.redis)
+        self.storage = self.runtime.storage.serve
         settings = self.runtime.settings
         self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
         self.deliveries_job = deliveries_template(self.runtime.dispatcher, settings)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.histograms import observe_session
 from dispatchq.storage.scripts import CLEAR_RUNNING
 from dispatchq.storage.usage import UsageStore
 
@@ -88,6 +89,14 @@ class WindowStore:
         self._clear_running = client.register_script(CLEAR_RUNNING)
         #: The window's usage as sessions report it (`storage.usage`), on the same client.
         self.usage = UsageStore(client)
+
+    def on(self, records: Store) -> WindowStore:
+        """The same operations on `records`' client (a holder's bounded one), or this store."""
+        return self if records.redis is self.redis else WindowStore(records.redis)
+
+    def observe_session(self, seconds: float) -> None:
+        """One session's length, into the `/metrics` histogram (`storage.histograms`)."""
+        observe_session(self.redis, seconds)
 
     # --- markers ------------------------------------------------------------------------
     def marker_fields(self, scope: str) -> dict[str, str]:

@@ -28,7 +28,6 @@ from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
-from dispatchq.storage import keys
 from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
@@ -143,7 +142,7 @@ class SessionWorker(DispatchqWorker):
         def model(kind_name: str) -> str | None:
             return model_of(runtime.config.kinds, kind_name)
 
-        queue = DispatchqQueue(keys.queue_name("session"), connection=self.connection)
+        queue = DispatchqQueue(runtime.storage.jobs.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
         try:

@@ -15,7 +15,6 @@ from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
 from dispatchq.queue.scheduler import scheduler_alive
-from dispatchq.storage import keys
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.status import status_section as triage_section
 from dispatchq.workers.warnings import collect_warnings
@@ -39,7 +38,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         if row(tier).admission == "queue":
             depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
         else:
-            depths[tier] = store.line_depth([keys.session_line(rt.settings.host), keys.session_line()])
+            depths[tier] = store.line_depth([store.line_of(rt.settings.host), store.line_of()])
     # Workers as they describe themselves, alive by their own recent heartbeat: a killed
     # worker stops counting within a heartbeat, not when RQ's registration expires.
     details = store.live_workers(ttl=rt.settings.heartbeat_interval + rt.settings.heartbeat_grace)
@@ -80,7 +79,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
     if live.rebuilt is not None:
         data["waiting_counts_rebuilt"] = live.rebuilt
     data.update(window_section(rt))
-    triage = TriageStorage(rt.redis)
+    triage = rt.storage.triage
     counters = store.counters()
     data["counters"] = counters  # monotonic: what `/metrics` exports as *_total
     data["triage"] = {

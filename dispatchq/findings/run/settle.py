@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from dispatchq.findings.run.fixer import POLL
 from dispatchq.findings.texts.screens import display
 from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
-from dispatchq.storage.findings import FindingsStore
 from dispatchq.window.marker import waiting_reason
 from dispatchq.workers.run import Until, clean_started, drain
 
@@ -75,7 +74,7 @@ def settle(
     """
     settings = runtime.settings
     window = runtime.window
-    findings = FindingsStore(runtime.redis)
+    findings = runtime.storage.findings
 
     def pending() -> list[Record]:
         return [r for r in runtime.store.get_many(list(ids)) if r is not None and not r.finished]

@@ -178,7 +178,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
     `job_id` is the RQ job carrying `ids` (the entry point `jobs.tiers.typed` passes it);
     None outside RQ, where the caller owns every id.
     """
-    storage = TypedStorage(runtime.redis)
+    storage = runtime.storage.typed
     claimed = runtime.store.claim(_still_carried(storage, ids, job_id), "typed")
     if not claimed:
         return 0
