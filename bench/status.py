@@ -65,10 +65,12 @@ def populate(rt: Runtime, n: int) -> None:
             )
             for i in range(start, min(n, start + batch))
         ]
-        rt.store.create_many(entries)
+        rt.storage.records.create_many(entries)
         pipe = rt.redis.pipeline(transaction=False)
         for e in entries:
-            rt.store.transition(e.id, "waiting", expect=["queued"], fields={"reason": reason}, pipe=pipe)
+            rt.storage.records.transition(
+                e.id, "waiting", expect=["queued"], fields={"reason": reason}, pipe=pipe
+            )
         pipe.execute()
 
 
@@ -119,11 +121,15 @@ def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     data = collect_status(rt)
     if data["judgements"]["waiting"] != n or data["waiting_by_class"]["window"] != n:
         raise SystemExit(f"expected {n} waiting on the window, status says {data['waiting_by_class']}")
-    if sum(scan_breakdown(rt.store).values()) != n or data["waiting"] != scan_breakdown(rt.store):
+    if sum(scan_breakdown(rt.storage.records).values()) != n or data["waiting"] != scan_breakdown(
+        rt.storage.records
+    ):
         raise SystemExit("the counters and the scan disagree")
 
     function_ms = median_ms(lambda: collect_status(rt), repeat)
-    scan_ms = median_ms(lambda: (collect_status(rt), scan_breakdown(rt.store)), 1 if n >= 50_000 else 3)
+    scan_ms = median_ms(
+        lambda: (collect_status(rt), scan_breakdown(rt.storage.records)), 1 if n >= 50_000 else 3
+    )
     cli_ms = round(
         statistics.median(bench.timed(bench.dispatchq("status", "--json")) for _ in range(3)) * 1000, 1
     )

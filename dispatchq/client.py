@@ -191,7 +191,7 @@ class Client:
         """The judgement's record; with `wait`, block up to that many seconds for it to finish."""
         deadline = time.monotonic() + (wait or 0)
         while True:
-            record = self.runtime.store.get(jid)
+            record = self.runtime.storage.records.get(jid)
             if record is None:
                 raise UserError(f"no judgement {jid} (unknown id, or its record expired)")
             if record.status in FINISHED or wait is None or time.monotonic() >= deadline:

@@ -101,7 +101,8 @@ class Runtime:
 
     @property
     def store(self) -> Store:
-        """The records area of `storage` (`runtime.storage.records`)."""
+        """`storage.records`, under the short name tests and scripts use (dispatchq's own code asks
+        `storage.records`: `tests/unit/test_storage_boundary.py`)."""
         return self.storage.records
 
     @cached_property

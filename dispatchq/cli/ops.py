@@ -170,7 +170,7 @@ def _collect_status(recount: bool) -> dict[str, Any]:
             _print_waiting_here(make_console(stderr=True), waiting_here(settings()))
         raise
     if recount:
-        counted = rt.store.recount()
+        counted = rt.storage.records.recount()
         click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
     try:
         data = collect_status(rt)

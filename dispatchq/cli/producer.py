@@ -172,10 +172,12 @@ def result(jid: str, wait: float | None, as_json: bool) -> None:
 def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> None:
     """List judgements, newest first."""
     rt = runtime(config=False)
-    ids = rt.store.ids(status)
+    ids = rt.storage.records.ids(status)
     if status is None:
         ids = list(reversed(ids))
-    records = [r for r in rt.store.get_many(ids) if r is not None and (kind is None or r.kind == kind)]
+    records = [
+        r for r in rt.storage.records.get_many(ids) if r is not None and (kind is None or r.kind == kind)
+    ]
     if status is not None:
         records.sort(key=lambda r: r.created_at or 0, reverse=True)
     records = records[:limit]
@@ -243,12 +245,12 @@ def retry(jid: str) -> None:
 @click.command()
 def prune() -> None:
     """Drop index entries of records that have expired (DISPATCHQ_RESULT_TTL)."""
-    click.echo(f"pruned {runtime(config=False).store.prune()} expired entries")
+    click.echo(f"pruned {runtime(config=False).storage.records.prune()} expired entries")
 
 
 def _progress_thread(rt: Any, ids: list[str], progress: Progress, task: Any, stop: threading.Event) -> None:
     while not stop.wait(0.3):
-        statuses = rt.store.statuses(ids)
+        statuses = rt.storage.records.statuses(ids)
         done = sum(1 for s in statuses if s in FINISHED or s == "waiting")
         progress.update(task, completed=done)
 
@@ -314,12 +316,13 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
                 stop.set()
                 thread.join()
             bar.update(
-                task, completed=sum(1 for s in rt.store.statuses(ids) if s in FINISHED or s == "waiting")
+                task,
+                completed=sum(1 for s in rt.storage.records.statuses(ids) if s in FINISHED or s == "waiting"),
             )
     else:
         report = drain(rt)
     elapsed = time.monotonic() - started
-    records = [r for r in rt.store.get_many(ids) if r is not None]
+    records = [r for r in rt.storage.records.get_many(ids) if r is not None]
     summary = _summary(records, report, elapsed)
     if as_json:
         print_json(
@@ -397,9 +400,9 @@ MIN_ID_PREFIX = 8
 def full_id(rt: Any, jid: str) -> str:
     """The judgement id `jid` names: itself, or the one id it is a unique prefix of (8+ chars)."""
     wanted = jid.strip()
-    if rt.store.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
+    if rt.storage.records.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
         return wanted
-    matches = [i for i in rt.store.ids() if i.startswith(wanted)]
+    matches = [i for i in rt.storage.records.ids() if i.startswith(wanted)]
     if len(matches) > 1:
         raise UserError(f"id prefix {wanted!r} is ambiguous: {len(matches)} judgements start with it")
     return matches[0] if matches else wanted

@@ -242,7 +242,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     Run by the scheduler and by every worker's maintenance, so a formation without a
     scheduler still heals. Returns how many were put back.
     """
-    store = runtime.store
+    store = runtime.storage.records
     now = time.time()
     # Candidates filtered in Redis, one per distinct job, and one status read per job, not
     # whole records and a job fetched per record: a backlog of 10,000 queued judgements in
@@ -282,7 +282,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
 
 
 def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> int:
-    store = runtime.store
+    store = runtime.storage.records
     # Session judgements are the session tier's to settle: their RQ job is made at admission
     # and its worker's death is counted there.
     running = [
@@ -313,7 +313,7 @@ def published_workers(runtime: Runtime) -> set[str]:
     """Workers alive by their own recent heartbeat (a killed one drops out within
     heartbeat interval + grace, not when RQ's 7-minute registration expires)."""
     ttl = runtime.settings.heartbeat_interval + runtime.settings.heartbeat_grace
-    return {str(w.get("name")) for w in runtime.store.live_workers(ttl=ttl)}
+    return {str(w.get("name")) for w in runtime.storage.records.live_workers(ttl=ttl)}
 
 
 def _say_orphaned(runtime: Runtime, jid: str, heartbeat: float | None) -> None:
@@ -324,7 +324,7 @@ def _say_orphaned(runtime: Runtime, jid: str, heartbeat: float | None) -> None:
     base = heartbeat if heartbeat is not None else time.time()
     when = base + settings.heartbeat_interval + settings.heartbeat_grace + settings.recovery_interval
     at = datetime.fromtimestamp(when, UTC).strftime("%H:%M:%S UTC")
-    runtime.store.set_fields(jid, reason=f"orphaned: its worker died, retried at about {at}")
+    runtime.storage.records.set_fields(jid, reason=f"orphaned: its worker died, retried at about {at}")
 
 
 def _job_states(runtime: Runtime, job_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -425,7 +425,7 @@ def run_scheduler(
                 last_maintenance = time.monotonic()
                 try:
                     reconcile(runtime)
-                    runtime.store.prune()
+                    runtime.storage.records.prune()
                 except Exception as error:
                     if is_outage(error) or is_out_of_memory(error):
                         raise

@@ -174,7 +174,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     re-run does only what is left.
     """
     settings = runtime.settings
-    claimed = runtime.store.claim(ids, "code")
+    claimed = runtime.storage.records.claim(ids, "code")
     if not claimed:
         return 0
     parent = parent_environment()

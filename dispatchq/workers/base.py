@@ -95,7 +95,9 @@ class DispatchqWorker(SimpleWorker):
                 if self.runtime is not None:
                     # Also while a job runs (RQ's job monitor beats with a pipeline): a busy
                     # worker is alive, and `status` must not count it dead.
-                    self.runtime.store.publish_worker(self.name, self.facts(), ttl=self.worker_ttl + 60)
+                    self.runtime.storage.records.publish_worker(
+                        self.name, self.facts(), ttl=self.worker_ttl + 60
+                    )
                 return
             except Exception as error:
                 if pipeline is not None or self.runtime is None or not is_outage(error):
@@ -161,7 +163,7 @@ class DispatchqWorker(SimpleWorker):
     def register_death(self) -> None:
         if self.runtime is not None:
             with contextlib.suppress(Exception):  # during an outage there is nothing to unpublish
-                self.runtime.store.forget_worker(self.name)
+                self.runtime.storage.records.forget_worker(self.name)
         super().register_death()
 
     def clean_registries(self) -> None:
@@ -179,7 +181,9 @@ class DispatchqWorker(SimpleWorker):
         if self.runtime is None or not self.heal:
             return
         try:
-            if not self.runtime.store.take_reconcile_turn(self.name, self.maintenance_interval * 0.9):
+            if not self.runtime.storage.records.take_reconcile_turn(
+                self.name, self.maintenance_interval * 0.9
+            ):
                 return  # another worker (or the scheduler) reconciles this round
             healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
         except Exception as error:
@@ -267,7 +271,7 @@ def build_worker(
 ) -> DispatchqWorker:
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
-    live = runtime.store.live_workers(ttl=settings.heartbeat_interval + settings.heartbeat_grace)
+    live = runtime.storage.records.live_workers(ttl=settings.heartbeat_interval + settings.heartbeat_grace)
     check_host_unique(live, settings.host, machine_id())  # before it takes any host-bound job
     ensure_upgraded(runtime.redis)  # the previous release's pickled jobs, as JSON, before any dequeue
     # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's

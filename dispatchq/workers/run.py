@@ -173,7 +173,7 @@ def _redis_problem(runtime: Runtime) -> BaseException | None:
 
 def _accepts_writes(runtime: Runtime) -> bool:
     try:
-        return runtime.store.accepts_writes()
+        return runtime.storage.records.accepts_writes()
     except Exception:  # Redis went away meanwhile: the outage path takes over on the next round
         return True
 
@@ -213,7 +213,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     why = f"worker gave up on the job: {exc_type.__name__ if isinstance(exc_type, type) else exc_type}"
     if exc_value is not None and str(exc_value):
         why += f": {str(exc_value).splitlines()[0][:300]}"
-    store = runtime.store
+    store = runtime.storage.records
     left = [
         r
         for r in store.get_many(list(job.args[0]))

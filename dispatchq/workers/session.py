@@ -180,9 +180,9 @@ class SessionWorker(DispatchqWorker):
 
     def _job_for(self, admission: Admission, queue: Queue) -> Job:
         runtime = self.runtime
-        runtime.store.set_fields(admission.jid, job=f"session:{admission.slot}")
+        runtime.storage.records.set_fields(admission.jid, job=f"session:{admission.slot}")
         # The claim admission just wrote: the job's every write is fenced by it.
-        claim = runtime.store.claim_of(admission.jid)
+        claim = runtime.storage.records.claim_of(admission.jid)
         job = queue.create_job(
             SESSION_JOB,
             args=(admission.jid, admission.slot),
@@ -209,13 +209,13 @@ def burst(runtime: Runtime) -> bool:
     def model(kind_name: str) -> str | None:
         return model_of(runtime.config.kinds, kind_name)
 
-    before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    before = runtime.storage.records.answered_counts()["session"] + runtime.storage.records.count("failed")
     worker = build_worker(SessionWorker, runtime, "session")
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
     hold_paused(
         window, settings.host, model
     )  # beyond the admission lookahead too: `run` names why each one waits
-    after = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    after = runtime.storage.records.answered_counts()["session"] + runtime.storage.records.count("failed")
     return after != before
 
 

@@ -32,7 +32,7 @@ LATEST_SHOWN = 10
 def collect_status(rt: Runtime) -> dict[str, Any]:
     """Everything `dispatchq status` shows, as data."""
     dispatcher = rt.dispatcher
-    store = rt.store
+    store = rt.storage.records
     depths: dict[str, int] = {}
     for tier in TIERS:
         if row(tier).admission == "queue":
@@ -141,7 +141,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
     With typed workers running, their own report decides (all keyless: keyless). With none
     running, a typed worker's recent word that it ran without a key decides.
     """
-    host = rt.store.typed_keyless_host()
+    host = rt.storage.records.typed_keyless_host()
     typed = [w for w in details if w.get("tier") == "typed"]
     keyless = all(w.get("keyless") for w in typed) if typed else host is not None
     return {"keyless": keyless, "keyless_worker_host": host}
@@ -149,7 +149,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
-    store = rt.store
+    store = rt.storage.records
     running = [r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()]
     if not running:
         return 0

@@ -179,6 +179,25 @@ def test_no_redis_command_lua_or_key_outside_storage() -> None:
     assert found == [], "Redis outside dispatchq/storage/ (ask runtime.storage):\n" + "\n".join(found)
 
 
+def runtime_store_reads(source: str, name: str) -> list[str]:
+    """Every `runtime.store` / `rt.store` (the records area by its short name) in `source`."""
+    return [
+        f"{name}:{node.lineno}: {_receiver(node.value)}.store"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "store"
+        and _receiver(node.value) in {"runtime", "rt"}
+    ]
+
+
+def test_dispatchq_asks_storage_records_not_runtime_store() -> None:
+    found = []
+    for path in _outside_storage():
+        found += runtime_store_reads(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert found == [], "ask runtime.storage.records:\n" + "\n".join(found)
+    assert runtime_store_reads("runtime.store.get(jid)\nself.runtime.store.prune()", "probe.py")
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -108,7 +108,7 @@ class RepoLock:
             _KEEPERS[self.holder] = stop
         lock = self.lock
         limit = time.monotonic() + self.runtime.settings.session_timeout + 3600
-        store = self.runtime.store
+        store = self.runtime.storage.records
 
         def keep() -> None:
             while not stop.wait(LOCK_LEASE / 3) and time.monotonic() < limit:
@@ -261,7 +261,7 @@ class FixerJob:
         outcome.setdefault("finding", self.fid)
         outcome.setdefault("attempt", self.attempt)
         self.state.save(outcome=outcome, phase="done")
-        store = self.runtime.store
+        store = self.runtime.storage.records
         if transition:
             store.transition(
                 self.judgement.id,

@@ -75,9 +75,10 @@ def settle(
     settings = runtime.settings
     window = runtime.window
     findings = runtime.storage.findings
+    records = runtime.storage.records
 
     def pending() -> list[Record]:
-        return [r for r in runtime.store.get_many(list(ids)) if r is not None and not r.finished]
+        return [r for r in records.get_many(list(ids)) if r is not None and not r.finished]
 
     def stuck() -> str | None:
         left = pending()
@@ -97,7 +98,7 @@ def settle(
             if holder.dead:
                 if on_wait is not None:
                     on_wait(
-                        f"{_name(runtime.store.get(holder.jid), holder.jid)} was running in a process "
+                        f"{_name(records.get(holder.jid), holder.jid)} was running in a process "
                         f"on this host that is gone (pid {holder.pid}): recovered now, back in line"
                     )
                 abandon_now(runtime.redis, holder)
@@ -112,7 +113,7 @@ def settle(
             for h in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after)
             if not h.dead
         ]
-        names = {h.jid: runtime.store.get(h.jid) for h in holders}
+        names = {h.jid: runtime.storage.records.get(h.jid) for h in holders}
         busy = len({h.slot for h in holders if h.slot})
         on_wait(
             describe_holders(
