@@ -152,6 +152,10 @@ class Store:
         other.claim_lease = self.claim_lease
         return other
 
+    def disconnect(self) -> None:
+        """Close this store's connections (a `bounded` copy's own pool, when its holder is done)."""
+        self.redis.connection_pool.disconnect()
+
     def note_refused(self, jid: str, claim: str, what: str) -> None:
         """A holder's write refused by the fence: said once per judgement and claim, never raised."""
         if (jid, claim) not in self._refusals:

@@ -185,7 +185,7 @@ class Holding:
             )
         finally:
             if self._own_client:
-                self.window.records.redis.connection_pool.disconnect()
+                self.window.records.disconnect()
 
     # --- the threads ----------------------------------------------------------------------
     def renew_once(self) -> None:
