@@ -147,7 +147,7 @@ class Runtime:
     def _queue_parts(self, what: str) -> QueueParts:
         if self.queue_parts is None:
             raise RuntimeError(
-                f"this runtime was built without its queue parts, so it has no {what}: build it with "
+                f"this runtime was built without its queue parts, so it cannot make {what}: build it with "
                 "dispatchq.process.wiring.build_runtime or pass queue_parts=dispatchq.queue.parts.QUEUE_PARTS"
             )
         return self.queue_parts

@@ -68,9 +68,6 @@ class Histograms:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
 
-    def observe_session(self, seconds: float) -> None:
-        histograms.observe_session(self._redis, seconds)
-
     def read(self) -> dict[str, dict[str, histograms.Histogram]]:
         return histograms.read_histograms(self._redis)
 
