@@ -18,6 +18,7 @@ from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.storage import keys
+from dispatchq.storage.findings import FindingsStore
 from tests.conftest import run_cli
 from tests.support.gate import (
     GONE,
@@ -166,7 +167,7 @@ def test_approved_checks_run_and_a_missing_approval_is_unrunnable_not_an_abort(w
     world.decide("DOC-1", "A", REMOVE, plan=[GONE, run], roles=ROLES)
     world.decide("DOC-2", "A", APPEND, plan=[run], roles={"docs/guide.md": "edit"})
     checks = parse_plan(world.line("DOC-1", "Verification-plan") or "")
-    Approvals(world.redis, repo_id(world.root), world.record().ref("DOC-1")).approve(
+    Approvals(FindingsStore(world.redis), repo_id(world.root), world.record().ref("DOC-1")).approve(
         checks, ["git", "--version"], who="tester", at="now"
     )
     world.steps(fixer_step("DOC-1", [REMOVE_EDIT]), fixer_step("DOC-2", [APPEND_EDIT]))

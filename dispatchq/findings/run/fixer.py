@@ -226,7 +226,7 @@ class FixerJob:
         self.record = DecisionRecord(
             self.report,
             self.root,
-            RecordStore(runtime.redis, self.root),
+            RecordStore(runtime.storage.findings, self.root),
             lock_dir=report_lock_dir(runtime.settings.data_dir),
         )
         self.repo = repo_id(self.root)
@@ -481,7 +481,7 @@ class FixerJob:
         except CheckError as error:
             self.log(f"verification: plan unreadable ({error})")
             return None
-        approvals = Approvals(self.runtime.redis, self.repo, self.ref)
+        approvals = Approvals(self.runtime.storage.findings, self.repo, self.ref)
         plan = run_plan(checks, self.root, approved=approvals.predicate(checks))
         self.log("verification:\n" + "".join(r.log for r in plan.results))
         return plan
