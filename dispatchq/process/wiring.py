@@ -2,7 +2,9 @@
 
 Everything else receives what it needs; only this module knows all the parts: it
 builds a `Runtime` (settings, Redis, the config with the decision gate's built-in
-kinds), makes it the process's current runtime for RQ's by-name job functions
+kinds, and the queue's parts, `QUEUE_PARTS`, from which the runtime makes its one
+dispatcher and scheduler; its storage gateway and window it makes itself), makes it the
+process's current runtime for RQ's by-name job functions
 (`jobs.tiers.*`), and starts the long-running roles. Importing the gate here, and
 nowhere below, is what keeps `config` and the tiers free of an import circle.
 
