@@ -303,7 +303,7 @@ def redis_kills(n: int, kills: int, fsync: str) -> dict[str, Any]:
 def _whole_record_pass(runtime: Any) -> None:
     """The plain alternative (what reconciliation did before): every queued record read whole,
     and the RQ job of each record fetched, chunk by chunk."""
-    store = runtime.store
+    store = runtime.storage.records
     records = [r for r in store.get_many(store.ids("queued")) if r is not None]
     for start in range(0, len(records), 1000):
         chunk = records[start : start + 1000]

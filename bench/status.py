@@ -27,7 +27,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
@@ -45,7 +45,7 @@ def scan_breakdown(store: Store) -> dict[str, int]:
 
 def populate(rt: Runtime, n: int) -> None:
     """N session judgements in the line, all waiting on a closed window (written in batches)."""
-    marker = window_for(rt).close(datetime.now(UTC) + timedelta(hours=5), reason="bench: window closed")
+    marker = rt.window.close(datetime.now(UTC) + timedelta(hours=5), reason="bench: window closed")
     reason = waiting_reason(marker)  # what the window gives every judgement it holds back
     line = keys.session_line()
     batch = 2000
@@ -65,10 +65,12 @@ def populate(rt: Runtime, n: int) -> None:
             )
             for i in range(start, min(n, start + batch))
         ]
-        rt.store.create_many(entries)
+        rt.storage.records.create_many(entries)
         pipe = rt.redis.pipeline(transaction=False)
         for e in entries:
-            rt.store.transition(e.id, "waiting", expect=["queued"], fields={"reason": reason}, pipe=pipe)
+            rt.storage.records.transition(
+                e.id, "waiting", expect=["queued"], fields={"reason": reason}, pipe=pipe
+            )
         pipe.execute()
 
 
@@ -112,18 +114,22 @@ def fetch(url: str) -> bytes:
 def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     bench.redis.flushall()
     bench.config(CONFIG)
-    rt = Runtime(settings=load_settings(bench.env), redis=bench.redis)
+    rt = Runtime(settings=load_settings(bench.env), redis=bench.redis, queue_parts=QUEUE_PARTS)
     started = time.perf_counter()
     populate(rt, n)
     populated_s = round(time.perf_counter() - started, 1)
     data = collect_status(rt)
     if data["judgements"]["waiting"] != n or data["waiting_by_class"]["window"] != n:
         raise SystemExit(f"expected {n} waiting on the window, status says {data['waiting_by_class']}")
-    if sum(scan_breakdown(rt.store).values()) != n or data["waiting"] != scan_breakdown(rt.store):
+    if sum(scan_breakdown(rt.storage.records).values()) != n or data["waiting"] != scan_breakdown(
+        rt.storage.records
+    ):
         raise SystemExit("the counters and the scan disagree")
 
     function_ms = median_ms(lambda: collect_status(rt), repeat)
-    scan_ms = median_ms(lambda: (collect_status(rt), scan_breakdown(rt.store)), 1 if n >= 50_000 else 3)
+    scan_ms = median_ms(
+        lambda: (collect_status(rt), scan_breakdown(rt.storage.records)), 1 if n >= 50_000 else 3
+    )
     cli_ms = round(
         statistics.median(bench.timed(bench.dispatchq("status", "--json")) for _ in range(3)) * 1000, 1
     )

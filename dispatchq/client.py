@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from dispatchq.core.judgement import FINISHED, JudgementIn, Record
 from dispatchq.errors import EnqueueInterrupted, UserError
-from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
@@ -70,7 +70,7 @@ class Client:
         # gate's built-in ones (only the gate enqueues those, with its own runtime).
         if runtime is None:
             settings = settings or load_settings()
-            runtime = Runtime(settings=settings, redis=connect(settings))
+            runtime = Runtime(settings=settings, redis=connect(settings), queue_parts=QUEUE_PARTS)
         self.runtime = runtime
         #: Why the last batch enqueue was cut off part way (a Redis outage or OOM), if it was.
         self.interrupted: BaseException | None = None
@@ -159,7 +159,7 @@ class Client:
     def _submit(
         self, parsed: list[tuple[int, JudgementIn | None, str | None]], force: bool
     ) -> list[Enqueued]:
-        dispatcher = dispatcher_for(self.runtime)
+        dispatcher = self.runtime.dispatcher
         self.interrupted = None
         results: dict[int, Enqueued] = {}
         good = []
@@ -191,7 +191,7 @@ class Client:
         """The judgement's record; with `wait`, block up to that many seconds for it to finish."""
         deadline = time.monotonic() + (wait or 0)
         while True:
-            record = self.runtime.store.get(jid)
+            record = self.runtime.storage.records.get(jid)
             if record is None:
                 raise UserError(f"no judgement {jid} (unknown id, or its record expired)")
             if record.status in FINISHED or wait is None or time.monotonic() >= deadline:

@@ -72,13 +72,12 @@ def triage_deliveries(delivery_ids: list[str]) -> list[dict[str, Any]]:
     """`POST /webhooks/github`: the deliveries one accept call took, triaged on the typed queue."""
     from rq import get_current_job
 
-    from dispatchq.storage.serve import ServeStorage
     from dispatchq.triage.jobs import run_deliveries
 
     runtime = get_runtime()
     job = get_current_job()
     job_id = job.id if job is not None else ""
-    return run_deliveries(ServeStorage(runtime.redis), delivery_ids, job_id, _triage_one(runtime, None))
+    return run_deliveries(runtime.storage.serve, delivery_ids, job_id, _triage_one(runtime, None))
 
 
 def _triage_one(runtime: Runtime, mode: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -87,13 +86,12 @@ def _triage_one(runtime: Runtime, mode: str | None) -> Callable[[dict[str, Any]]
     Built per event, when it is triaged, as the engine always read them: a config or
     key that cannot be read fails that event (one delivery of a batch), not the job.
     """
-    from dispatchq.storage.triage import TriageStorage
     from dispatchq.tiers.typed.tier import provider_ask, provider_for
     from dispatchq.triage.jobs import run_triage
 
     def triage_one(event: dict[str, Any]) -> dict[str, Any]:
         config = runtime.config.triage
-        storage = TriageStorage(runtime.redis)
+        storage = runtime.storage.triage
         ask = provider_ask(provider_for(runtime))
         return run_triage(event, mode, config=config, storage=storage, settings=runtime.settings, ask=ask)
 

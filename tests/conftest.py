@@ -257,11 +257,17 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
     """
     from dispatchq.findings.run.kinds import builtin_kinds
     from dispatchq.process.wiring import set_runtime
+    from dispatchq.queue.parts import QUEUE_PARTS
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 
     def make(**env: str) -> Runtime:
-        return Runtime(settings=load_settings({**dq_env, **env}), redis=redis_client, builtin=builtin_kinds())
+        return Runtime(
+            settings=load_settings({**dq_env, **env}),
+            redis=redis_client,
+            builtin=builtin_kinds(),
+            queue_parts=QUEUE_PARTS,
+        )
 
     yield make
     set_runtime(None)

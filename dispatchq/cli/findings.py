@@ -74,12 +74,13 @@ def _record(report: Path, root: Path) -> tuple[Any, str | None]:
     from dispatchq.errors import RedisUnavailable, RedisUnreachable
     from dispatchq.findings.evidence.record import DecisionRecord, RecordStore
     from dispatchq.storage.connection import connect
+    from dispatchq.storage.gateway import Storage
 
     try:
         client = connect(settings(), start=False)
     except (RedisUnavailable, RedisUnreachable) as error:
         return None, str(error)
-    return DecisionRecord(report, root, RecordStore(client, root)), None
+    return DecisionRecord(report, root, RecordStore(Storage(client).findings, root)), None
 
 
 @findings.command("check")

@@ -15,7 +15,7 @@ from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
-from dispatchq.storage.outage import is_outage, require_room, waiting_here
+from dispatchq.storage.outage import is_outage, waiting_here
 from dispatchq.window.usage import usage_lines
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def _collect_status(recount: bool) -> dict[str, Any]:
             _print_waiting_here(make_console(stderr=True), waiting_here(settings()))
         raise
     if recount:
-        counted = rt.store.recount()
+        counted = rt.storage.records.recount()
         click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
     try:
         data = collect_status(rt)
@@ -403,14 +403,13 @@ def window_close(until: str, reason: str, force: bool) -> None:
     A marker already up that lifts later (a longer reservation, or a usage limit a session
     saw) is kept unless --force: a second close must not silently shorten the first.
     """
-    from dispatchq.queue.retrigger import window_for
     from dispatchq.window.limits import GENERAL_SCOPE
 
     rt = runtime(config=False)
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
-    face = window_for(rt)
+    face = rt.window
     current = face.get(GENERAL_SCOPE)
     if current is not None and current.lifts_at > when.timestamp() and not force:
         longer = datetime.fromtimestamp(current.lifts_at, UTC)
@@ -420,7 +419,7 @@ def window_close(until: str, reason: str, force: bool) -> None:
         )
     # Several writes (old marker replaced, audit, retrigger, waiting judgements marked):
     # under `maxmemory` refuse before the first, or the old marker would go and no new one come.
-    require_room(rt.redis)
+    rt.storage.server.require_room()
     m = face.close(when, reason=reason or "closed by an operator")
     lifts = datetime.fromtimestamp(m.lifts_at, UTC)
     click.echo(f"usage window closed until {_both_times(lifts, rt.settings.timezone)}")
@@ -446,16 +445,15 @@ def _both_times(at: datetime, zone: str) -> str:
 )
 def window_open(host: str | None) -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
-    from dispatchq.queue.retrigger import window_for
 
     rt = runtime(config=False)
-    require_room(rt.redis)  # the marker's DEL is allowed under `maxmemory`, its audit is not
+    rt.storage.server.require_room()  # the marker's DEL is allowed under `maxmemory`, its audit is not
     if host is not None:
         from dispatchq.tiers.session import unblock_host
 
         name = host or rt.settings.host
-        cleared = unblock_host(window_for(rt), name)
+        cleared = unblock_host(rt.window, name)
         click.echo(f"host {name}: sessions unblocked" if cleared else f"host {name} was not blocked")
         return
-    opened = window_for(rt).open()
+    opened = rt.window.open()
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")

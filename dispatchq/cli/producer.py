@@ -17,8 +17,7 @@ from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, Record
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
-from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.storage.outage import out_of_memory_message, outage_reason, require_room
+from dispatchq.storage.outage import out_of_memory_message, outage_reason
 
 if TYPE_CHECKING:
     # rich is imported where a table or a bar is drawn: `--json` runs in scripts' loops.
@@ -173,10 +172,12 @@ def result(jid: str, wait: float | None, as_json: bool) -> None:
 def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> None:
     """List judgements, newest first."""
     rt = runtime(config=False)
-    ids = rt.store.ids(status)
+    ids = rt.storage.records.ids(status)
     if status is None:
         ids = list(reversed(ids))
-    records = [r for r in rt.store.get_many(ids) if r is not None and (kind is None or r.kind == kind)]
+    records = [
+        r for r in rt.storage.records.get_many(ids) if r is not None and (kind is None or r.kind == kind)
+    ]
     if status is not None:
         records.sort(key=lambda r: r.created_at or 0, reverse=True)
     records = records[:limit]
@@ -224,7 +225,7 @@ def cancel(jid: str) -> None:
     """Cancel a judgement that has not finished (it will not be spawned or answered)."""
     rt = runtime(config=False)
     jid = full_id(rt, jid)
-    if dispatcher_for(rt).cancel(jid):
+    if rt.dispatcher.cancel(jid):
         click.echo(f"cancelled {jid}")
     else:
         raise UserError(f"judgement {jid} has already finished")
@@ -235,21 +236,21 @@ def cancel(jid: str) -> None:
 def retry(jid: str) -> None:
     """Judge again on purpose, from the kind's first tier (the trail is kept)."""
     rt = runtime()
-    require_room(rt.redis)  # under `maxmemory`: one line, exit 2, nothing written
+    rt.storage.server.require_room()  # under `maxmemory`: one line, exit 2, nothing written
     jid = full_id(rt, jid)
-    dispatcher_for(rt).retry(jid)
+    rt.dispatcher.retry(jid)
     click.echo(f"re-queued {jid}")
 
 
 @click.command()
 def prune() -> None:
     """Drop index entries of records that have expired (DISPATCHQ_RESULT_TTL)."""
-    click.echo(f"pruned {runtime(config=False).store.prune()} expired entries")
+    click.echo(f"pruned {runtime(config=False).storage.records.prune()} expired entries")
 
 
 def _progress_thread(rt: Any, ids: list[str], progress: Progress, task: Any, stop: threading.Event) -> None:
     while not stop.wait(0.3):
-        statuses = rt.store.statuses(ids)
+        statuses = rt.storage.records.statuses(ids)
         done = sum(1 for s in statuses if s in FINISHED or s == "waiting")
         progress.update(task, completed=done)
 
@@ -315,12 +316,13 @@ def run(file: Path, force: bool, table: bool | None, progress: bool | None, as_j
                 stop.set()
                 thread.join()
             bar.update(
-                task, completed=sum(1 for s in rt.store.statuses(ids) if s in FINISHED or s == "waiting")
+                task,
+                completed=sum(1 for s in rt.storage.records.statuses(ids) if s in FINISHED or s == "waiting"),
             )
     else:
         report = drain(rt)
     elapsed = time.monotonic() - started
-    records = [r for r in rt.store.get_many(ids) if r is not None]
+    records = [r for r in rt.storage.records.get_many(ids) if r is not None]
     summary = _summary(records, report, elapsed)
     if as_json:
         print_json(
@@ -351,9 +353,7 @@ def _exit_status(rt: Any, records: list[Record], *, stranded: bool) -> int:
         return 3
     waiting = [r for r in records if r.status == "waiting"]
     if waiting:
-        from dispatchq.queue.retrigger import window_for
-
-        blocked = window_for(rt).store.blocked()
+        blocked = rt.window.store.blocked()
         if any((r.host or rt.settings.host) in blocked for r in waiting):
             return 3
     return 1 if stranded else 0
@@ -400,9 +400,9 @@ MIN_ID_PREFIX = 8
 def full_id(rt: Any, jid: str) -> str:
     """The judgement id `jid` names: itself, or the one id it is a unique prefix of (8+ chars)."""
     wanted = jid.strip()
-    if rt.store.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
+    if rt.storage.records.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
         return wanted
-    matches = [i for i in rt.store.ids() if i.startswith(wanted)]
+    matches = [i for i in rt.storage.records.ids() if i.startswith(wanted)]
     if len(matches) > 1:
         raise UserError(f"id prefix {wanted!r} is ambiguous: {len(matches)} judgements start with it")
     return matches[0] if matches else wanted

@@ -24,7 +24,6 @@ import click
 
 from dispatchq.cli import runtime, settings
 from dispatchq.errors import ConfigError, UserError
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.tiers.typed.tier import provider_ask, provider_for
 from dispatchq.triage.engine import (
@@ -56,7 +55,7 @@ def _load_triage_config() -> TriageConfig:
 
 
 def _storage() -> TriageStorage:
-    return TriageStorage(runtime(config=False).redis)
+    return runtime(config=False).storage.triage
 
 
 def _executor(config: TriageConfig, storage: TriageStorage) -> Executor:
@@ -187,7 +186,7 @@ def triage_command(
     if enqueue:
         if answers_file is not None:
             raise click.UsageError("--answers is for evaluating now; an enqueued event asks the provider")
-        queues = dispatcher_for(runtime())
+        queues = runtime().dispatcher
         job_id = enqueue_triage(queues, settings(), _read_json(event_file, "event file"), mode)
         decision = decision_key(event, config)
         if as_json:

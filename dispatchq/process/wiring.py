@@ -2,7 +2,9 @@
 
 Everything else receives what it needs; only this module knows all the parts: it
 builds a `Runtime` (settings, Redis, the config with the decision gate's built-in
-kinds), makes it the process's current runtime for RQ's by-name job functions
+kinds, and the queue's parts, `QUEUE_PARTS`, from which the runtime makes its one
+dispatcher and scheduler; its storage gateway and window it makes itself), makes it the
+process's current runtime for RQ's by-name job functions
 (`jobs.tiers.*`), and starts the long-running roles. Importing the gate here, and
 nowhere below, is what keeps `config` and the tiers free of an import circle.
 
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.launcher.environment import mark_non_dumpable
 from dispatchq.process import logs
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
@@ -57,7 +60,13 @@ def builtin_kinds() -> dict[str, Kind]:
 def build_runtime(settings: Settings | None = None, *, config: Config | None = None) -> Runtime:
     """A runtime from these settings (default: the environment's), with the built-in kinds."""
     settings = settings or load_settings()
-    return Runtime(settings=settings, redis=connect(settings), config_override=config, builtin=builtin_kinds)
+    return Runtime(
+        settings=settings,
+        redis=connect(settings),
+        config_override=config,
+        builtin=builtin_kinds,
+        queue_parts=QUEUE_PARTS,
+    )
 
 
 _lock = threading.Lock()
@@ -125,7 +134,7 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
     from dispatchq.config import config_source  # noqa: PLC0415 (lazy: the YAML parser)
 
     log.info("%s", config_source(settings.config))  # after Redis: a refusal at start stays one line
-    return Runtime(settings=settings, redis=client, builtin=builtin_kinds)
+    return Runtime(settings=settings, redis=client, builtin=builtin_kinds, queue_parts=QUEUE_PARTS)
 
 
 def run_worker(runtime: Runtime, tier: str, *, burst: bool = False, quiet: bool = False) -> int:

@@ -12,33 +12,29 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 
 from dispatchq.core.entrypoints import FAILURE_CALLBACK
-from dispatchq.core.judgement import JudgementIn, TrailEntry, content_key, state_digest
+from dispatchq.core.judgement import JudgementIn, Record, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
-from dispatchq.core.tiers import NEEDS_TRIAGE, rank, row, row_of
+from dispatchq.core.tiers import NEEDS_TRIAGE, TierRow, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.git import runner as git
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.liveness import job_liveness
-from dispatchq.storage import keys
-from dispatchq.storage.sentinel import await_replica
 from dispatchq.storage.store import NewRecord
 
 if TYPE_CHECKING:
-    from redis import Redis
     from redis.client import Pipeline
 
     from dispatchq.config import Config
-    from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
-    from dispatchq.storage.store import Store
+    from dispatchq.storage.gateway import Storage
 
 __all__ = [
     "WRITE_CHUNK",
@@ -46,7 +42,6 @@ __all__ = [
     "Moves",
     "Prepared",
     "Seen",
-    "dispatcher_for",
     "parse_json_arg",
 ]
 
@@ -141,14 +136,13 @@ class Moves:
 class Dispatcher:
     """Validates judgements and hands them to tiers, for producers and workers alike."""
 
-    def __init__(
-        self, *, settings: Settings, redis: Redis, store: Store, config: Callable[[], Config]
-    ) -> None:
+    def __init__(self, *, settings: Settings, storage: Storage, config: Callable[[], Config]) -> None:
         # `config` is a getter: a producer or `dispatchq status` that never names a kind
         # must not need a readable config file just to reach the queues.
         self.settings = settings
-        self.redis = redis
-        self.store = store
+        self.storage = storage
+        self.redis = storage.redis  # RQ's queues take the client itself
+        self.store = storage.records
         self._config = config
         self._queues: dict[str, Queue] = {}
 
@@ -158,7 +152,7 @@ class Dispatcher:
 
     # --- queues ---------------------------------------------------------------------------
     def queue(self, tier: str, host: str | None = None) -> Queue:
-        name = keys.queue_name(tier, host)
+        name = self.storage.jobs.queue_name(tier, host)
         if name not in self._queues:
             self._queues[name] = DispatchqQueue(name, connection=self.redis)
         return self._queues[name]
@@ -187,12 +181,6 @@ class Dispatcher:
             description=f"dispatchq {tier} x{len(ids)}",
             pipeline=pipe,
         )
-
-    def _transaction(self) -> Pipeline:
-        """A MULTI pipeline, opened explicitly so RQ can add its enqueue commands to it."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.multi()
-        return pipe
 
     # --- admission --------------------------------------------------------------------------
     def check_checkout(self, checkout: str) -> Path:
@@ -273,23 +261,25 @@ class Dispatcher:
                     p.id,
                     p.content_key,
                     "1" if p.force else "0",
-                    keys.session_line(p.host) if _admission(p.tier) == "line" else "",
+                    self.store.line_of(p.host) if _admission(p.tier) == "line" else "",
                     p.judgement.model_dump_json(),
                     p.tier,
                     p.kind.effect,
                     p.host or "",
                     job_of.get(p.id, ""),
-                    keys.typed_state(state_digest(p.judgement.state)) if _groups_by_state(p.tier) else "",
+                    self.storage.typed.state_set(state_digest(p.judgement.state))
+                    if _groups_by_state(p.tier)
+                    else "",
                 )
             )
-        pipe = self._transaction()
+        pipe = self.store.transaction()
         self.store.create_many(entries, pipe=pipe)
         for tier, host, ids, job_id in plans:
             self._enqueue_job(tier, host, ids, pipe, job_id)
         if any(_admission(p.tier) == "line" for p in chunk):
-            pipe.publish(keys.WAKE_CHANNEL, "work")
-        results = pipe.execute()
-        await_replica(self.redis, self.settings)  # acknowledged means replicated
+            self.store.wake(pipe=pipe)
+        results = self.store.execute(pipe)
+        self.storage.server.await_replica(self.settings)  # acknowledged means replicated
         return self.store.parse_created(results[0], entries)
 
     # --- moves between tiers ----------------------------------------------------------------
@@ -298,7 +288,7 @@ class Dispatcher:
         if not len(moves):
             return
         store = self.store
-        pipe = self._transaction()
+        pipe = store.transaction()
         for jid, status, trail, fields in moves.finished:
             store.transition(jid, status, expect=["running"], trail=trail, fields=fields, pipe=pipe)
         wake = False
@@ -316,7 +306,7 @@ class Dispatcher:
                 fields["priority"] = priority
             store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
             if spec.admission == "line":
-                store.add_to_line(jid, keys.session_line(host), priority, pipe=pipe)
+                store.add_to_line(jid, store.line_of(host), priority, pipe=pipe)
                 wake = True
             else:
                 to_queue[(to, host if spec.queue == "per-host" else None)].append(jid)
@@ -327,25 +317,22 @@ class Dispatcher:
                 batch = ids[start : start + self.settings.batch_size]
                 job_id = _new_id()
                 for jid in batch:
-                    pipe.hset(keys.record(jid), "job", job_id)
+                    store.note_job(jid, job_id, pipe=pipe)
                 self._enqueue_job(tier, host, batch, pipe, job_id)
         if wake:
-            pipe.publish(keys.WAKE_CHANNEL, "work")
-        pipe.execute()
+            store.wake(pipe=pipe)
+        store.execute(pipe)
 
     def _join_state_groups(self, ids: list[str], known: dict[str, Any], pipe: Pipeline) -> None:
         """Index judgements entering the typed tier by state, for cross-job batching."""
         states = {jid: known[jid] for jid in ids if jid in known}
         unknown = [jid for jid in ids if jid not in known]
         if unknown:
-            reader = self.redis.pipeline(transaction=False)
-            for jid in unknown:
-                reader.hget(keys.record(jid), "in")
-            for jid, raw in zip(unknown, reader.execute(), strict=True):
+            for jid, raw in zip(unknown, self.store.inputs(unknown), strict=True):
                 if raw:
                     states[jid] = json.loads(raw).get("state")
         for jid, state in states.items():
-            pipe.sadd(keys.typed_state(state_digest(state)), jid)
+            self.storage.typed.join_state(state_digest(state), jid, pipe=pipe)
 
     def requeue(self, ids: Iterable[str], why: str, *, seen: Mapping[str, Seen] | None = None) -> int:
         """Put judgements back at their current tier (`retry`, reconcile, a dead job).
@@ -360,37 +347,34 @@ class Dispatcher:
             spec = row_of(record.tier) if record is not None else None
             if record is None or spec is None:
                 continue
-            pipe = self.redis.pipeline(transaction=True)
-            try:
-                now = store.watch_record(pipe, record.id)
-                expected = (
-                    seen.get(record.id) if seen is not None else (record.status, getattr(record, "job", None))
-                )
-                if now != expected:
-                    continue
-                pipe.multi()
-                store.transition(
-                    record.id,
-                    "queued",
-                    expect=[record.status],
-                    trail=TrailEntry(tier=spec.name, outcome="requeued", why=why),
-                    delete=["value", "confidence", "reason"],
-                    pipe=pipe,
-                )
-                if spec.admission == "line":
-                    store.add_to_line(record.id, keys.session_line(record.host), record.priority, pipe=pipe)
-                    pipe.publish(keys.WAKE_CHANNEL, "work")
-                else:
-                    job_id = _new_id()
-                    pipe.hset(keys.record(record.id), "job", job_id)
-                    self._enqueue_job(spec.name, record.host, [record.id], pipe, job_id)
-                pipe.execute()
-            except WatchError:
-                continue  # the record changed since it was read: whoever changed it has it
-            finally:
-                pipe.reset()
-            count += 1
+            expected = (
+                seen.get(record.id) if seen is not None else (record.status, getattr(record, "job", None))
+            )
+            # Written only if the record is still as read: whoever changed it meanwhile has it.
+            if expected is not None and store.guarded(
+                record.id, expected, partial(self._put_back, record, spec, why)
+            ):
+                count += 1
         return count
+
+    def _put_back(self, record: Record, spec: TierRow, why: str, pipe: Pipeline) -> None:
+        """`requeue`'s writes for one record, in its guarded MULTI."""
+        store = self.store
+        store.transition(
+            record.id,
+            "queued",
+            expect=[record.status],
+            trail=TrailEntry(tier=spec.name, outcome="requeued", why=why),
+            delete=["value", "confidence", "reason"],
+            pipe=pipe,
+        )
+        if spec.admission == "line":
+            store.add_to_line(record.id, store.line_of(record.host), record.priority, pipe=pipe)
+            store.wake(pipe=pipe)
+        else:
+            job_id = _new_id()
+            store.note_job(record.id, job_id, pipe=pipe)
+            self._enqueue_job(spec.name, record.host, [record.id], pipe, job_id)
 
     def retry(self, jid: str) -> None:
         """Re-judge on purpose, from the kind's entry tier, keeping the trail."""
@@ -436,17 +420,6 @@ def _admission(rung: str | None) -> str | None:
 def _groups_by_state(rung: str) -> bool:
     spec = row_of(rung)
     return spec is not None and spec.groups_by_state
-
-
-def dispatcher_for(runtime: Runtime) -> Dispatcher:
-    """The process's one dispatcher for this runtime (its queues are cached), made on first use."""
-    found = runtime.parts.get("dispatcher")
-    if found is None:
-        found = Dispatcher(
-            settings=runtime.settings, redis=runtime.redis, store=runtime.store, config=lambda: runtime.config
-        )
-        runtime.parts["dispatcher"] = found
-    return cast("Dispatcher", found)
 
 
 def parse_json_arg(text: str, what: str) -> Any:

@@ -42,6 +42,7 @@ from rq.timeouts import UnixSignalDeathPenalty
 
 from dispatchq.core import entrypoints as entry_names
 from dispatchq.queue.serializer import JSONSerializer
+from dispatchq.storage import rqstate
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -259,12 +260,10 @@ def refuse(job: Job, refused: RefusedEntryPoint, *, queue: Queue | None = None) 
     job to while taking it), so it never runs and is never retried; log the line once."""
     if queue is not None and not job.origin:
         job.origin = queue.name
-    with job.connection.pipeline() as pipe:
+    with rqstate.batch(job.connection) as pipe:
         if queue is not None:
-            pipe.lrem(queue.key, 0, job.id)
-            pipe.lrem(queue.intermediate_queue_key, 0, job.id)
+            rqstate.drop_from_lists(pipe, [queue.key, queue.intermediate_queue_key], job.id)
         record_job_failure(job, str(refused), pipe)
-        pipe.execute()
     log.warning("job %s (queue %s) refused: %s", job.id, job.origin or "?", refused)
 
 

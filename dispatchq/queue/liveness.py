@@ -10,12 +10,11 @@ This module tells the cases apart from RQ's own data, so reconciliation heals th
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 import redis
 from rq.exceptions import NoSuchJobError
@@ -24,10 +23,9 @@ from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.worker import Worker
 
-from dispatchq.core.text import as_text
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, refusal_of
 from dispatchq.queue.serializer import JSONSerializer
-from dispatchq.storage import keys
+from dispatchq.storage import rqstate
 from dispatchq.storage.connection import process_alive
 
 __all__ = [
@@ -71,7 +69,7 @@ def job_liveness(client: redis.Redis, job_id: str | None, *, workers: set[str] |
     status = job.get_status(refresh=False)
     if status == JobStatus.QUEUED:
         queue = DispatchqQueue(job.origin, connection=client)
-        if client.lpos(queue.key, job_id) is None:
+        if not rqstate.in_list(client, queue.key, job_id):
             return JobLiveness("lost", "its job says queued but is in no queue")
         return JobLiveness("alive", "queued")
     if status in (JobStatus.SCHEDULED, JobStatus.DEFERRED):
@@ -122,9 +120,7 @@ def session_holders(
     out = []
     for queue in queues:
         registry = _started(queue.name, client)
-        started = cast("list[tuple[bytes, float]]", client.zrange(registry.key, 0, -1, withscores=True))
-        for raw, score in started:
-            entry = as_text(raw) or ""
+        for entry, score in rqstate.started_entries(client, registry.key):
             job_id = registry.parse_job_id(entry)
             try:
                 job = DispatchqJob.fetch(job_id, connection=client)
@@ -134,11 +130,7 @@ def session_holders(
                 continue
             if not job.args or (jids is not None and str(job.args[0]) not in jids):
                 continue
-            info = (
-                json.loads(as_text(client.get(keys.worker_info(job.worker_name))) or "{}")
-                if job.worker_name
-                else {}
-            )
+            info = rqstate.worker_info(client, job.worker_name) if job.worker_name else {}
             pid = info.get("pid") if isinstance(info.get("pid"), int) else None
             beat = info.get("heartbeat")
             stale = isinstance(beat, int | float) and time.time() - beat > stale_after
@@ -164,5 +156,5 @@ def abandon_now(client: redis.Redis, holder: SessionHolder) -> None:
     when its heartbeat lapses: the started entry is marked expired and the registry cleaned (the
     failure callback puts the judgement back in line and frees its session slot)."""
     registry = _started(holder.queue, client)
-    client.zadd(registry.key, {holder.entry: 0}, xx=True)
+    rqstate.expire_started_entry(client, registry.key, holder.entry)
     registry.cleanup()

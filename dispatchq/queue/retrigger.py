@@ -1,12 +1,12 @@
-"""The window's RQ side: the one scheduled retrigger per scope, and the window wired for a process.
+"""The window's RQ side: the one scheduled retrigger per scope.
 
 Exactly one retrigger is scheduled with rq-scheduler for the lift instant of each
 scope (re-scheduled, never duplicated, when the lift moves later). It runs on the
 control queue that `dispatchq scheduler` executes itself. Session workers also time
 the lift themselves, so a dead scheduler costs nothing but its status line.
 
-The window (`dispatchq.window.face.Window`) does not import the queue; `window_for`
-hands it `schedule_retrigger` as its `reschedule` callable.
+The window (`dispatchq.window.face.Window`, `runtime.window`) does not import the queue: the
+runtime hands it `schedule_retrigger` as its `reschedule` callable (`dispatchq.queue.parts`).
 """
 
 from __future__ import annotations
@@ -16,28 +16,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.entrypoints import RETRIGGER_JOB
-from dispatchq.queue.scheduler import scheduler_for
-from dispatchq.storage import keys
-from dispatchq.storage.window import WindowStore
 from dispatchq.window.face import Window
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "status_section", "window_for"]
-
-
-def window_for(runtime: Runtime) -> Window:
-    """The window as this process sees it: its store, records, settings, kinds and scheduler."""
-    store = WindowStore(runtime.redis)
-
-    def reschedule(scope: str) -> str | None:
-        return schedule_retrigger(runtime, window, scope)
-
-    window = Window(
-        store, runtime.store, runtime.settings, kinds=lambda: runtime.config.kinds, reschedule=reschedule
-    )
-    return window
+__all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "status_section"]
 
 
 def schedule_retrigger(runtime: Runtime, window: Window, scope: str) -> str | None:
@@ -69,7 +53,7 @@ def _schedule_one(runtime: Runtime, window: Window, scope: str) -> str | None:
     """Cancel the scope's retriggers and schedule one at the marker's lift, if it is closed."""
     store = window.store
     marker = window.get(scope)
-    scheduler = scheduler_for(runtime)
+    scheduler = runtime.scheduler
     for job in list(scheduler.get_jobs()):
         if job.func_name == RETRIGGER_JOB and job.args and job.args[0] == scope:
             scheduler.cancel(job)
@@ -83,7 +67,7 @@ def _schedule_one(runtime: Runtime, window: Window, scope: str) -> str | None:
         RETRIGGER_JOB,
         scope,
         marker.lifts_at,
-        queue_name=keys.CONTROL_QUEUE,
+        queue_name=runtime.storage.jobs.control_queue(),
         timeout=60,
         job_result_ttl=0,
         job_description=f"dispatchq retrigger {scope}",
@@ -94,14 +78,14 @@ def _schedule_one(runtime: Runtime, window: Window, scope: str) -> str | None:
 
 def retrigger(runtime: Runtime, scope: str, lifts_at: float) -> str:
     """The scheduled job (`jobs.tiers.retrigger`): at the lift instant, one probe goes first."""
-    return window_for(runtime).lift(scope)
+    return runtime.window.lift(scope)
 
 
 def status_section(runtime: Runtime) -> dict[str, Any]:
     """The usage-window part of `dispatchq status --json`."""
-    window = window_for(runtime)
+    window = runtime.window
     retriggers = []
-    for job, when in scheduler_for(runtime).get_jobs(with_times=True):
+    for job, when in runtime.scheduler.get_jobs(with_times=True):
         if job.func_name == RETRIGGER_JOB:
             at = when.replace(tzinfo=UTC) if when.tzinfo is None else when
             retriggers.append(

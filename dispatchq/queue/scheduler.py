@@ -24,7 +24,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import WatchError
 from rq import SimpleWorker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
@@ -33,22 +32,19 @@ from rq_scheduler.utils import get_next_scheduled_time, to_unix
 
 from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.core.tiers import batch_tiers
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, refusal_of, refuse
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.upgrade import ensure_upgraded
-from dispatchq.storage import keys
-from dispatchq.storage.history import record_sample
+from dispatchq.storage import rqstate
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
-from dispatchq.storage.window import WindowStore
 from dispatchq.window.marker import get as marker_get
 from dispatchq.window.messages import GENERAL_SCOPE
 
 if TYPE_CHECKING:
     from dispatchq.queue.dispatch import Seen
-    from dispatchq.runtime import Runtime
+    from dispatchq.runtime import Runtime, Scheduling
 
 __all__ = [
     "HEARTBEAT_TTL",
@@ -63,7 +59,6 @@ __all__ = [
     "run_scheduler",
     "schedule_typed_retry",
     "scheduler_alive",
-    "scheduler_for",
 ]
 
 log = logging.getLogger("dispatchq.queue.scheduler")
@@ -136,7 +131,7 @@ class DispatchqScheduler(Scheduler):
             if refused is None:
                 if self.enqueue_job(job):
                     moved.append(job)
-            elif self.connection.zrem(self.scheduled_jobs_key, job.id):
+            elif rqstate.unschedule(self.connection, self.scheduled_jobs_key, job.id):
                 refuse(job, refused)  # whoever took it off the schedule fails it, once
         return moved
 
@@ -149,23 +144,17 @@ class DispatchqScheduler(Scheduler):
         """
         queue = self.get_queue_for_job(job)
         queue.get_redis_server_version()  # a read RQ's enqueue makes, kept out of the MULTI
-        watched = [self.scheduled_jobs_key, *([self.scheduler_lock_key] if self._lock_acquired else [])]
-        with self.connection.pipeline() as pipe:
-            for _ in range(MOVE_ATTEMPTS):
-                try:
-                    pipe.watch(*watched)
-                    if pipe.zscore(self.scheduled_jobs_key, job.id) is None:
-                        return False  # moved (or cancelled) by someone else
-                    if self._lock_acquired and _text(pipe.get(self.scheduler_lock_key)) != self.holder:
-                        log.warning("scheduler lock lapsed; leaving job %s to its holder", job.id)
-                        return False
-                    pipe.multi()
-                    self._move(job, queue, pipe)
-                    pipe.execute()
-                    return True
-                except WatchError:
-                    continue
-        return False
+        outcome = rqstate.fenced_move(
+            self.connection,
+            self.scheduled_jobs_key,
+            job.id,
+            lambda pipe: self._move(job, queue, pipe),
+            lock=(self.scheduler_lock_key, self.holder) if self._lock_acquired else None,
+            attempts=MOVE_ATTEMPTS,
+        )
+        if outcome == "lapsed":
+            log.warning("scheduler lock lapsed; leaving job %s to its holder", job.id)
+        return outcome == "moved"  # `gone`: moved (or cancelled) by someone else
 
     def _move(self, job: Job, queue: DispatchqQueue, pipe: Any) -> None:
         """rq-scheduler's move (push, unschedule, reschedule a repeating job), in `pipe`."""
@@ -175,7 +164,7 @@ class DispatchqScheduler(Scheduler):
         if repeat:
             job.meta["repeat"] = int(repeat) - 1
         queue.enqueue_job(job, pipeline=pipe, at_front=bool(job.enqueue_at_front))
-        pipe.zrem(self.scheduled_jobs_key, job.id)
+        rqstate.unschedule(pipe, self.scheduled_jobs_key, job.id)
         if (interval or cron_string) and not (repeat is not None and job.meta["repeat"] == 0):
             at = (
                 to_unix(datetime.now(UTC).replace(tzinfo=None)) + int(interval)
@@ -186,7 +175,7 @@ class DispatchqScheduler(Scheduler):
                     )
                 )
             )
-            pipe.zadd(self.scheduled_jobs_key, {job.id: at})
+            rqstate.reschedule(pipe, self.scheduled_jobs_key, job.id, at)
 
     def get_queue_for_job(self, job: Job) -> DispatchqQueue:
         # Never the class a job's `meta` names (rq-scheduler would import it).
@@ -198,16 +187,6 @@ def _utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def scheduler_for(runtime: Runtime) -> DispatchqScheduler:
-    return DispatchqScheduler(
-        queue_name=keys.CONTROL_QUEUE,
-        connection=runtime.redis,
-        interval=TICK,
-        job_class=DispatchqJob,
-        queue_class=DispatchqQueue,
-    )
-
-
 def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
     """Run `ids` through the typed tier again after `delay` seconds, holding no worker.
 
@@ -215,11 +194,11 @@ def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
     before the provider said to: the instant is rounded up instead.
     """
     when = math.ceil(time.time() + max(delay, 0.0))
-    return scheduler_for(runtime).enqueue_at(
+    return runtime.scheduler.enqueue_at(
         datetime.fromtimestamp(when, UTC),
         TYPED_JOB,
         ids,
-        queue_name=keys.queue_name("typed"),
+        queue_name=runtime.storage.jobs.queue_name("typed"),
         timeout=runtime.settings.typed_job_timeout,
         job_result_ttl=0,
         job_description=f"dispatchq typed retry x{len(ids)}",
@@ -228,12 +207,13 @@ def schedule_typed_retry(runtime: Runtime, ids: list[str], delay: float) -> Job:
 
 def due_retries(runtime: Runtime, horizon: float) -> tuple[float | None, int]:
     """(earliest scheduled typed retry due within `horizon` seconds or None, count due later)."""
-    scheduler = scheduler_for(runtime)
+    scheduler = runtime.scheduler
+    typed = runtime.storage.jobs.queue_name("typed")
     now = time.time()
     earliest = None
     later = 0
     for job, when in scheduler.get_jobs(with_times=True):
-        if job.origin != keys.queue_name("typed"):
+        if job.origin != typed:
             continue
         at = when.replace(tzinfo=UTC).timestamp() if when.tzinfo is None else when.timestamp()
         if at - now <= horizon:
@@ -245,7 +225,7 @@ def due_retries(runtime: Runtime, horizon: float) -> tuple[float | None, int]:
 
 def release_due_retries(runtime: Runtime) -> int:
     """Move every due scheduled job to its queue now (what the scheduler loop does each tick)."""
-    scheduler = scheduler_for(runtime)
+    scheduler = runtime.scheduler
     return sum(1 for job in scheduler.get_jobs_to_queue() if scheduler.enqueue_job(job))
 
 
@@ -262,7 +242,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     Run by the scheduler and by every worker's maintenance, so a formation without a
     scheduler still heals. Returns how many were put back.
     """
-    store = runtime.store
+    store = runtime.storage.records
     now = time.time()
     # Candidates filtered in Redis, one per distinct job, and one status read per job, not
     # whole records and a job fetched per record: a backlog of 10,000 queued judgements in
@@ -294,7 +274,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
     # Put back only what is still as seen: a record answered (its job then deleted) between
     # the read and now is not stranded, and must not be re-queued.
     healed = (
-        dispatcher_for(runtime).requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
+        runtime.dispatcher.requeue(stranded, "its job was lost; re-enqueued", seen=stranded)
         if stranded
         else 0
     )
@@ -302,7 +282,7 @@ def reconcile(runtime: Runtime, *, min_age: float = 60.0) -> int:
 
 
 def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> int:
-    store = runtime.store
+    store = runtime.storage.records
     # Session judgements are the session tier's to settle: their RQ job is made at admission
     # and its worker's death is counted there.
     running = [
@@ -326,14 +306,14 @@ def _recover_lost_running(runtime: Runtime, *, min_age: float, now: float) -> in
             continue
         if alive.state == "lost":
             lost[record.id] = ("running", job_id)
-    return dispatcher_for(runtime).requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
+    return runtime.dispatcher.requeue(lost, "recovered: its job was lost", seen=lost) if lost else 0
 
 
 def published_workers(runtime: Runtime) -> set[str]:
     """Workers alive by their own recent heartbeat (a killed one drops out within
     heartbeat interval + grace, not when RQ's 7-minute registration expires)."""
     ttl = runtime.settings.heartbeat_interval + runtime.settings.heartbeat_grace
-    return {str(w.get("name")) for w in runtime.store.live_workers(ttl=ttl)}
+    return {str(w.get("name")) for w in runtime.storage.records.live_workers(ttl=ttl)}
 
 
 def _say_orphaned(runtime: Runtime, jid: str, heartbeat: float | None) -> None:
@@ -344,7 +324,7 @@ def _say_orphaned(runtime: Runtime, jid: str, heartbeat: float | None) -> None:
     base = heartbeat if heartbeat is not None else time.time()
     when = base + settings.heartbeat_interval + settings.heartbeat_grace + settings.recovery_interval
     at = datetime.fromtimestamp(when, UTC).strftime("%H:%M:%S UTC")
-    runtime.store.set_fields(jid, reason=f"orphaned: its worker died, retried at about {at}")
+    runtime.storage.records.set_fields(jid, reason=f"orphaned: its worker died, retried at about {at}")
 
 
 def _job_states(runtime: Runtime, job_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -352,11 +332,9 @@ def _job_states(runtime: Runtime, job_ids: list[str]) -> dict[str, tuple[str | N
     out: dict[str, tuple[str | None, str | None]] = {}
     for start in range(0, len(job_ids), RECONCILE_CHUNK):
         chunk = job_ids[start : start + RECONCILE_CHUNK]
-        pipe = runtime.redis.pipeline(transaction=False)
-        for job_id in chunk:
-            pipe.hmget(Job.key_for(job_id), ["status", "origin"])
-        for job_id, (status, origin) in zip(chunk, pipe.execute(), strict=True):
-            out[job_id] = (_text(status), _text(origin))
+        fields = runtime.storage.jobs.job_fields([Job.key_for(j) for j in chunk], ["status", "origin"])
+        for job_id, (status, origin) in zip(chunk, fields, strict=True):
+            out[job_id] = (status, origin)
     return out
 
 
@@ -369,18 +347,8 @@ def _waiting_jobs(runtime: Runtime, origins: set[str]) -> set[str]:
     queues = [DispatchqQueue(origin, connection=runtime.redis) for origin in sorted(origins)]
     found: set[str] = set()
     for attr in ("key", "intermediate_queue_key"):
-        pipe = runtime.redis.pipeline(transaction=False)
-        for queue in queues:
-            pipe.lrange(getattr(queue, attr), 0, -1)
-        for members in pipe.execute():
-            found.update(_text(m) or "" for m in members)
+        found |= runtime.storage.jobs.list_members([getattr(queue, attr) for queue in queues])
     return found
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _queued_nowhere_id(runtime: Runtime, job_id: str, origin: str) -> bool:
@@ -401,9 +369,9 @@ def _queued_nowhere(runtime: Runtime, job: Job) -> bool:
     (queue -> intermediate -> started) is never judged lost.
     """
     queue = DispatchqQueue(job.origin, connection=runtime.redis)
-    if runtime.redis.lpos(queue.key, job.id) is not None:
+    if runtime.storage.jobs.in_list(queue.key, job.id):
         return False
-    if runtime.redis.lpos(queue.intermediate_queue_key, job.id) is not None:
+    if runtime.storage.jobs.in_list(queue.intermediate_queue_key, job.id):
         return False
     try:
         return DispatchqJob.fetch(job.id, connection=runtime.redis).get_status() == JobStatus.QUEUED
@@ -412,11 +380,11 @@ def _queued_nowhere(runtime: Runtime, job: Job) -> bool:
 
 
 def _scheduled(runtime: Runtime, job_id: str) -> bool:
-    return job_id in scheduler_for(runtime)
+    return job_id in runtime.scheduler
 
 
 def scheduler_alive(runtime: Runtime) -> bool:
-    return bool(runtime.redis.exists(keys.SCHEDULER_HEARTBEAT))
+    return runtime.storage.scheduler.alive()
 
 
 def run_scheduler(
@@ -432,8 +400,8 @@ def run_scheduler(
     (writes refused under `maxmemory`) is skipped with capped back-off and one log line per
     change; the loop ends only when asked to stop.
     """
-    scheduler = scheduler_for(runtime)
-    control = DispatchqQueue(keys.CONTROL_QUEUE, connection=runtime.redis)
+    scheduler = runtime.scheduler
+    control = DispatchqQueue(runtime.storage.jobs.control_queue(), connection=runtime.redis)
     stopping = False
     outage = OutageLog.for_settings(runtime.settings, log)
     memory = MemoryLog(log)
@@ -457,7 +425,7 @@ def run_scheduler(
                 last_maintenance = time.monotonic()
                 try:
                     reconcile(runtime)
-                    runtime.store.prune()
+                    runtime.storage.records.prune()
                 except Exception as error:
                     if is_outage(error) or is_out_of_memory(error):
                         raise
@@ -489,7 +457,7 @@ def run_scheduler(
         elapsed = time.monotonic() - started
         sleep(max(0.0, tick - elapsed))
     with contextlib.suppress(Exception):  # a stop during an outage has nothing to clean up
-        runtime.redis.delete(keys.SCHEDULER_HEARTBEAT)
+        runtime.storage.scheduler.stopped()
 
 
 def _sample_history(runtime: Runtime, sampled_minute: int) -> int:
@@ -499,13 +467,13 @@ def _sample_history(runtime: Runtime, sampled_minute: int) -> int:
     minute = int(now // 60)
     if minute == sampled_minute:
         return sampled_minute
-    closed = marker_get(WindowStore(runtime.redis), GENERAL_SCOPE) is not None
-    record_sample(runtime.redis, now, window_closed=closed)
+    closed = marker_get(runtime.storage.window, GENERAL_SCOPE) is not None
+    runtime.storage.history.sample(now, window_closed=closed)
     return minute
 
 
-def _tick(runtime: Runtime, scheduler: Scheduler, control: DispatchqQueue) -> None:
-    runtime.redis.set(keys.SCHEDULER_HEARTBEAT, repr(time.time()), ex=HEARTBEAT_TTL)
+def _tick(runtime: Runtime, scheduler: Scheduling, control: DispatchqQueue) -> None:
+    runtime.storage.scheduler.beat(HEARTBEAT_TTL)
     if scheduler.acquire_lock():
         try:
             scheduler.enqueue_jobs()

@@ -12,7 +12,7 @@ leaves its queue and the schedule, and the line is logged.
 
 When: every worker (`build_worker`) and the scheduler's mover run `ensure_upgraded` before
 they take their first job; it costs one EXISTS once the store is marked done
-(`keys.JOBS_UPGRADED`). Several processes starting at once may each scan; that is safe and
+(`storage.rqstate.jobs_upgraded`). Several processes starting at once may each scan; that is safe and
 the same as one doing it, because every job is rewritten with a compare-and-set (WATCH on
 its hash: a job changed meanwhile is read again) and a job already JSON is left as it is.
 So no lock is needed, and no process takes a job before its own pass is over. A pickled job
@@ -31,22 +31,20 @@ and they expire with their result TTL.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import pickle
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import redis
-from redis.exceptions import WatchError
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import keys, prefix
+from dispatchq.storage import prefix, rqstate
 
 __all__ = [
     "NeedsGlobal",
@@ -62,8 +60,6 @@ log = logging.getLogger("dispatchq.queue.upgrade")
 
 #: The field of a job hash the upgrade refused: its one line (RQ ignores fields it does not know).
 _REFUSED = "dispatchq_refused"
-#: rq-scheduler's sorted set of scheduled job ids (a refused job must leave it too).
-_SCHEDULED = "rq:scheduler:scheduled_jobs"
 
 
 class NeedsGlobal(pickle.UnpicklingError):
@@ -115,7 +111,7 @@ def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
     The prefix index's backfill (`backfill_prefix_index`) runs first, under its own mark.
     """
     backfill_prefix_index(client)
-    if client.exists(keys.JOBS_UPGRADED):
+    if rqstate.jobs_upgraded(client):
         return None
     return upgrade_jobs(client)
 
@@ -124,8 +120,7 @@ def upgrade_jobs(client: redis.Redis) -> Upgrade:
     """Rewrite every pickled job hash as JSON (or refuse it), then mark the store upgraded."""
     done = Upgrade()
     pattern = f"{Job.redis_job_namespace_prefix}*"
-    for raw in client.scan_iter(match=pattern, count=1000, _type="HASH"):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+    for key in rqstate.hash_keys(client, pattern):
         outcome = upgrade_job(client, key)
         if outcome == "rewritten":
             done.rewritten += 1
@@ -133,9 +128,8 @@ def upgrade_jobs(client: redis.Redis) -> Upgrade:
             done.refused += 1
         else:
             done.unchanged += 1
-    client.set(
-        keys.JOBS_UPGRADED,
-        json.dumps({"at": time.time(), "rewritten": done.rewritten, "refused": done.refused}),
+    rqstate.mark_jobs_upgraded(
+        client, {"at": time.time(), "rewritten": done.rewritten, "refused": done.refused}
     )
     if done.rewritten or done.refused:
         log.warning(
@@ -181,34 +175,30 @@ def upgrade_job(client: redis.Redis, key: str) -> str:
     A compare-and-set: the hash is watched while it is read and decoded, and written only if
     nobody changed it meanwhile (then it is read again), so concurrent passes agree.
     """
-    with client.pipeline() as pipe:
-        while True:
-            try:
-                pipe.watch(key)
-                data, meta, seen = cast("list[bytes | None]", pipe.hmget(key, ["data", "meta", _REFUSED]))
-                raw = _inflate(data) if data is not None else None
-                if seen is not None or (not _pickled(raw) and not _pickled(meta)):
-                    return "unchanged"
-                fields: dict[Any, Any] = {}
-                try:
-                    if raw is not None and _pickled(raw):
-                        fields["data"] = zlib.compress(_as_json(raw, meta=False))
-                    if meta is not None and _pickled(meta):
-                        fields["meta"] = _as_json(meta, meta=True)
-                except RefusedEntryPoint as refused:
-                    # Marked in the same compare-and-set, so of passes running at once only
-                    # one refuses it (and logs it); its data stays as it was, never read again.
-                    pipe.multi()
-                    pipe.hset(key, _REFUSED, str(refused))
-                    pipe.execute()
-                    _refuse(client, key, refused)
-                    return "refused"
-                pipe.multi()
-                pipe.hset(key, mapping=fields)
-                pipe.execute()
-                return "rewritten"
-            except WatchError:
-                continue
+    refusals: list[RefusedEntryPoint] = []
+
+    def decide(values: list[bytes | None]) -> tuple[str, dict[Any, Any] | None]:
+        data, meta, seen = values
+        raw = _inflate(data) if data is not None else None
+        if seen is not None or (not _pickled(raw) and not _pickled(meta)):
+            return "unchanged", None
+        fields: dict[Any, Any] = {}
+        try:
+            if raw is not None and _pickled(raw):
+                fields["data"] = zlib.compress(_as_json(raw, meta=False))
+            if meta is not None and _pickled(meta):
+                fields["meta"] = _as_json(meta, meta=True)
+        except RefusedEntryPoint as refused:
+            # Marked in the same compare-and-set, so of passes running at once only
+            # one refuses it (and logs it); its data stays as it was, never read again.
+            refusals.append(refused)
+            return "refused", {_REFUSED: str(refused)}
+        return "rewritten", fields
+
+    outcome = rqstate.compare_and_set_hash(client, key, ["data", "meta", _REFUSED], decide)
+    if outcome == "refused":
+        _refuse(client, key, refusals[-1])
+    return outcome
 
 
 def _refuse(client: redis.Redis, key: str, refused: RefusedEntryPoint) -> None:
@@ -218,6 +208,6 @@ def _refuse(client: redis.Redis, key: str, refused: RefusedEntryPoint) -> None:
         job = DispatchqJob.fetch(job_id, connection=client)  # its data stays as it is, unread
     except NoSuchJobError:
         return
-    client.zrem(_SCHEDULED, job.id)
+    rqstate.unschedule(client, rqstate.SCHEDULE, job.id)
     queue = DispatchqQueue(job.origin, connection=client) if job.origin else None
     refuse(job, refused, queue=queue)

@@ -6,7 +6,7 @@
     POST /actions/judgements/{id}/retry   {}
     POST /actions/judgements/{id}/cancel  {}
 
-Each calls what the CLI command calls (`window_for(rt).close/open`, `unblock_host`, the
+Each calls what the CLI command calls (`rt.window.close/open`, `unblock_host`, the
 dispatcher's `retry`/`cancel`), with its rules: a close never shortens a longer marker
 without `force` (as `dispatchq window close`), a write command asks Redis for room first
 (`require_room`), and the window's audit names who acted (`serve <peer>`, where the CLI
@@ -29,11 +29,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from dispatchq.errors import UserError
-from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.retrigger import window_for
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.serve.guard import Networks, peer_address
-from dispatchq.storage.outage import require_room
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
 from dispatchq.tiers.session import unblock_host
 from dispatchq.window.messages import GENERAL_SCOPE
@@ -81,7 +78,7 @@ def parse_until(text: object, now: datetime) -> datetime:
 def _room(context: ServeContext) -> None:
     """`require_room`, as the CLI asks before a command's first write: a full Redis is 503."""
     try:
-        require_room(context.runtime.redis)
+        context.runtime.storage.server.require_room()
     except UserError as error:
         raise ActionError(503, str(error)) from None
 
@@ -100,7 +97,7 @@ def close_window(context: ServeContext, fields: dict[str, Any], who: str) -> dic
     reason = fields.get("reason") or ""
     if not isinstance(reason, str) or len(reason) > 500:
         raise ActionError(400, '"reason" must be text of at most 500 characters')
-    face = window_for(rt)
+    face = rt.window
     current = face.get(GENERAL_SCOPE)
     if current is not None and current.lifts_at > when.timestamp() and fields.get("force") is not True:
         raise ActionError(
@@ -117,7 +114,7 @@ def close_window(context: ServeContext, fields: dict[str, Any], who: str) -> dic
 def open_window(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str, Any]:
     """`dispatchq window open`: every marker removed, what waited on them released."""
     _room(context)
-    return {"ok": True, "opened": window_for(context.runtime).open(who=who)}
+    return {"ok": True, "opened": context.runtime.window.open(who=who)}
 
 
 def unblock(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str, Any]:
@@ -126,7 +123,7 @@ def unblock(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str
     if not isinstance(host, str) or not _HOST.match(host):
         raise ActionError(400, '"host" must be a host name (letters, digits, ".", "_", "-")')
     _room(context)
-    cleared = unblock_host(window_for(context.runtime), host)
+    cleared = unblock_host(context.runtime.window, host)
     return {"ok": True, "host": host, "was_blocked": cleared}
 
 
@@ -146,14 +143,14 @@ def retry(context: ServeContext, jid: str) -> dict[str, Any]:
     """`dispatchq retry ID`: judged again from the kind's first tier, the trail kept."""
     _room(context)
     full = _judgement(context, jid)
-    dispatcher_for(context.runtime).retry(full)
+    context.runtime.dispatcher.retry(full)
     return {"ok": True, "id": full, "requeued": True}
 
 
 def cancel(context: ServeContext, jid: str) -> dict[str, Any]:
     """`dispatchq cancel ID`: a judgement not yet finished is not spawned or answered."""
     full = _judgement(context, jid)
-    if not dispatcher_for(context.runtime).cancel(full):
+    if not context.runtime.dispatcher.cancel(full):
         raise ActionError(409, f"judgement {full} has already finished")
     return {"ok": True, "id": full, "cancelled": True}
 

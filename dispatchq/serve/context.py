@@ -10,7 +10,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.runtime import Runtime
 from dispatchq.storage.connection import connect_async
 from dispatchq.storage.outage import OutageLog, wait_for_redis
@@ -38,10 +37,10 @@ class ServeContext:
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.storage = ServeStorage(self.runtime.redis)
+        self.storage = self.runtime.storage.serve
         settings = self.runtime.settings
         self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
-        self.deliveries_job = deliveries_template(dispatcher_for(self.runtime), settings)
+        self.deliveries_job = deliveries_template(self.runtime.dispatcher, settings)
 
     def __repr__(self) -> str:
         return "ServeContext(***)"

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from dispatchq.storage.history import HISTORY_SECONDS, read_history, series
+from dispatchq.storage.history import HISTORY_SECONDS, series
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
@@ -28,7 +28,7 @@ __all__ = ["history_document", "routes"]
 
 def history_document(runtime: Runtime, now: float) -> dict[str, Any]:
     """The chart's data: the samples of the last 24 hours as per-minute deltas with gaps."""
-    points = read_history(runtime.redis, now)
+    points = runtime.storage.history.read(now)
     return {
         "now": now,
         "since": now - HISTORY_SECONDS,

@@ -205,7 +205,7 @@ def record_for(context: ServeContext, prefix: str) -> tuple[int, Any]:
         return 404, {"error": f"no judgement {prefix} (unknown id, or its record expired)"}
     if len(found) > 1:
         return 409, {"error": f"{prefix} is the start of more than one judgement id", "ids": found}
-    record = context.runtime.store.get(found[0])
+    record = context.runtime.storage.records.get(found[0])
     if record is None:
         return 404, {"error": f"no judgement {prefix} (its record expired)"}
     log = session_log_path(context.runtime.settings.data_dir, record.id)

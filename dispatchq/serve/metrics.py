@@ -40,7 +40,6 @@ from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.serve.body import REASONS, REFUSALS
 from dispatchq.serve.usage import usage_families
-from dispatchq.storage.histograms import oldest_waiting, read_histograms
 from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
@@ -292,8 +291,8 @@ class StoreCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         rt = self.get_runtime()
         data = collect_status(rt)
-        data["oldest_waiting"] = oldest_waiting(rt.redis)
-        data["histograms"] = read_histograms(rt.redis)
+        data["oldest_waiting"] = rt.storage.histograms.oldest_waiting()
+        data["histograms"] = rt.storage.histograms.read()
         return list(metric_families(data, data["counters"]))
 
 

@@ -19,6 +19,7 @@ from redis.typing import EncodableT, FieldT
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.locks import LeasedLock
 
 __all__ = [
     "ATTEMPT_TTL",
@@ -73,7 +74,17 @@ class FindingsStore:
     def revoke_approvals(self, repo: str, finding: str) -> None:
         self.redis.delete(keys.findings_approval(repo, finding))
 
+    # --- the fixer's per-repository lock ------------------------------------------------------
+    def repo_lock(self, repo: str, holder: str) -> LeasedLock:
+        """The lock that makes fixer dispatch sequential per repository, owned by `holder`."""
+        return LeasedLock(self.redis, keys.findings_lock(repo), holder)
+
     # --- one fixer attempt's own state ----------------------------------------------------------
+    @staticmethod
+    def attempt_key(repo: str, finding: str, attempt: int) -> str:
+        """The name of one fixer attempt's state hash."""
+        return keys.findings_attempt(repo, finding, attempt)
+
     def attempt_fields(self, key: str) -> dict[str, str]:
         """Every field of an attempt's state hash (`keys.findings_attempt`), as text."""
         return {as_text(k): as_text(v) for k, v in self.redis.hgetall(key).items()}

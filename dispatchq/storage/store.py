@@ -152,6 +152,10 @@ class Store:
         other.claim_lease = self.claim_lease
         return other
 
+    def disconnect(self) -> None:
+        """Close this store's connections (a `bounded` copy's own pool, when its holder is done)."""
+        self.redis.connection_pool.disconnect()
+
     def note_refused(self, jid: str, claim: str, what: str) -> None:
         """A holder's write refused by the fence: said once per judgement and claim, never raised."""
         if (jid, claim) not in self._refusals:
@@ -353,6 +357,58 @@ class Store:
         pipe.watch(keys.record(jid))
         status, job = pipe.hmget(keys.record(jid), "status", "job")
         return (as_text(status) if status is not None else None, as_text(job) if job else None)
+
+    # --- a hand-off's MULTI (records and RQ's enqueue in one step) ------------------------
+    def transaction(self) -> Pipeline:
+        """A MULTI pipeline, opened explicitly so RQ can add its enqueue commands to it."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.multi()
+        return pipe
+
+    @staticmethod
+    def execute(pipe: Pipeline) -> list[Any]:
+        """Run a hand-off's MULTI: its records' writes and RQ's enqueues, all or nothing."""
+        return pipe.execute()
+
+    def guarded(
+        self, jid: str, expected: tuple[str | None, str | None], write: Callable[[Pipeline], None]
+    ) -> bool:
+        """Run `write`'s MULTI only if the record's (status, job) is still `expected` when it
+        runs (WATCH): False when it was not, or changed meanwhile (whoever changed it has it)."""
+        pipe = self.redis.pipeline(transaction=True)
+        try:
+            if self.watch_record(pipe, jid) != expected:
+                return False
+            pipe.multi()
+            write(pipe)
+            pipe.execute()
+            return True
+        except redis.WatchError:
+            return False
+        finally:
+            pipe.reset()
+
+    @staticmethod
+    def note_job(jid: str, job_id: str, *, pipe: Pipeline) -> None:
+        """The RQ job that carries a judgement now, written in the hand-off's MULTI."""
+        pipe.hset(keys.record(jid), "job", job_id)
+
+    @staticmethod
+    def wake(*, pipe: Pipeline) -> None:
+        """Wake the session workers waiting on a line (work arrived), in the hand-off's MULTI."""
+        pipe.publish(keys.WAKE_CHANNEL, "work")
+
+    @staticmethod
+    def line_of(host: str | None = None) -> str:
+        """The session line of `host` (None: the line any host may take)."""
+        return keys.session_line(host)
+
+    def inputs(self, ids: Sequence[str]) -> list[str | None]:
+        """Each record's input (`JudgementIn` as JSON), in one round trip; None when gone."""
+        reader = self.redis.pipeline(transaction=False)
+        for jid in ids:
+            reader.hget(keys.record(jid), "in")
+        return [as_text(raw) if raw else None for raw in reader.execute()]
 
     def forget_deaths(self, jid: str) -> None:
         """A retry asked for by a person starts the count of worker deaths again."""

@@ -18,6 +18,7 @@ from dispatchq.storage import keys
 
 if TYPE_CHECKING:
     import redis
+    from redis.client import Pipeline
 
 __all__ = ["TypedStorage"]
 
@@ -48,6 +49,16 @@ class TypedStorage:
         for digest in digests:
             pipe.srandmember(keys.typed_state(digest), cap)
         return {as_text(member) for members in pipe.execute() for member in members}
+
+    @staticmethod
+    def state_set(state_digest: str) -> str:
+        """The name of one state's waiting set (kept on a record, so its scripts can leave it)."""
+        return keys.typed_state(state_digest)
+
+    @staticmethod
+    def join_state(state_digest: str, jid: str, *, pipe: Pipeline) -> None:
+        """A judgement entering the tier waits on its state, in the hand-off's MULTI."""
+        pipe.sadd(keys.typed_state(state_digest), jid)
 
     def stop_waiting(self, state_digests: Iterable[str], ids: Sequence[str]) -> None:
         """Take `ids` out of those states' waiting sets: they are claimed."""

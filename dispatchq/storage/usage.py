@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CREDENTIAL_KEY",
     "USAGE_KEY",
+    "UsageStore",
     "read_credentials",
     "read_usage",
     "record_credential",
@@ -106,3 +107,25 @@ def _read(client: redis.Redis, key: str) -> dict[str, dict[str, Any]]:
         if isinstance(value, dict):
             out[as_text(field)] = value
     return out
+
+
+class UsageStore:
+    """The window's usage as sessions reported it, and when each host's stored login ends."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def record(
+        self, reports: Iterable[Mapping[str, Any]], *, reported_at: float, session: str | None, host: str
+    ) -> int:
+        """Keep each window's report unless a later one is stored; how many were newer."""
+        return record_usage(self._redis, reports, reported_at=reported_at, session=session, host=host)
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        return read_usage(self._redis)
+
+    def record_credential(self, host: str, expires_at: float, *, reported_at: float) -> bool:
+        return record_credential(self._redis, host, expires_at, reported_at=reported_at)
+
+    def credentials(self) -> dict[str, dict[str, Any]]:
+        return read_credentials(self._redis)

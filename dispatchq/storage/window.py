@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.histograms import observe_session
 from dispatchq.storage.scripts import CLEAR_RUNNING
+from dispatchq.storage.usage import UsageStore
 
 if TYPE_CHECKING:
     import redis
@@ -85,6 +87,16 @@ class WindowStore:
         self._raise = client.register_script(_RAISE)
         self._slot = client.register_script(_SLOT)
         self._clear_running = client.register_script(CLEAR_RUNNING)
+        #: The window's usage as sessions report it (`storage.usage`), on the same client.
+        self.usage = UsageStore(client)
+
+    def on(self, records: Store) -> WindowStore:
+        """The same operations on `records`' client (a holder's bounded one), or this store."""
+        return self if records.redis is self.redis else WindowStore(records.redis)
+
+    def observe_session(self, seconds: float) -> None:
+        """One session's length, into the `/metrics` histogram (`storage.histograms`)."""
+        observe_session(self.redis, seconds)
 
     # --- markers ------------------------------------------------------------------------
     def marker_fields(self, scope: str) -> dict[str, str]:
@@ -94,6 +106,11 @@ class WindowStore:
     def marker_keys(self) -> list[str]:
         """The marker hash keys recorded in the scopes set, sorted."""
         return sorted(as_text(k) for k in self.redis.smembers(keys.MARKER_SCOPES))
+
+    @staticmethod
+    def scope_of(marker_key: str) -> str:
+        """The scope a marker hash key names."""
+        return marker_key.removeprefix(keys.marker(""))
 
     def forget_marker_key(self, marker_key: str) -> None:
         """Drop a scopes-set entry whose marker hash is gone."""

@@ -32,7 +32,7 @@ from dispatchq.core.kinds import Kind
 from dispatchq.errors import GitError
 from dispatchq.git import runner as git
 from dispatchq.launcher.environment import child_environment
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.settings import parent_environment
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
     re-run does only what is left.
     """
     settings = runtime.settings
-    claimed = runtime.store.claim(ids, "code")
+    claimed = runtime.storage.records.claim(ids, "code")
     if not claimed:
         return 0
     parent = parent_environment()
@@ -198,5 +198,5 @@ def process_batch(runtime: Runtime, ids: Sequence[str]) -> int:
             moves.move_up(c.id, kind, "code", outcome.reason, host=host, fields=fields, state=judgement.state)
         else:
             moves.fail(c.id, "code", outcome.reason)
-    dispatcher_for(runtime).commit(moves)
+    runtime.dispatcher.commit(moves)
     return len(claimed)

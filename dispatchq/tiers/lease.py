@@ -43,12 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import TrailEntry
-from dispatchq.storage import keys
 from dispatchq.storage.connection import process_alive
 from dispatchq.storage.outage import is_outage
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
 from dispatchq.storage.store import LEGACY_CLAIM
-from dispatchq.storage.window import WindowStore
 from dispatchq.window.face import SLOT_LEASE
 from dispatchq.window.limits import SessionOutcome, read_outcome
 from dispatchq.window.marker import scope_pausing
@@ -149,7 +147,7 @@ class Holding:
         self._own_client = records is not window.records
         self.window = copy.copy(window)
         self.window.records = records
-        self.window.store = WindowStore(records.redis)
+        self.window.store = window.store.on(records)
         self.cancel = threading.Event()
         self.fenced: str | None = None
         self.last_sent = time.monotonic()
@@ -187,7 +185,7 @@ class Holding:
             )
         finally:
             if self._own_client:
-                self.window.records.redis.connection_pool.disconnect()
+                self.window.records.disconnect()
 
     # --- the threads ----------------------------------------------------------------------
     def renew_once(self) -> None:
@@ -341,7 +339,7 @@ def take_over(
         "queued",
         trail=TrailEntry(tier="session", outcome="requeued", why=why),
         fields={"reason": why, "resume_session": "" if not host_bound(record) else record_resume(record)},
-        line=keys.session_line(record.host),
+        line=window.records.line_of(record.host),
         priority=record.priority,
     )
     log.warning("session judgement %s: %s", record.id, why)
@@ -448,7 +446,7 @@ def requeue_front(
         status,
         trail=TrailEntry(tier="session", outcome="requeued", why=trail_why or why),
         fields=values,
-        line=keys.session_line(record.host),
+        line=window.records.line_of(record.host),
         priority=record.priority,
         claim=claim,
     )

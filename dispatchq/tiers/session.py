@@ -43,12 +43,10 @@ from dispatchq.core.prompts import render_prompt
 from dispatchq.launcher.environment import read_secret, session_argv, session_environment
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
-from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
-from dispatchq.storage import keys
-from dispatchq.storage.histograms import observe_session
 from dispatchq.storage.outage import is_outage
+from dispatchq.storage.store import Store
 from dispatchq.tiers.confine import (
     Confinement,
     config_dir,
@@ -136,7 +134,7 @@ _SHUTDOWN_EXITS = frozenset(128 + int(s) for s in _SHUTDOWN_SIGNALS)  # the supe
 
 def lines_for(host: str) -> list[str]:
     """The lines this host serves: its own (judgements bound to its checkouts), then the shared one."""
-    return [keys.session_line(host), keys.session_line()]
+    return [Store.line_of(host), Store.line_of()]
 
 
 def model_of(kinds: Mapping[str, Kind], kind_name: str) -> str | None:
@@ -295,7 +293,7 @@ def run_claimed(
     run is a `tiers.lease.Holding`, renewing its lease and writing only as that claim.
     """
     probes = list(probes or [])
-    shared = window_for(runtime)
+    shared = runtime.window
     record = shared.records.get(jid)
     if record is None or record.status != "running" or (claim and getattr(record, "claim", None) != claim):
         shared.release(slot, probes)
@@ -569,7 +567,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
     window.store.count_spawned()
-    observe_session(window.store.redis, time.time() - started)  # storage/histograms.py
+    window.store.observe_session(time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
         return _settle_shutdown(attempt, result)

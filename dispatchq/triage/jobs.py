@@ -4,7 +4,7 @@ Both run on the typed queue (a typed worker asks, resolves and runs the executor
 this room sits below the tiers and below the queue: it takes what it needs as arguments.
 `jobs/tiers.py` hands the rules engine its `ask` (the typed tier's provider through
 `dispatchq.tiers.typed.tier.provider_ask`) and its storages; the queue comes from the
-dispatcher (`dispatchq.queue.dispatch.dispatcher_for`), named here only by the one method
+dispatcher (`runtime.dispatcher`), named here only by the one method
 used, so that neither the tiers nor RQ are imported from the rules engine's room.
 """
 

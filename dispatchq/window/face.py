@@ -14,8 +14,8 @@ opening the window, raising the marker, the audit), each time with the whole run
 
 Operators use the same object (`close`, `open`), and so does the scheduled retrigger
 (`lift`). Everything it stores goes through `WindowStore`; the one thing it cannot do
-itself, scheduling the retrigger with rq-scheduler, is handed in as `reschedule` by
-`dispatchq.queue.retrigger.window_for`, so the window never imports the queue.
+itself, scheduling the retrigger with rq-scheduler, is handed in as `reschedule` by the
+runtime that builds it once (`runtime.window`), so the window never imports the queue.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.errors import UserError
-from dispatchq.storage import usage as usage_store
 from dispatchq.window import marker as markers_
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
@@ -110,8 +109,8 @@ class Window:
             "marker": general
             or {"scope": GENERAL_SCOPE, "up": False, "lifts_at": None, "kind": None, "message": None},
             "markers": public,
-            "window_usage": usage_rows(usage_store.read_usage(self.store.redis), now),
-            "credentials": credential_rows(usage_store.read_credentials(self.store.redis), now),
+            "window_usage": usage_rows(self.store.usage.read(), now),
+            "credentials": credential_rows(self.store.usage.credentials(), now),
             "window_audit": self.audit_log(5),
         }
 
@@ -216,16 +215,14 @@ class Window:
             for r in outcome.usage
         ]
         if reports:
-            usage_store.record_usage(
-                self.store.redis,
+            self.store.usage.record(
                 reports,
                 reported_at=now,
                 session=outcome.session_id,
                 host=self.settings.host,
             )
         if outcome.credential_expires_at is not None:
-            usage_store.record_credential(
-                self.store.redis,
+            self.store.usage.record_credential(
                 self.settings.host,
                 outcome.credential_expires_at.timestamp(),
                 reported_at=now,

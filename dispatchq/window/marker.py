@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE
 from dispatchq.window.messages import LimitKind, limit_kind
 
@@ -41,6 +40,8 @@ class MarkerStore(Protocol):
 
     def forget_marker_key(self, marker_key: str) -> None: ...
 
+    def scope_of(self, marker_key: str) -> str: ...
+
     def append_audit(self, entry: Mapping[str, Any], keep: int) -> None: ...
 
 
@@ -55,7 +56,6 @@ __all__ = [
     "get",
     "marker_from_fields",
     "probing",
-    "scope_of",
     "scope_pausing",
     "waiting_reason",
 ]
@@ -124,10 +124,6 @@ def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
     )
 
 
-def scope_of(marker_key: str) -> str:
-    return marker_key.removeprefix(keys.marker(""))
-
-
 def get(store: MarkerStore, scope: str) -> Marker | None:
     return marker_from_fields(scope, store.marker_fields(scope))
 
@@ -136,7 +132,7 @@ def all_markers(store: MarkerStore) -> list[Marker]:
     """Every marker that exists now; a scope whose hash is gone is forgotten on the way."""
     out = []
     for key in store.marker_keys():
-        marker = get(store, scope_of(key))
+        marker = get(store, store.scope_of(key))
         if marker is None:
             store.forget_marker_key(key)
         else:

@@ -30,13 +30,13 @@ from dispatchq.core.tiers import row
 from dispatchq.errors import UserError
 from dispatchq.launcher.releases import claude_code_fact
 from dispatchq.launcher.scrub import decide_scrub
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.settings import parent_environment
+from dispatchq.storage import rqstate
 from dispatchq.storage.outage import (
     Backoff,
     OutageLog,
@@ -95,7 +95,9 @@ class DispatchqWorker(SimpleWorker):
                 if self.runtime is not None:
                     # Also while a job runs (RQ's job monitor beats with a pipeline): a busy
                     # worker is alive, and `status` must not count it dead.
-                    self.runtime.store.publish_worker(self.name, self.facts(), ttl=self.worker_ttl + 60)
+                    self.runtime.storage.records.publish_worker(
+                        self.name, self.facts(), ttl=self.worker_ttl + 60
+                    )
                 return
             except Exception as error:
                 if pipeline is not None or self.runtime is None or not is_outage(error):
@@ -161,7 +163,7 @@ class DispatchqWorker(SimpleWorker):
     def register_death(self) -> None:
         if self.runtime is not None:
             with contextlib.suppress(Exception):  # during an outage there is nothing to unpublish
-                self.runtime.store.forget_worker(self.name)
+                self.runtime.storage.records.forget_worker(self.name)
         super().register_death()
 
     def clean_registries(self) -> None:
@@ -171,9 +173,7 @@ class DispatchqWorker(SimpleWorker):
         # milliseconds of it.
         longest = max(2 * int(self.maintenance_interval), 2)
         for queue in self.queues:
-            key = queue.registry_cleaning_key
-            if self.connection.ttl(key) > longest:
-                self.connection.expire(key, longest)
+            rqstate.cut_ttl(self.connection, queue.registry_cleaning_key, longest)
         super().clean_registries()
 
     def run_maintenance_tasks(self) -> None:
@@ -181,7 +181,9 @@ class DispatchqWorker(SimpleWorker):
         if self.runtime is None or not self.heal:
             return
         try:
-            if not self.runtime.store.take_reconcile_turn(self.name, self.maintenance_interval * 0.9):
+            if not self.runtime.storage.records.take_reconcile_turn(
+                self.name, self.maintenance_interval * 0.9
+            ):
                 return  # another worker (or the scheduler) reconciles this round
             healed = reconcile(self.runtime, min_age=self.job_monitoring_interval + self.heartbeat_grace)
         except Exception as error:
@@ -258,11 +260,9 @@ def forget_dead_executions(client: redis.Redis, job_id: str, *, keep: str = "") 
     dropped = 0
     for execution_id in registry.get_execution_ids():
         key = Execution(id=execution_id, job_id=job_id, connection=client).key
-        if execution_id != keep and not client.exists(key):
-            dropped += int(client.zrem(registry.key, execution_id))
-        elif client.exists(key) and not client.hexists(key, "created_at"):
-            client.delete(key)
-            dropped += int(client.zrem(registry.key, execution_id))
+        dropped += rqstate.forget_execution(
+            client, registry.key, key, execution_id, keep=execution_id == keep
+        )
     return dropped
 
 
@@ -271,14 +271,13 @@ def build_worker(
 ) -> DispatchqWorker:
     """A worker of `cls` for `tier`'s queues, with the process's recovery settings."""
     settings = runtime.settings
-    live = runtime.store.live_workers(ttl=settings.heartbeat_interval + settings.heartbeat_grace)
+    live = runtime.storage.records.live_workers(ttl=settings.heartbeat_interval + settings.heartbeat_grace)
     check_host_unique(live, settings.host, machine_id())  # before it takes any host-bound job
     ensure_upgraded(runtime.redis)  # the previous release's pickled jobs, as JSON, before any dequeue
     # Its own queues of `DispatchqJob`s: RQ cleans registries (and runs an abandoned job's
     # failure callback) with the queue's job class, not the worker's.
     queues = [
-        DispatchqQueue(queue.name, connection=runtime.redis)
-        for queue in dispatcher_for(runtime).queues_for(tier)
+        DispatchqQueue(queue.name, connection=runtime.redis) for queue in runtime.dispatcher.queues_for(tier)
     ]
     worker = cls(
         queues,

@@ -32,7 +32,6 @@ from dispatchq.core.entrypoints import TIER_OF_JOB
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.tiers import TIERS, row
 from dispatchq.errors import UserError
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
 from dispatchq.queue.serializer import JSONSerializer
@@ -166,7 +165,7 @@ def run_worker(
 def _redis_problem(runtime: Runtime) -> BaseException | None:
     """Why Redis does not answer right now, or None when it does."""
     try:
-        runtime.redis.ping()
+        runtime.storage.server.ping()
     except Exception as error:
         return error
     return None
@@ -174,7 +173,7 @@ def _redis_problem(runtime: Runtime) -> BaseException | None:
 
 def _accepts_writes(runtime: Runtime) -> bool:
     try:
-        return runtime.store.accepts_writes()
+        return runtime.storage.records.accepts_writes()
     except Exception:  # Redis went away meanwhile: the outage path takes over on the next round
         return True
 
@@ -214,7 +213,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
     why = f"worker gave up on the job: {exc_type.__name__ if isinstance(exc_type, type) else exc_type}"
     if exc_value is not None and str(exc_value):
         why += f": {str(exc_value).splitlines()[0][:300]}"
-    store = runtime.store
+    store = runtime.storage.records
     left = [
         r
         for r in store.get_many(list(job.args[0]))
@@ -231,7 +230,7 @@ def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> Non
         worst = max(deaths.values())
         why = f"{why}: its worker died {worst} time{'s' if worst != 1 else ''}"
     if len(left) > 1:
-        dispatcher_for(runtime).requeue([r.id for r in left], f"{why}; retried alone")
+        runtime.dispatcher.requeue([r.id for r in left], f"{why}; retried alone")
         if abandoned:
             # RQ re-runs this job, now empty (its judgements went to jobs of their own), so
             # it ends as a success rather than as an entry in RQ's failed registry.
@@ -287,7 +286,7 @@ def drain(
     are reported). With `until` it runs until `until.done()`, or returns why not.
     """
     horizon = runtime.settings.retry_horizon if horizon is None else horizon
-    dispatcher = dispatcher_for(runtime)
+    dispatcher = runtime.dispatcher
     left_delayed = 0
     last = time.monotonic()
     told = False

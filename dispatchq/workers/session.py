@@ -25,12 +25,9 @@ from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.releases import warn_if_unsupported
 from dispatchq.launcher.scrub import decide_scrub
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqQueue
-from dispatchq.queue.retrigger import window_for
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
-from dispatchq.storage import keys
 from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
@@ -88,7 +85,7 @@ def check_session_host(runtime: Runtime) -> None:
     problem = sandbox_refusal(settings, environ)
     if problem is not None:
         _say_once(logging.ERROR, f"sessions cannot start on this host: {problem}")
-        window = window_for(runtime)
+        window = runtime.window
         window.store.block(
             settings.host,
             problem,
@@ -97,7 +94,7 @@ def check_session_host(runtime: Runtime) -> None:
         )
     elif settings.session_sandbox == "off":
         _say_once(logging.WARNING, "sessions on this host run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)")
-    sweep(settings, window_for(runtime).records.statuses)  # folders of judgements that ended elsewhere
+    sweep(settings, runtime.window.records.statuses)  # folders of judgements that ended elsewhere
     confined = settings.session_sandbox == "on" and problem is None
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
@@ -128,7 +125,7 @@ class SessionWorker(DispatchqWorker):
         if not force and now - self._last_sweep < min(5.0, settings.session_lease / 3):
             return
         self._last_sweep = now
-        window = window_for(self.runtime)
+        window = self.runtime.window
         try:
             replay_spool(window)
             sweep_lapsed(window)
@@ -140,12 +137,12 @@ class SessionWorker(DispatchqWorker):
         burst = timeout is None
         runtime = self.runtime
         settings = runtime.settings
-        window = window_for(runtime)
+        window = runtime.window
 
         def model(kind_name: str) -> str | None:
             return model_of(runtime.config.kinds, kind_name)
 
-        queue = DispatchqQueue(keys.queue_name("session"), connection=self.connection)
+        queue = DispatchqQueue(runtime.storage.jobs.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
         try:
@@ -183,14 +180,14 @@ class SessionWorker(DispatchqWorker):
 
     def _job_for(self, admission: Admission, queue: Queue) -> Job:
         runtime = self.runtime
-        runtime.store.set_fields(admission.jid, job=f"session:{admission.slot}")
+        runtime.storage.records.set_fields(admission.jid, job=f"session:{admission.slot}")
         # The claim admission just wrote: the job's every write is fenced by it.
-        claim = runtime.store.claim_of(admission.jid)
+        claim = runtime.storage.records.claim_of(admission.jid)
         job = queue.create_job(
             SESSION_JOB,
             args=(admission.jid, admission.slot),
             kwargs={"probes": admission.probes, **({"claim": claim} if claim else {})},
-            timeout=dispatcher_for(runtime).job_timeout("session"),
+            timeout=runtime.dispatcher.job_timeout("session"),
             result_ttl=0,
             failure_ttl=runtime.settings.result_ttl,
             on_failure=Callback(FAILURE_CALLBACK),
@@ -204,7 +201,7 @@ class SessionWorker(DispatchqWorker):
 def burst(runtime: Runtime) -> bool:
     """Run sessions in this process until none can start now; True if any finished."""
     settings = runtime.settings
-    window = window_for(runtime)
+    window = runtime.window
     if not window.store.any_waiting(lines_for(settings.host)):
         return False
     recheck_blocked(window, settings, parent_environment())
@@ -212,13 +209,13 @@ def burst(runtime: Runtime) -> bool:
     def model(kind_name: str) -> str | None:
         return model_of(runtime.config.kinds, kind_name)
 
-    before = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    before = runtime.storage.records.answered_counts()["session"] + runtime.storage.records.count("failed")
     worker = build_worker(SessionWorker, runtime, "session")
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
     hold_paused(
         window, settings.host, model
     )  # beyond the admission lookahead too: `run` names why each one waits
-    after = runtime.store.answered_counts()["session"] + runtime.store.count("failed")
+    after = runtime.storage.records.answered_counts()["session"] + runtime.storage.records.count("failed")
     return after != before
 
 
@@ -238,7 +235,7 @@ def session_job_lost(runtime: Runtime, job: Job, exc: Any) -> None:
     probes = list((job.kwargs or {}).get("probes", []))
     claim = (job.kwargs or {}).get("claim")
     claim = str(claim) if claim else None
-    window = window_for(runtime)
+    window = runtime.window
     jid = str(job.args[0])
     if isinstance(exc, (SystemExit, KeyboardInterrupt, StopRequested)) and stop_requested():
         stopped_cold(window, jid, slot, probes, claim)

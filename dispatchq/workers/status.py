@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import STATUSES
 from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
-from dispatchq.queue.scheduler import scheduler_alive, scheduler_for
-from dispatchq.storage import keys
+from dispatchq.queue.scheduler import scheduler_alive
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.status import status_section as triage_section
 from dispatchq.workers.warnings import collect_warnings
@@ -33,14 +31,14 @@ LATEST_SHOWN = 10
 
 def collect_status(rt: Runtime) -> dict[str, Any]:
     """Everything `dispatchq status` shows, as data."""
-    dispatcher = dispatcher_for(rt)
-    store = rt.store
+    dispatcher = rt.dispatcher
+    store = rt.storage.records
     depths: dict[str, int] = {}
     for tier in TIERS:
         if row(tier).admission == "queue":
             depths[tier] = sum(q.count for q in dispatcher.queues_for(tier))
         else:
-            depths[tier] = store.line_depth([keys.session_line(rt.settings.host), keys.session_line()])
+            depths[tier] = store.line_depth([store.line_of(rt.settings.host), store.line_of()])
     # Workers as they describe themselves, alive by their own recent heartbeat: a killed
     # worker stops counting within a heartbeat, not when RQ's registration expires.
     details = store.live_workers(ttl=rt.settings.heartbeat_interval + rt.settings.heartbeat_grace)
@@ -73,7 +71,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         "latest": [_brief(r) for r in store.latest(LATEST_SHOWN)],
         "scheduler": {
             "alive": scheduler_alive(rt),
-            "scheduled_jobs": scheduler_for(rt).count(),
+            "scheduled_jobs": rt.scheduler.count(),
         },
         "typed": _typed_status(rt, details),
         "judgements_orphaned": _orphaned(rt, details),
@@ -81,7 +79,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
     if live.rebuilt is not None:
         data["waiting_counts_rebuilt"] = live.rebuilt
     data.update(window_section(rt))
-    triage = TriageStorage(rt.redis)
+    triage = rt.storage.triage
     counters = store.counters()
     data["counters"] = counters  # monotonic: what `/metrics` exports as *_total
     data["triage"] = {
@@ -143,7 +141,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
     With typed workers running, their own report decides (all keyless: keyless). With none
     running, a typed worker's recent word that it ran without a key decides.
     """
-    host = rt.store.typed_keyless_host()
+    host = rt.storage.records.typed_keyless_host()
     typed = [w for w in details if w.get("tier") == "typed"]
     keyless = all(w.get("keyless") for w in typed) if typed else host is not None
     return {"keyless": keyless, "keyless_worker_host": host}
@@ -151,7 +149,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
-    store = rt.store
+    store = rt.storage.records
     running = [r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()]
     if not running:
         return 0

@@ -38,7 +38,7 @@ from redis.retry import Retry
 from dispatchq.client import Client
 from dispatchq.core.judgement import Record
 from dispatchq.process.wiring import set_runtime
-from dispatchq.queue.retrigger import window_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage import keys
@@ -139,7 +139,7 @@ class Cluster:
         }
         self.redis = server.client()
         env = {**self.base, "DISPATCHQ_REDIS_URL": server.url(), "DISPATCHQ_HOST": "A"}
-        self.rt = Runtime(settings=load_settings(env), redis=self.redis)
+        self.rt = Runtime(settings=load_settings(env), redis=self.redis, queue_parts=QUEUE_PARTS)
         self.links: dict[str, Link] = {}
         self.envs: dict[str, dict[str, str]] = {}
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -436,7 +436,7 @@ def test_a_limit_seen_while_cut_off_reaches_the_marker_and_others_spawn_at_most_
     (gate / "open").touch()  # the session says "limit" now, to a host that cannot tell Redis
     time.sleep(max(0.0, cut_at + LEASE + 4 - time.monotonic()))  # room for B to spawn meanwhile
     a.heal()
-    window = window_for(cluster.rt)
+    window = cluster.rt.window
     up = cluster.wait(lambda: window.get(GENERAL_SCOPE), "the limit A saw in the marker", timeout=60)
     assert int(up.lifts_at) == resets_at
     assert datetime.fromtimestamp(up.lifts_at, UTC) > datetime.now(UTC)

@@ -16,7 +16,7 @@ from dispatchq.config import parse_config
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
 from dispatchq.git import runner as git
-from dispatchq.queue.dispatch import dispatcher_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from tests.conftest import git as run_git
@@ -86,8 +86,10 @@ def prepare(tmp_path: Path) -> Any:
             }
         }
     )
-    runtime = Runtime(settings=settings, redis=fakeredis.FakeRedis(), config_override=config)
-    return dispatcher_for(runtime).prepare
+    runtime = Runtime(
+        settings=settings, redis=fakeredis.FakeRedis(), config_override=config, queue_parts=QUEUE_PARTS
+    )
+    return runtime.dispatcher.prepare
 
 
 def test_enqueue_key_includes_the_checkout_state(prepare: Any, git_repo: Path) -> None:

@@ -34,6 +34,7 @@ from dispatchq.findings.grammar.plans import (
     quote,
     split_tokens,
 )
+from dispatchq.storage.findings import FindingsStore
 
 
 def git(root: Path, *args: str) -> str:
@@ -589,7 +590,7 @@ def test_plan_rejection_never_runs_outside_the_boundary(repo: Path, tmp_path: Pa
 def test_approvals_are_bound_to_finding_plan_and_argv() -> None:
     client = fakeredis.FakeRedis()
     plan = parse_plan("grep -F x docs → empty; run pytest -q → contains passed")
-    mine = Approvals(client, "repo1", "review.md#DOC-1")
+    mine = Approvals(FindingsStore(client), "repo1", "review.md#DOC-1")
     assert not mine.is_approved(plan, ["pytest", "-q"])
     mine.approve(plan, ["pytest", "-q"], who="alice", at="2026-01-01T00:00:00Z")
     assert mine.is_approved(plan, ["pytest", "-q"])
@@ -599,8 +600,12 @@ def test_approvals_are_bound_to_finding_plan_and_argv() -> None:
     assert not mine.is_approved(plan, ["pytest"])
     other_plan = parse_plan("grep -F y docs → empty; run pytest -q → contains passed")
     assert not mine.is_approved(other_plan, ["pytest", "-q"])
-    assert not Approvals(client, "repo1", "review.md#DOC-2").is_approved(plan, ["pytest", "-q"])
-    assert not Approvals(client, "repo2", "review.md#DOC-1").is_approved(plan, ["pytest", "-q"])
+    assert not Approvals(FindingsStore(client), "repo1", "review.md#DOC-2").is_approved(
+        plan, ["pytest", "-q"]
+    )
+    assert not Approvals(FindingsStore(client), "repo2", "review.md#DOC-1").is_approved(
+        plan, ["pytest", "-q"]
+    )
     with pytest.raises(CheckError, match="not a `run` check"):
         mine.approve(plan, ["rm", "-rf", "/"], who="alice", at="now")
     mine.revoke_all()
@@ -610,7 +615,7 @@ def test_approvals_are_bound_to_finding_plan_and_argv() -> None:
 def test_an_approval_for_the_wrong_argv_cannot_be_smuggled_under_a_field(tmp_path: Path) -> None:
     client = fakeredis.FakeRedis()
     plan = parse_plan("run pytest -q → contains passed")
-    approvals = Approvals(client, "r", "f")
+    approvals = Approvals(FindingsStore(client), "r", "f")
     approvals.approve(plan, ["pytest", "-q"], who="a", at="t")
     key = next(iter(client.keys()))
     (field,) = client.hkeys(key)

@@ -30,7 +30,6 @@ import pytest
 
 from dispatchq.launcher.releases import OLDEST, RELEASES, installed_claude
 from dispatchq.process.wiring import set_runtime
-from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
 from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply, Seen
 from dispatchq.window.limits import GENERAL_SCOPE
@@ -144,7 +143,7 @@ class RealHarness(Harness):
         )
 
     def window_markers(self) -> list[Any]:
-        return window_for(self.rt).markers()
+        return self.rt.window.markers()
 
     def add_kinds(self, text: str) -> None:
         config = self.tmp / "dispatchq.yaml"

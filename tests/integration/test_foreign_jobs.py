@@ -32,9 +32,7 @@ from rq_scheduler import Scheduler
 
 from dispatchq.client import Client
 from dispatchq.core.entrypoints import CODE_JOB, DELIVERIES_JOB, RETRIGGER_JOB
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint
-from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.storage import keys
 from tests.conftest import calls_of, counting_check, run_cli, write_config
 
@@ -106,7 +104,7 @@ def test_foreign_jobs_on_the_code_queues_fail_unrun_and_a_real_code_worker_goes_
 ) -> None:
     rt, calls, canary = world
     want: dict[str, str] = {}
-    for queue in dispatcher_for(rt).queues_for("code"):  # the host's queue and the shared one
+    for queue in rt.dispatcher.queues_for("code"):  # the host's queue and the shared one
         want.update(push_foreign(redis_client, queue.name, CODE_JOB, canary))
     after = Client(runtime=rt).enqueue_many([{"kind": "k", "target": "after-the-foreign-jobs"}])
 
@@ -151,7 +149,7 @@ def test_foreign_jobs_on_the_control_queue_and_in_the_schedule_fail_unrun_and_th
     # queue and onto the control queue.
     past = datetime.now(UTC) - timedelta(seconds=5)
     plain = Scheduler(queue_name=keys.CONTROL_QUEUE, connection=redis_client)
-    ours = scheduler_for(rt)
+    ours = rt.scheduler
     command = f"touch {canary}"
     for queue in (keys.queue_name("typed"), keys.CONTROL_QUEUE):
         want[plain.enqueue_at(past, "os.system", command, queue_name=queue).id] = PICKLE

@@ -356,11 +356,12 @@ def test_out_of_boundary_checks_are_approved_in_the_same_turn(world: World) -> N
     from dispatchq.findings.evidence.boundary import Approvals
     from dispatchq.findings.evidence.pins import repo_id
     from dispatchq.findings.grammar.plans import parse_plan
+    from dispatchq.storage.findings import FindingsStore
 
     record = world.record()
     for fid, approved in (("AP-1", True), ("AP-2", False)):
         checks = parse_plan(world.line(fid, "Verification-plan") or "")
-        approvals = Approvals(world.redis, repo_id(world.root), record.ref(fid))
+        approvals = Approvals(FindingsStore(world.redis), repo_id(world.root), record.ref(fid))
         assert approvals.is_approved(checks, ["git", "--version"]) is approved
     assert "approv" not in world.text().lower()  # an approval never lives in the report
 

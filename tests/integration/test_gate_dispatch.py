@@ -18,6 +18,7 @@ from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.storage import keys
+from dispatchq.storage.findings import FindingsStore
 from tests.conftest import run_cli
 from tests.support.gate import (
     GONE,
@@ -38,9 +39,8 @@ APPEND_EDIT = {"path": "docs/guide.md", "append": "See-also-notes\n"}
 
 @pytest.fixture
 def world_report() -> str:
-    return (
-        finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
+    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
+        "DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`"
     )
 
 
@@ -167,7 +167,7 @@ def test_approved_checks_run_and_a_missing_approval_is_unrunnable_not_an_abort(w
     world.decide("DOC-1", "A", REMOVE, plan=[GONE, run], roles=ROLES)
     world.decide("DOC-2", "A", APPEND, plan=[run], roles={"docs/guide.md": "edit"})
     checks = parse_plan(world.line("DOC-1", "Verification-plan") or "")
-    Approvals(world.redis, repo_id(world.root), world.record().ref("DOC-1")).approve(
+    Approvals(FindingsStore(world.redis), repo_id(world.root), world.record().ref("DOC-1")).approve(
         checks, ["git", "--version"], who="tester", at="now"
     )
     world.steps(fixer_step("DOC-1", [REMOVE_EDIT]), fixer_step("DOC-2", [APPEND_EDIT]))
@@ -271,10 +271,11 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
     from dispatchq.findings.run.fixer import RepoLock
+    from dispatchq.queue.parts import QUEUE_PARTS
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 
-    runtime = Runtime(settings=load_settings(world.env), redis=world.redis)
+    runtime = Runtime(settings=load_settings(world.env), redis=world.redis, queue_parts=QUEUE_PARTS)
     repo = repo_id(world.root)
     first, second = RepoLock(runtime, repo, "j-one"), RepoLock(runtime, repo, "j-two")
     try:

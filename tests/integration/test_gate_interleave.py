@@ -28,9 +28,8 @@ TRIMMED = "grep -F rest docs → empty"
 
 @pytest.fixture
 def world_report() -> str:
-    return (
-        finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`")
-        + finding_block("DOC-1", "Guide cites a removed script")
+    return finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`") + finding_block(
+        "DOC-1", "Guide cites a removed script"
     )
 
 

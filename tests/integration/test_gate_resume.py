@@ -17,6 +17,7 @@ import pytest
 from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
+from dispatchq.storage.findings import FindingsStore
 from tests.support.gate import (
     GONE,
     REMOVE,
@@ -41,9 +42,8 @@ NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 @pytest.fixture
 def world_report() -> str:
-    return (
-        finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`")
+    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
+        "DOC-2", "Second finding", location="`docs/notes.md:1`"
     )
 
 
@@ -159,7 +159,7 @@ def test_killed_during_verification_the_next_run_verifies_without_a_new_fixer(wo
     run = f"run {sys.executable} {script} {flag} → contains ok"
     world.decide("DOC-1", "A", REMOVE, plan=[GONE, run], roles=ROLES)
     checks = parse_plan(world.line("DOC-1", "Verification-plan") or "")
-    Approvals(world.redis, repo_id(world.root), world.record().ref("DOC-1")).approve(
+    Approvals(FindingsStore(world.redis), repo_id(world.root), world.record().ref("DOC-1")).approve(
         checks, [sys.executable, str(script), str(flag)], who="tester", at="now"
     )
     world.steps(fixer_step("DOC-1", [REMOVE_EDIT]))

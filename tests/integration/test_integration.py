@@ -16,7 +16,6 @@ from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
 from dispatchq.process.wiring import drain
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage import keys
 from tests.conftest import calls_of, counting_check, run_cli, write_check_module, write_config
 
@@ -244,13 +243,13 @@ def test_cancel_before_work(setup: Any) -> None:
     rt, client, calls = setup
     keep = client.enqueue("lock", "keep", state={"answer": 1})
     drop = client.enqueue("lock", "drop", state={"answer": 2})
-    assert dispatcher_for(rt).cancel(drop) is True
+    assert rt.dispatcher.cancel(drop) is True
     drain(rt, sessions=False)
     assert rt.store.get(drop).status == "cancelled"
     assert rt.store.get(drop).value is None
     assert rt.store.get(keep).status == "answered"
     assert calls_of(calls) == ["keep"]
-    assert dispatcher_for(rt).cancel(drop) is False  # already finished
+    assert rt.dispatcher.cancel(drop) is False  # already finished
     # A cancelled judgement frees its content: enqueueing it again is new work.
     assert client.enqueue("lock", "drop", state={"answer": 2}) != drop
 
@@ -260,7 +259,7 @@ def test_cancel_removes_a_judgement_from_the_session_line(setup: Any) -> None:
     jid = client.enqueue("lock-then-session", "t")
     drain(rt, sessions=False)
     assert rt.store.line_ids(keys.session_line()) == [jid]
-    dispatcher_for(rt).cancel(jid)
+    rt.dispatcher.cancel(jid)
     assert rt.store.line_ids(keys.session_line()) == []
 
 
@@ -284,7 +283,7 @@ def test_retry_re_judges_a_failed_judgement_from_its_entry_tier(setup: Any, tmp_
     drain(rt, sessions=False)
     assert rt.store.get(jid).status == "failed"
     flag.unlink()
-    dispatcher_for(rt).retry(jid)
+    rt.dispatcher.retry(jid)
     record = rt.store.get(jid)
     assert (record.status, record.tier, record.reason) == ("queued", "code", None)
     drain(rt, sessions=False)
@@ -298,7 +297,7 @@ def test_retry_after_needs_triage_climbs_again(setup: Any) -> None:
     jid = client.enqueue("lock-then-typed", "t")
     drain(rt, sessions=False)
     assert rt.store.get(jid).status == "needs-triage"
-    dispatcher_for(rt).retry(jid)
+    rt.dispatcher.retry(jid)
     assert rt.store.get(jid).tier == "code"
     drain(rt, sessions=False)
     record = rt.store.get(jid)
@@ -311,7 +310,7 @@ def test_retry_refuses_live_work(setup: Any) -> None:
     rt, client, _ = setup
     jid = client.enqueue("lock", "t")
     with pytest.raises(UserError, match="nothing to retry"):
-        dispatcher_for(rt).retry(jid)
+        rt.dispatcher.retry(jid)
 
 
 # --- records: the result TTL ------------------------------------------------------------------------------
@@ -324,7 +323,7 @@ def test_finished_records_get_the_ttl_and_unfinished_ones_do_not(setup: Any, red
     person = client.enqueue("lock", "person")
     waiting_session = client.enqueue("lock-then-session", "session")
     cancelled = client.enqueue("lock", "cancelled", state={"answer": 2})
-    dispatcher_for(rt).cancel(cancelled)
+    rt.dispatcher.cancel(cancelled)
     drain(rt, sessions=False)
     queued = client.enqueue("typed-only", "never-worked")
 
@@ -417,10 +416,10 @@ def test_a_late_commit_never_overwrites_a_cancel(setup: Any) -> None:
     rt, client, _ = setup
     jid = client.enqueue("lock", "t", state={"answer": 1})
     assert [c.id for c in rt.store.claim([jid], "code")] == [jid]  # a worker holds it
-    assert dispatcher_for(rt).cancel(jid) is True  # ...when a person cancels it
+    assert rt.dispatcher.cancel(jid) is True  # ...when a person cancels it
     moves = Moves()
     moves.answer(jid, "code", 1, "check answered")
-    dispatcher_for(rt).commit(moves)  # the worker's commit arrives afterwards
+    rt.dispatcher.commit(moves)  # the worker's commit arrives afterwards
     record = rt.store.get(jid)
     assert (record.status, record.value) == ("cancelled", None)
     assert rt.store.answered_counts()["code"] == 0

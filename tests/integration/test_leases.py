@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 
-from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord, Store
 from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, spool_of, sweep_lapsed
@@ -60,7 +59,7 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> N
 @pytest.fixture
 def host_b(make_runtime: Callable[..., Any]) -> Window:
     """The window as a worker on host-b sees it, with a short lease."""
-    return window_for(make_runtime(DISPATCHQ_HOST="host-b", DISPATCHQ_SESSION_LEASE="2"))
+    return make_runtime(DISPATCHQ_HOST="host-b", DISPATCHQ_SESSION_LEASE="2").window
 
 
 def test_another_host_takes_over_only_after_the_lease_lapsed_lost_contact_and_uncharged(
@@ -226,7 +225,7 @@ def session_window(
         DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {FAKE_CLAUDE} -p --output-format stream-json --verbose",
         DISPATCHQ_TIMEZONE="UTC",
     )
-    return runtime, window_for(runtime)
+    return runtime, runtime.window
 
 
 def plan(tmp_path: Path, *steps: dict[str, Any]) -> None:

@@ -72,6 +72,7 @@ from dispatchq.findings.grammar.lines import (
 from dispatchq.findings.grammar.plans import Check, parse_plan
 from dispatchq.findings.grammar.report import FindingEditor, Report, finding_violations, lock_path
 from dispatchq.findings.grammar.tokens import path_tokens, sanitize
+from dispatchq.storage.findings import FindingsStore
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40
@@ -878,7 +879,7 @@ REPORT = """# Review
 def record(repo: Path) -> DecisionRecord:
     report = repo / "review.md"
     report.write_text(REPORT)
-    return DecisionRecord(report, repo, RecordStore(fakeredis.FakeRedis(), repo))
+    return DecisionRecord(report, repo, RecordStore(FindingsStore(fakeredis.FakeRedis()), repo))
 
 
 def verdict(record: DecisionRecord, finding_id: str) -> str | None:
@@ -904,7 +905,7 @@ def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: Decisio
     dispatch(record, "F-1", repo / "docs" / "a.md", "alpha\nfixed\n", ["docs/a.md", "docs/b.md"])
     # Another process, same store: the log is shared.
     assert record.store is not None
-    other = DecisionRecord(record.report, repo, RecordStore(record.store.redis, repo))
+    other = DecisionRecord(record.report, repo, RecordStore(record.store.store, repo))
     comparison = other.check_pin("F-2")
     assert comparison is not None and comparison.verdict == "attributable"
     other.repin("F-2")

@@ -22,7 +22,6 @@ import pytest
 
 from dispatchq.client import Client
 from dispatchq.process.wiring import drain
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
 from tests.conftest import (
@@ -276,8 +275,8 @@ def test_reconciliation_never_requeues_a_judgement_answered_since_it_was_read(
     drain(rt, sessions=False)  # answered, its job deleted: what reconcile sees as "no job" a moment later
     assert rt.store.get(record.id).status == "answered"
 
-    assert dispatcher_for(rt).requeue([record.id], "its job was lost; re-enqueued", seen=seen) == 0
+    assert rt.dispatcher.requeue([record.id], "its job was lost; re-enqueued", seen=seen) == 0
     after = rt.store.get(record.id)
     assert after is not None and after.status == "answered"
     assert [t.outcome for t in after.trail].count("answered") == 1
-    assert dispatcher_for(rt).requeue([record.id], "retry requested") == 1  # as read now: it goes back
+    assert rt.dispatcher.requeue([record.id], "retry requested") == 1  # as read now: it goes back

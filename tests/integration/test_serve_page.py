@@ -49,7 +49,6 @@ def free_port() -> int:
 def populated(make_runtime: Any, dq_env: dict[str, str]) -> Any:
     """A runtime whose Redis has a marker up, judgements waiting on it, a blocked host and a
     shadow-mode triage decision, with hostile text in a target, an item and an explanation."""
-    from dispatchq.queue.retrigger import window_for
 
     Path(dq_env["DISPATCHQ_CONFIG"]).write_text(
         'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
@@ -82,7 +81,7 @@ def populated(make_runtime: Any, dq_env: dict[str, str]) -> Any:
             )
         ]
     )
-    window_for(rt).close(datetime.now(UTC) + timedelta(hours=3), reason=f"reserved for a demo {EVIL}")
+    rt.window.close(datetime.now(UTC) + timedelta(hours=3), reason=f"reserved for a demo {EVIL}")
     WindowStore(rt.redis).block("build-07", f"claude: command not found {EVIL}")
 
     triage = TriageStorage(rt.redis)
@@ -329,7 +328,6 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
 
     from playwright.sync_api import sync_playwright
 
-    from dispatchq.queue.retrigger import window_for
     from dispatchq.tiers.session_logs import session_log_path
 
     base = f"http://127.0.0.1:{acting.port}"
@@ -412,14 +410,14 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
             page.fill("#close-reason", "lunch")
             page.click("#close-window")
             assert "already closed until" in acted(page, "refused (409)", ok=False)
-            assert window_for(populated).get("general").lifts_at > time.time() + 2 * 3600
+            assert populated.window.get("general").lifts_at > time.time() + 2 * 3600
             page.check("#close-force")
             page.click("#close-window")
             acted(page, "window closed until")
-            assert 3500 < window_for(populated).get("general").lifts_at - time.time() <= 3600
+            assert 3500 < populated.window.get("general").lifts_at - time.time() <= 3600
             page.click("#open-window")
             acted(page, "opened: general")
-            assert window_for(populated).get("general") is None
+            assert populated.window.get("general") is None
             page.wait_for_function(
                 "() => document.querySelector('#audit').textContent.includes('serve 127.0.0.1')"
             )
@@ -429,7 +427,7 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
                 """async () => (await fetch("actions/window/close", {method: "POST",
                     headers: {"Content-Type": "application/json"}, body: '{"until": "2h"}'})).status"""
             )
-            assert refused == 403 and window_for(populated).get("general") is None
+            assert refused == 403 and populated.window.get("general") is None
 
             # A page on another site (localhost is another site than 127.0.0.1) cannot write.
             other = context.new_page()
@@ -440,7 +438,7 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
                     body: '{{"until": "2h"}}'}}); }} catch (e) {{}} }}"""
             )
             wait_for(lambda: " POST /actions/window/close 403" in acting.output, what="the refusal logged")
-            assert window_for(populated).get("general") is None
+            assert populated.window.get("general") is None
             other.close()
 
             # A judgement's page: its record, trail and session log, linked from the id.

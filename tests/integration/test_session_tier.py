@@ -38,10 +38,9 @@ from dispatchq.client import Client
 from dispatchq.core.judgement import Record
 from dispatchq.launcher.scrub import bwrap_check
 from dispatchq.process.wiring import set_runtime
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
-from dispatchq.queue.retrigger import window_for
-from dispatchq.queue.scheduler import scheduler_for
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
@@ -122,7 +121,7 @@ class Harness:
             FAKE_CLAUDE_PLAN=str(self.plan_file),
         )
         self.redis = client
-        self.rt = Runtime(settings=load_settings(self.env), redis=client)
+        self.rt = Runtime(settings=load_settings(self.env), redis=client, queue_parts=QUEUE_PARTS)
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     # --- processes ---------------------------------------------------------------------------
@@ -209,7 +208,7 @@ class Harness:
         moves = Moves()
         kind = self.rt.config.kind("ranked")
         moves.move_up(jid, kind, "typed", "ordered by the typed tier", host=None, priority=priority)
-        dispatcher_for(self.rt).commit(moves)
+        self.rt.dispatcher.commit(moves)
         return jid
 
     def record(self, jid: str) -> Record:
@@ -255,10 +254,10 @@ class Harness:
     def close_for(self, seconds: float) -> float:
         """What `dispatchq window close --until 3s` does, without a CLI start-up eating the window."""
         until = datetime.now(UTC) + timedelta(seconds=seconds)
-        return window_for(self.rt).close(until, reason=f"closed for {seconds:g}s", who="test").lifts_at
+        return self.rt.window.close(until, reason=f"closed for {seconds:g}s", who="test").lifts_at
 
     def marker(self, scope: str = GENERAL_SCOPE) -> marker.Marker | None:
-        return window_for(self.rt).get(scope)
+        return self.rt.window.get(scope)
 
     def marker_state(self, scope: str = GENERAL_SCOPE) -> str | None:
         value = self.redis.hget(keys.marker(scope), "state")
@@ -267,14 +266,14 @@ class Harness:
     def retriggers(self) -> list[tuple[str, float]]:
         """The rq-scheduler jobs for `jobs.tiers.retrigger`: (scope, instant)."""
         out = []
-        for job, when in scheduler_for(self.rt).get_jobs(with_times=True):
+        for job, when in self.rt.scheduler.get_jobs(with_times=True):
             if job.func_name == "jobs.tiers.retrigger":
                 at = when.replace(tzinfo=UTC) if when.tzinfo is None else when
                 out.append((str(job.args[0]), at.timestamp()))
         return out
 
     def audit(self) -> list[dict[str, Any]]:
-        return window_for(self.rt).audit_log(20)
+        return self.rt.window.audit_log(20)
 
 
 @pytest.fixture
@@ -440,7 +439,6 @@ _REPORTER = r"""
 import os, sys, time
 from datetime import UTC, datetime
 from dispatchq.window.limits import LimitSignal
-from dispatchq.queue.retrigger import window_for
 from dispatchq.process.wiring import build_runtime
 go, lifts, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rt = build_runtime()
@@ -450,7 +448,7 @@ rt.redis.ping()
 open(f"{go}.{name}", "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
-window_for(rt).raise_marker(signal, session=name)
+rt.window.raise_marker(signal, session=name)
 """
 
 
@@ -496,7 +494,7 @@ def test_concurrent_reports_from_threads_keep_the_latest(harness: Harness) -> No
     base = datetime.now(UTC) + timedelta(hours=2)
     threads, rounds = 16, 30
     start = threading.Barrier(threads)
-    window = window_for(harness.rt)
+    window = harness.rt.window
 
     def report(index: int) -> None:
         start.wait()
@@ -521,7 +519,7 @@ def test_a_stale_retrigger_does_nothing_and_the_scheduler_process_lifts_the_mark
 ) -> None:
     harness.scheduler()
     later = datetime.now(UTC) + timedelta(hours=1)
-    window_for(harness.rt).close(later, reason="reserved", who="test")
+    harness.rt.window.close(later, reason="reserved", who="test")
     assert len(harness.retriggers()) == 1
 
     # A retrigger for an earlier lift fires (as one would after the marker moved later).
@@ -945,7 +943,7 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
         ]
         (root / "out" / "plan.json").write_text(json.dumps(plan))
 
-        rt = Runtime(settings=load_settings(env), redis=client)
+        rt = Runtime(settings=load_settings(env), redis=client, queue_parts=QUEUE_PARTS)
         deadline = time.monotonic() + 60
         while not (client.exists(keys.SCHEDULER_HEARTBEAT) and Worker.all(connection=client)):
             assert time.monotonic() < deadline, (

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from dispatchq.launcher.spawn import LaunchResult
-from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
 from dispatchq.storage.store import NewRecord, Store
 from dispatchq.tiers.lease import LATE_ANSWER, Holding, replay_spool, spool_of, take_over
@@ -40,7 +39,7 @@ def enqueue(store: Store, jid: str) -> str:
 
 @pytest.fixture
 def window(make_runtime: Callable[..., Any], tmp_path: Path) -> Window:
-    return window_for(make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data")))
+    return make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data")).window
 
 
 def stream(*events: dict[str, Any]) -> str:
@@ -160,7 +159,7 @@ def test_a_session_worker_replays_its_hosts_spool_when_it_starts(
 
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
     runtime = make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data"))
-    window = window_for(runtime)
+    window = runtime.window
     token = enqueue(window.records, "j1")
     spool_answer(window, "j1", token, value="from-the-spool")
     worker = build_worker(SessionWorker, runtime, "session")

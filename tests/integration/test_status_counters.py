@@ -20,7 +20,6 @@ import pytest
 
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
 from dispatchq.core.waiting import WAIT_CLASSES
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
 from tests.conftest import run_cli
@@ -149,7 +148,6 @@ def test_counts_follow_every_move_of_a_record(store: Store) -> None:
 
 def test_counts_follow_the_window_and_the_dispatcher(make_runtime: Any, dq_env: dict[str, str]) -> None:
     from dispatchq.client import Client
-    from dispatchq.queue.retrigger import window_for
 
     Path(dq_env["DISPATCHQ_CONFIG"]).write_text(
         'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
@@ -161,17 +159,17 @@ def test_counts_follow_the_window_and_the_dispatcher(make_runtime: Any, dq_env: 
     ids = [client.enqueue("ask", f"o/r#{i}") for i in range(8)]
     assert_exact(store)
 
-    window_for(rt).close(datetime.now(UTC) + timedelta(hours=2), reason="reserved for a demo")
+    rt.window.close(datetime.now(UTC) + timedelta(hours=2), reason="reserved for a demo")
     assert {r.status for r in store.get_many(ids) if r} == {"waiting"}
     assert_exact(store)
     assert store.live_counts().waiting["window"] == 8
 
-    dispatcher_for(rt).cancel(ids[0])
-    window_for(rt).open()
+    rt.dispatcher.cancel(ids[0])
+    rt.window.open()
     assert_exact(store)
     assert store.live_counts().waiting["window"] == 0
     store.transition(ids[1], "failed", fields={"reason": "session failed: x"})
-    dispatcher_for(rt).retry(ids[1])
+    rt.dispatcher.retry(ids[1])
     assert_exact(store)
 
 
@@ -300,7 +298,6 @@ def test_status_says_when_it_rebuilt_the_counts(dq_env: dict[str, str], redis_cl
 def test_a_host_block_counts_its_judgements_as_host_blocked(
     make_runtime: Any, dq_env: dict[str, str]
 ) -> None:
-    from dispatchq.queue.retrigger import window_for
     from dispatchq.tiers.session import block_host
 
     rt = make_runtime()
@@ -312,6 +309,6 @@ def test_a_host_block_counts_its_judgements_as_host_blocked(
     record = store.get("h0")
     assert record is not None
     # Its reason is the failure's own text, which says nothing of hosts: the writer names the class.
-    block_host(window_for(rt), record, "claude: command not found", "fingerprint")
+    block_host(rt.window, record, "claude: command not found", "fingerprint")
     assert store.live_counts().waiting["host_blocked"] == 4
     assert_exact(store)

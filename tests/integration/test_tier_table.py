@@ -21,7 +21,7 @@ from dispatchq.core import tiers
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
 from dispatchq.process.wiring import get_runtime, set_runtime
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.workers.run import drain
 from tests.conftest import write_config
 
@@ -44,7 +44,7 @@ def lint(ids: Sequence[str]) -> int:
         else:
             state = c.input["state"]
             moves.move_up(c.id, kind, LINT, "the linter cannot tell", host=None, fields={}, state=state)
-    dispatcher_for(runtime).commit(moves)
+    runtime.dispatcher.commit(moves)
     return len(claimed)
 
 
@@ -75,7 +75,7 @@ def test_a_throw_away_tier_answers_through_the_table(
     clean = client.enqueue("lint-me", target="a", state={"clean": True})
     dirty = client.enqueue("lint-me", target="b", state={"clean": False})
     assert runtime.store.get(clean).tier == LINT  # type: ignore[union-attr]
-    assert sum(q.count for q in dispatcher_for(runtime).queues_for(LINT)) == 2  # a job per submit
+    assert sum(q.count for q in runtime.dispatcher.queues_for(LINT)) == 2  # a job per submit
 
     drain(runtime, tiers=("code", LINT, "typed"))
 

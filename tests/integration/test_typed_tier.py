@@ -22,8 +22,8 @@ import pytest
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn, Record
 from dispatchq.process.wiring import drain, set_runtime
-from dispatchq.queue.dispatch import dispatcher_for
-from dispatchq.queue.scheduler import due_retries, schedule_typed_retry, scheduler_for
+from dispatchq.queue.parts import QUEUE_PARTS
+from dispatchq.queue.scheduler import due_retries, schedule_typed_retry
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
@@ -145,7 +145,9 @@ def make_rt(typed_env: dict[str, str], redis_client: Any) -> Iterator[Callable[.
 
     def make(*, keyless: bool = False, **env: str) -> Runtime:
         base = {k: v for k, v in typed_env.items() if not (keyless and k == "TYPESAFE_API_KEY")}
-        runtime = Runtime(settings=load_settings({**base, **env}), redis=redis_client)
+        runtime = Runtime(
+            settings=load_settings({**base, **env}), redis=redis_client, queue_parts=QUEUE_PARTS
+        )
         made.append(runtime)
         return runtime
 
@@ -418,8 +420,8 @@ def test_a_long_retry_after_is_scheduled_without_holding_a_worker(
     waiting = record(rt, jid)
     assert (waiting.status, waiting.tier, waiting.attempts) == ("queued", "typed", 1)
     assert [s.outcome for s in waiting.trail] == ["retry-scheduled"]
-    assert sum(q.count for q in dispatcher_for(rt).queues_for("typed")) == 0
-    [(job, when)] = scheduler_for(rt).get_jobs(with_times=True)
+    assert sum(q.count for q in rt.dispatcher.queues_for("typed")) == 0
+    [(job, when)] = rt.scheduler.get_jobs(with_times=True)
     assert job.origin == keys.queue_name("typed") and list(job.args[0]) == [jid]
     assert when.replace(tzinfo=UTC).timestamp() >= before + 120  # never before the advised delay
     assert api.request_count == 1
@@ -429,7 +431,7 @@ def test_a_long_retry_after_is_scheduled_without_holding_a_worker(
     assert record(rt, jid).status == "queued" and api.request_count == 1
 
     # Once due (time moved on), it is released and answered like any other.
-    scheduler_for(rt).change_execution_time(job, datetime.now(UTC).replace(tzinfo=None))
+    rt.scheduler.change_execution_time(job, datetime.now(UTC).replace(tzinfo=None))
     assert drain(rt, sessions=False)["delayed_retries_left"] == 0
     found = record(rt, jid)
     assert (found.status, found.value) == ("answered", True)
@@ -454,9 +456,9 @@ def test_a_retry_is_not_run_early_by_another_job_that_carried_the_judgement(
         found = record(rt, jid)
         assert (found.status, found.attempts) == ("queued", 1)
         assert [s.outcome for s in found.trail] == ["retry-scheduled"]
-    [job] = list(scheduler_for(rt).get_jobs())
+    [job] = list(rt.scheduler.get_jobs())
 
-    scheduler_for(rt).change_execution_time(job, datetime.now(UTC).replace(tzinfo=None))  # time passes
+    rt.scheduler.change_execution_time(job, datetime.now(UTC).replace(tzinfo=None))  # time passes
     drain(rt, sessions=False)
     assert [record(rt, jid).status for jid in (first, second)] == ["answered", "answered"]
     assert api.request_count == 2
@@ -468,7 +470,7 @@ def test_a_retry_is_never_scheduled_before_the_advised_delay(make_rt: Callable[.
     for _ in range(3):
         before = time.time()
         job = schedule_typed_retry(rt, ["x"], 1.0)
-        [when] = [w for j, w in scheduler_for(rt).get_jobs(with_times=True) if j.id == job.id]
+        [when] = [w for j, w in rt.scheduler.get_jobs(with_times=True) if j.id == job.id]
         assert when.replace(tzinfo=UTC).timestamp() >= before + 1.0
 
 

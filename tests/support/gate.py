@@ -29,6 +29,7 @@ from dispatchq.findings.evidence.pins import PinResult
 from dispatchq.findings.evidence.record import DecisionRecord, RecordStore, report_lock_dir
 from dispatchq.findings.grammar.lines import Decision
 from dispatchq.findings.grammar.plans import Check
+from dispatchq.storage.findings import FindingsStore
 from tests.conftest import REPO
 
 FAKE = REPO / "tests" / "support" / "fake_claude.py"
@@ -196,7 +197,7 @@ class World:
         return DecisionRecord(
             self.report,
             self.root,
-            RecordStore(self.redis, self.root),
+            RecordStore(FindingsStore(self.redis), self.root),
             lock_dir=report_lock_dir(Path(self.env["DISPATCHQ_DATA_DIR"])),  # the CLI's own lock
         )
 

@@ -19,7 +19,7 @@ from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import decide_typed, entry_tier, next_tier, threshold_for
 from dispatchq.errors import LadderError
 from dispatchq.process.wiring import drain
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.storage import keys
 from tests.conftest import counting_check, write_config
 
@@ -213,8 +213,8 @@ def test_code_answers_are_never_asked_of_the_typed_tier_or_a_session(
     monkeypatch.setattr(typed_tier, "process_batch", spy)
     client_ids = {}
     for target, answer in (("yes", "rebuild"), ("false", False), ("zero", 0), ("unknown", None)):
-        client_ids[target] = dispatcher_for(rt).submit(
-            [dispatcher_for(rt).prepare(_judgement(target, {"answer": answer}))]
+        client_ids[target] = rt.dispatcher.submit(
+            [rt.dispatcher.prepare(_judgement(target, {"answer": answer}))]
         )[0][0]
     drain(rt, sessions=False)
 
@@ -247,12 +247,12 @@ def test_commit_refuses_a_move_that_does_not_go_up(tmp_path: Path, make_runtime:
     check, _ = counting_check(tmp_path)
     write_config(tmp_path / "dispatchq.yaml", LADDER_CONFIG.format(check=check))
     rt = make_runtime()
-    [(jid, _)] = dispatcher_for(rt).submit([dispatcher_for(rt).prepare(_judgement("t", {}))])
+    [(jid, _)] = rt.dispatcher.submit([rt.dispatcher.prepare(_judgement("t", {}))])
     assert rt.store.claim([jid], "code")
     kind = rt.config.kind("lock")
     moves = Moves()
     moves.move_up(jid, kind, "session", "would go nowhere higher", host=None)
     with pytest.raises(LadderError):
-        dispatcher_for(rt).commit(moves)
+        rt.dispatcher.commit(moves)
     record = rt.store.get(jid)
     assert record is not None and (record.status, record.tier, record.trail) == ("running", "code", [])

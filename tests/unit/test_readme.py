@@ -25,6 +25,7 @@ PAGES = (
     "security",
     "many-hosts",
     "layout",
+    "storage",
 )
 
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)

@@ -25,7 +25,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +46,7 @@ from dispatchq.settings import parent_environment
 from dispatchq.storage.findings import FindingsStore
 
 if TYPE_CHECKING:
-    from dispatchq.storage.connection import RedisClient
+    pass
 
 __all__ = [
     "DEFAULT_GIT_TIMEOUT",
@@ -571,16 +571,12 @@ class Approvals:
     Each approval is bound to the plan digest and the exact argv: a changed plan, a
     changed argv or a different finding is simply not approved. Nothing written into the
     report can approve anything, because this is never read from the report. The Redis
-    operations are `FindingsStore`'s.
+    operations are the findings area's (`runtime.storage.findings`).
     """
 
-    redis: RedisClient
+    store: FindingsStore
     repo_id: str
     finding: str
-    store: FindingsStore = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.store = FindingsStore(self.redis)
 
     def approve(self, checks: Sequence[Check], argv: Sequence[str], *, who: str, at: str) -> None:
         digest = plan_digest(checks)

@@ -77,7 +77,7 @@ from dispatchq.findings.grammar.report import (
 from dispatchq.storage.findings import FindingsStore
 
 if TYPE_CHECKING:
-    from dispatchq.storage.connection import RedisClient
+    pass
 
 __all__ = [
     "STATES",
@@ -335,17 +335,16 @@ class RecordStore:
     The report may sit in the tree a fixer edits, so the report alone cannot prove who
     wrote a line. After every write dispatchq keeps the finding's loop-written lines as it
     left them; before every use it compares. A line anyone else changed is reported, and
-    the finding is set aside. The Redis operations are `FindingsStore`'s.
+    the finding is set aside. The Redis operations are the findings area's
+    (`runtime.storage.findings`).
     """
 
-    redis: RedisClient
+    store: FindingsStore
     root: Path
     repo: str = field(init=False)
-    store: FindingsStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.repo = repo_id(self.root)
-        self.store = FindingsStore(self.redis)
 
     def written(self, ref: str) -> list[tuple[str, str]] | None:
         raw = self.store.written_lines(self.repo, ref)

@@ -73,7 +73,7 @@ def analyse(ctx: GateContext, findings: Sequence[Finding], located: dict[str, st
 def _read_analysis(ctx: GateContext, finding: Finding, jid: str, why: str | None) -> Analysis | str | None:
     """One analyst's judgement read back: its analysis; why it degrades (a string); or None
     when it has not finished (noted as waiting)."""
-    judgement = ctx.runtime.store.get(jid)
+    judgement = ctx.runtime.storage.records.get(jid)
     if judgement is None or not judgement.finished:
         reason = why or "not finished"
         ctx.summary.waiting.append((finding.id, f"analysis waits: {reason}"))

@@ -62,7 +62,7 @@ class GateContext:
         self.record = DecisionRecord(
             self.report,
             self.root,
-            RecordStore(self.runtime.redis, self.root),
+            RecordStore(self.runtime.storage.findings, self.root),
             lock_dir=report_lock_dir(self.runtime.settings.data_dir),
         )
         self.repo = repo_id(self.root)

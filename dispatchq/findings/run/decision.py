@@ -68,7 +68,7 @@ def write_decision(ctx: GateContext, finding: Finding, alt: Alternative, target:
         target=location.path if location.usable else None,
     )
     if approved and plan:
-        approvals = Approvals(ctx.runtime.redis, ctx.repo, ctx.record.ref(finding.id))
+        approvals = Approvals(ctx.runtime.storage.findings, ctx.repo, ctx.record.ref(finding.id))
         for check in approved:
             approvals.approve(plan, check.args, who=ctx.who, at=iso_now())
     ctx.summary.decided.append(finding.id)

@@ -73,7 +73,7 @@ def _outcome(
 ) -> str | None:
     """One fixer job's outcome folded into the summary; "again" when the finding is run again
     (a broken job, once, afresh; or a new attempt), "set-aside" for a second sweep."""
-    judgement = ctx.runtime.store.get(jid)
+    judgement = ctx.runtime.storage.records.get(jid)
     key = attempt_key(ctx.repo, ctx.record.ref(finding.id), decision_key(finding), attempt)
     state = AttemptState(ctx.runtime, key).load()
     result = state.get("outcome") if state.get("phase") == "done" else None

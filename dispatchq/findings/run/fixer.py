@@ -45,9 +45,7 @@ from dispatchq.findings.grammar.lines import PLAN, STATUS
 from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.findings.grammar.report import Finding
 from dispatchq.findings.texts.prompts import fixer_prompt, new_nonce
-from dispatchq.storage import keys
 from dispatchq.storage.findings import FindingsStore
-from dispatchq.storage.locks import LeasedLock
 from dispatchq.tiers.hooks import GO, Requeue, Settled, SpawnVerdict
 
 if TYPE_CHECKING:
@@ -88,10 +86,9 @@ class RepoLock:
 
     def __init__(self, runtime: Runtime, repo: str, jid: str) -> None:
         self.runtime = runtime
-        self.key = keys.findings_lock(repo)
         self.holder = f"j:{jid}"
         self.jid = jid
-        self.lock = LeasedLock(runtime.redis, self.key, self.holder)
+        self.lock = runtime.storage.findings.repo_lock(repo, self.holder)
 
     def acquire(self, *, wait: float) -> bool:
         deadline = time.monotonic() + wait
@@ -111,7 +108,7 @@ class RepoLock:
             _KEEPERS[self.holder] = stop
         lock = self.lock
         limit = time.monotonic() + self.runtime.settings.session_timeout + 3600
-        store = self.runtime.store
+        store = self.runtime.storage.records
 
         def keep() -> None:
             while not stop.wait(LOCK_LEASE / 3) and time.monotonic() < limit:
@@ -148,13 +145,11 @@ class AttemptState:
     key: str
 
     def load(self) -> dict[str, Any]:
-        return {
-            k: json.loads(v) for k, v in FindingsStore(self.runtime.redis).attempt_fields(self.key).items()
-        }
+        return {k: json.loads(v) for k, v in self.runtime.storage.findings.attempt_fields(self.key).items()}
 
     def save(self, **fields: Any) -> None:
         encoded = {k: json.dumps(v) for k, v in fields.items()}
-        FindingsStore(self.runtime.redis).save_attempt_fields(self.key, encoded)
+        self.runtime.storage.findings.save_attempt_fields(self.key, encoded)
 
 
 def observed_paths(finding: Finding, report_findings: Iterable[Finding], root: Path) -> list[str]:
@@ -206,7 +201,7 @@ def decision_key(finding: Finding) -> str:
 
 
 def attempt_key(repo: str, ref: str, decision: str, attempt: int) -> str:
-    return keys.findings_attempt(repo, f"{ref}@{decision}", attempt)
+    return FindingsStore.attempt_key(repo, f"{ref}@{decision}", attempt)
 
 
 class FixerJob:
@@ -231,7 +226,7 @@ class FixerJob:
         self.record = DecisionRecord(
             self.report,
             self.root,
-            RecordStore(runtime.redis, self.root),
+            RecordStore(runtime.storage.findings, self.root),
             lock_dir=report_lock_dir(runtime.settings.data_dir),
         )
         self.repo = repo_id(self.root)
@@ -266,7 +261,7 @@ class FixerJob:
         outcome.setdefault("finding", self.fid)
         outcome.setdefault("attempt", self.attempt)
         self.state.save(outcome=outcome, phase="done")
-        store = self.runtime.store
+        store = self.runtime.storage.records
         if transition:
             store.transition(
                 self.judgement.id,
@@ -486,7 +481,7 @@ class FixerJob:
         except CheckError as error:
             self.log(f"verification: plan unreadable ({error})")
             return None
-        approvals = Approvals(self.runtime.redis, self.repo, self.ref)
+        approvals = Approvals(self.runtime.storage.findings, self.repo, self.ref)
         plan = run_plan(checks, self.root, approved=approvals.predicate(checks))
         self.log("verification:\n" + "".join(r.log for r in plan.results))
         return plan

@@ -90,7 +90,7 @@ def restate(
     salt = f"{mode}\0{answer}" + ("\0again" if again else "")
     (jid,) = enqueue(ctx, [question(ctx, RESTATER, finding, asked, salt=salt)])
     why = settle(ctx.runtime, [jid], on_wait=ctx.out)
-    judgement = ctx.runtime.store.get(jid)
+    judgement = ctx.runtime.storage.records.get(jid)
     if judgement is None or not judgement.finished:
         return Unrestated(f"the restater waits: {why}", retry=False)
     if judgement.status != "answered":

@@ -16,10 +16,7 @@ from typing import TYPE_CHECKING
 
 from dispatchq.findings.run.fixer import POLL
 from dispatchq.findings.texts.screens import display
-from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.liveness import SessionHolder, abandon_now, session_holders
-from dispatchq.queue.retrigger import window_for
-from dispatchq.storage.findings import FindingsStore
 from dispatchq.window.marker import waiting_reason
 from dispatchq.workers.run import Until, clean_started, drain
 
@@ -76,11 +73,12 @@ def settle(
     back in line), so a re-run never waits on a dead process forever.
     """
     settings = runtime.settings
-    window = window_for(runtime)
-    findings = FindingsStore(runtime.redis)
+    window = runtime.window
+    findings = runtime.storage.findings
+    records = runtime.storage.records
 
     def pending() -> list[Record]:
-        return [r for r in runtime.store.get_many(list(ids)) if r is not None and not r.finished]
+        return [r for r in records.get_many(list(ids)) if r is not None and not r.finished]
 
     def stuck() -> str | None:
         left = pending()
@@ -90,7 +88,7 @@ def settle(
         blocked = findings.session_blocked(settings.host)
         return f"sessions cannot start on this host: {blocked}" if blocked else None
 
-    queues = dispatcher_for(runtime).queues_for("session")
+    queues = runtime.dispatcher.queues_for("session")
     # A busy worker beats every interval; two missed beats and a gone pid: it is dead.
     stale_after = 2.0 * settings.heartbeat_interval + 1.0
 
@@ -100,7 +98,7 @@ def settle(
             if holder.dead:
                 if on_wait is not None:
                     on_wait(
-                        f"{_name(runtime.store.get(holder.jid), holder.jid)} was running in a process "
+                        f"{_name(records.get(holder.jid), holder.jid)} was running in a process "
                         f"on this host that is gone (pid {holder.pid}): recovered now, back in line"
                     )
                 abandon_now(runtime.redis, holder)
@@ -115,7 +113,7 @@ def settle(
             for h in session_holders(runtime.redis, queues, host=settings.host, stale_after=stale_after)
             if not h.dead
         ]
-        names = {h.jid: runtime.store.get(h.jid) for h in holders}
+        names = {h.jid: runtime.storage.records.get(h.jid) for h in holders}
         busy = len({h.slot for h in holders if h.slot})
         on_wait(
             describe_holders(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.answers import describe_gate
 from dispatchq.core.judgement import TrailEntry, state_digest
 from dispatchq.core.ladder import decide_typed, threshold_for
-from dispatchq.queue.dispatch import Moves, dispatcher_for
+from dispatchq.queue.dispatch import Moves
 from dispatchq.queue.scheduler import schedule_typed_retry
 from dispatchq.storage.typed import TypedStorage
 from dispatchq.tiers.typed.batching import Answered, Ask, NoKey, Outcome, Permanent, Transient
@@ -154,7 +154,7 @@ def _claim_siblings(runtime: Runtime, storage: TypedStorage, claimed: list[Claim
     digests = {state_digest(c.input.get("state")) for c in claimed}
     mine = {c.id for c in claimed}
     extra = sorted(storage.waiting_on(digests, SIBLING_CAP) - mine)
-    siblings = runtime.store.claim(extra[:SIBLING_CAP], "typed", strict=True) if extra else []
+    siblings = runtime.storage.records.claim(extra[:SIBLING_CAP], "typed", strict=True) if extra else []
     storage.stop_waiting(digests, [c.id for c in (*claimed, *siblings)])
     return siblings
 
@@ -178,8 +178,8 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
     `job_id` is the RQ job carrying `ids` (the entry point `jobs.tiers.typed` passes it);
     None outside RQ, where the caller owns every id.
     """
-    storage = TypedStorage(runtime.redis)
-    claimed = runtime.store.claim(_still_carried(storage, ids, job_id), "typed")
+    storage = runtime.storage.typed
+    claimed = runtime.storage.records.claim(_still_carried(storage, ids, job_id), "typed")
     if not claimed:
         return 0
     claimed += _claim_siblings(runtime, storage, claimed)
@@ -200,7 +200,7 @@ def process_batch(runtime: Runtime, ids: Sequence[str], *, job_id: str | None = 
             delay = _act(runtime, storage, moves, by_id[jid], kinds[jid], outcome, provider.requested_model)
             if delay is not None:
                 retries.setdefault(round(delay, 3), []).append(jid)
-    dispatcher_for(runtime).commit(moves)
+    runtime.dispatcher.commit(moves)
     for delay, jids in retries.items():
         _retry_later(runtime, jids, delay)
     return len(claimed)
@@ -248,7 +248,7 @@ def _act(
         _cache_put(storage, c.content_key, model, outcome, runtime.settings.typed_cache_ttl)
         _decide(runtime, moves, c, kind, outcome, cached=False, model=model)
     elif isinstance(outcome, Transient):
-        attempts = runtime.store.incr_attempts(c.id)
+        attempts = runtime.storage.records.incr_attempts(c.id)
         if attempts < runtime.settings.typed_attempts:
             return outcome.retry_after if outcome.retry_after is not None else min(2.0**attempts, 60.0)
         why = f"provider {outcome.reason} after {attempts} attempts: {outcome.message}"
@@ -266,7 +266,7 @@ def _retry_later(runtime: Runtime, ids: list[str], delay: float) -> None:
     job = schedule_typed_retry(runtime, ids, delay)
     when = time.strftime("%H:%M:%S", time.gmtime(time.time() + delay))
     for jid in ids:
-        runtime.store.transition(
+        runtime.storage.records.transition(
             jid,
             "queued",
             expect=["running"],
