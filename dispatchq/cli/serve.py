@@ -36,6 +36,7 @@ def serve(host: str | None, port: int | None) -> None:
     from dispatchq.serve.app import create_app
     from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start
+    from dispatchq.supervise import Done, Role, supervise
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
     # session on this host must not read them from /proc/<pid>/environ.
@@ -60,19 +61,26 @@ def serve(host: str | None, port: int | None) -> None:
     backfill_prefix_index(rt.redis)  # ids made before the prefix index (once per store)
     app = create_app(rt)
     log.info("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
+
     # The bounds (`dispatchq.serve.body`): the body's deadline and size around every route,
     # the headers' deadline in the protocol, and at most `serve_concurrency` connections and
     # requests at once (uvicorn answers 503 past it; counted in /metrics).
-    uvicorn.run(
-        Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
-        http=bounded_protocol(s.serve_header_timeout),
-        limit_concurrency=s.serve_concurrency,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,  # X-Forwarded-For is read only from DISPATCHQ_SERVE_TRUSTED_PROXIES
-        server_header=False,
-        lifespan="off",
-        timeout_graceful_shutdown=10,
-    )
+    def listen() -> Done:
+        uvicorn.run(
+            Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
+            http=bounded_protocol(s.serve_header_timeout),
+            limit_concurrency=s.serve_concurrency,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,  # X-Forwarded-For is read only from DISPATCHQ_SERVE_TRUSTED_PROXIES
+            server_header=False,
+            lifespan="off",
+            timeout_graceful_shutdown=10,
+        )
+        return Done()
+
+    # uvicorn takes SIGTERM and SIGINT while it serves, shuts down gracefully, then raises the
+    # signal again to the loop's handler: the supervise loop's stop, and exit 0.
+    supervise(rt, Role("dispatchq serve", listen), log=log)

@@ -18,7 +18,6 @@ reads the config (`status`) never imports the gate.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
 from dispatchq.storage.connection import connect
 from dispatchq.storage.outage import wait_for_redis
+from dispatchq.supervise import stop_on_signals
 
 if TYPE_CHECKING:
     from dispatchq.config import Config
@@ -122,13 +122,9 @@ def build_runtime_waiting(settings: Settings, *, role: str) -> Runtime | None:
 
     load_config(settings.config, builtin=builtin_kinds(), required=False)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals(stop):
         # `starting`: a wrong password now is a one-line exit 2; once running, it is waited on.
         client = wait_for_redis(settings, log=log, stopping=stop.is_set, starting=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if client is None:
         return None
     from dispatchq.config import config_source  # noqa: PLC0415 (lazy: the YAML parser)

@@ -12,15 +12,14 @@ re-enqueued (nothing is ever stranded as "queued"), expired records leave the in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import signal
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,8 @@ from dispatchq.queue.serializer import JSONSerializer
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.storage import rqstate
 from dispatchq.storage.locks import LeasedLock
-from dispatchq.storage.outage import Backoff, MemoryLog, OutageLog, is_out_of_memory, is_outage
+from dispatchq.storage.outage import is_out_of_memory, is_outage
+from dispatchq.supervise import Done, Role, supervise
 from dispatchq.window.marker import get as marker_get
 from dispatchq.window.messages import GENERAL_SCOPE
 
@@ -396,68 +396,53 @@ def run_scheduler(
 ) -> None:
     """The `dispatchq scheduler` process: every tick, move due jobs and run control jobs.
 
-    A tick that finds Redis away (down, restarting, loading, read-only) or out of memory
-    (writes refused under `maxmemory`) is skipped with capped back-off and one log line per
-    change; the loop ends only when asked to stop.
+    The body of `dispatchq.supervise`'s loop: a tick that finds Redis away (down, restarting,
+    loading, read-only) or out of memory (writes refused under `maxmemory`) is waited out
+    there with capped back-off and one log line per change; the loop ends only when asked
+    to stop, and the scheduler's heartbeat goes with it.
     """
-    scheduler = runtime.scheduler
-    control = DispatchqQueue(runtime.storage.jobs.control_queue(), connection=runtime.redis)
-    stopping = False
-    outage = OutageLog.for_settings(runtime.settings, log)
-    memory = MemoryLog(log)
-    backoff = Backoff()  # for memory refusals; an outage's back-off is kept by its log
-
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    last_maintenance = 0.0
-    sampled_minute = -1
+    body = _SchedulerBody(runtime, tick=tick, burst=burst)
     log.info("dispatchq scheduler started (tick %.1fs)", tick)
-    while not stopping:
+    supervise(runtime, Role("the scheduler", body.round, close=body.close), log=log, sleep=sleep)
+
+
+@dataclass
+class _SchedulerBody:
+    """One tick: the heartbeat, the due jobs moved, the control queue run, and now and then
+    the history sampled and the house kept (reconciliation, pruning)."""
+
+    runtime: Runtime
+    tick: float
+    burst: bool
+    scheduler: DispatchqScheduler = field(init=False)
+    control: DispatchqQueue = field(init=False)
+    last_maintenance: float = 0.0
+    sampled_minute: int = -1
+
+    def __post_init__(self) -> None:
+        self.scheduler = self.runtime.scheduler
+        self.control = DispatchqQueue(self.runtime.storage.jobs.control_queue(), connection=self.runtime.redis)
+
+    def round(self) -> float | Done:
+        runtime = self.runtime
         started = time.monotonic()
-        try:
-            _tick(runtime, scheduler, control)
-            sampled_minute = _sample_history(runtime, sampled_minute)
-            if time.monotonic() - last_maintenance >= runtime.settings.recovery_interval:
-                last_maintenance = time.monotonic()
-                try:
-                    reconcile(runtime)
-                    runtime.storage.records.prune()
-                except Exception as error:
-                    if is_outage(error) or is_out_of_memory(error):
-                        raise
-                    log.exception("maintenance failed; will try again")
-        except Exception as error:
-            oom = is_out_of_memory(error)
-            if not oom and not is_outage(error):
-                raise
-            if oom:
-                # Redis answers but refuses writes: skip ticks until an operator makes room.
-                delay = backoff.next()
-                memory.down(error, delay, runtime.redis)
-            else:
-                # Each tick's first command is a write: the tick is the wait's write probe. The
-                # back-off is kept across ticks that flap (a demoted master, NOREPLICAS).
-                delay = outage.step(error)
-            deadline = time.monotonic() + delay
-            while not stopping and time.monotonic() < deadline:
-                sleep(min(0.2, deadline - time.monotonic()))
-            continue
-        finally:
-            signal.signal(signal.SIGINT, stop)  # a burst control worker installs its own handlers
-            signal.signal(signal.SIGTERM, stop)
-        outage.up()
-        memory.up()
-        backoff.reset()
-        if burst:
-            break
-        elapsed = time.monotonic() - started
-        sleep(max(0.0, tick - elapsed))
-    with contextlib.suppress(Exception):  # a stop during an outage has nothing to clean up
-        runtime.storage.scheduler.stopped()
+        _tick(runtime, self.scheduler, self.control)
+        self.sampled_minute = _sample_history(runtime, self.sampled_minute)
+        if time.monotonic() - self.last_maintenance >= runtime.settings.recovery_interval:
+            self.last_maintenance = time.monotonic()
+            try:
+                reconcile(runtime)
+                runtime.storage.records.prune()
+            except Exception as error:
+                if is_outage(error) or is_out_of_memory(error):
+                    raise
+                log.exception("maintenance failed; will try again")
+        if self.burst:
+            return Done()
+        return max(0.0, self.tick - (time.monotonic() - started))
+
+    def close(self) -> None:
+        self.runtime.storage.scheduler.stopped()
 
 
 def _sample_history(runtime: Runtime, sampled_minute: int) -> int:

@@ -37,12 +37,8 @@ from dispatchq.queue.stopping import note_stop_requested
 from dispatchq.queue.upgrade import ensure_upgraded
 from dispatchq.settings import parent_environment
 from dispatchq.storage import rqstate
-from dispatchq.storage.outage import (
-    Backoff,
-    OutageLog,
-    is_outage,
-    wait_for_redis,
-)
+from dispatchq.storage.outage import OutageLog, is_outage, wait_for_redis
+from dispatchq.supervise import FIRST_RETRY, failure_line
 from dispatchq.tiers.confine import sandbox_refusal
 from dispatchq.workers.identity import check_host_unique, machine_id
 
@@ -52,17 +48,13 @@ if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
 __all__ = [
-    "FIRST_RETRY",
     "DispatchqWorker",
     "build_worker",
     "forget_dead_executions",
-    "line",
     "log",
 ]
 
 log = logging.getLogger("dispatchq.workers.run")
-#: The first wait after Redis is found away (then it doubles, up to 30 s).
-FIRST_RETRY = Backoff().next()
 
 
 class DispatchqWorker(SimpleWorker):
@@ -189,7 +181,7 @@ class DispatchqWorker(SimpleWorker):
         except Exception as error:
             if is_outage(error):
                 raise  # RQ's loop ends; `run_worker` waits for Redis and starts it again
-            log.warning("reconciliation failed (%s); will try again", line(error))
+            log.warning("reconciliation failed (%s); will try again", failure_line(error))
             return
         if healed:
             log.info("reconciliation put %d judgement(s) back whose job was lost", healed)
@@ -294,8 +286,3 @@ def build_worker(
     worker.tier = tier
     worker.heal = heal
     return worker
-
-
-def line(error: BaseException) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}"[:300] if text else type(error).__name__

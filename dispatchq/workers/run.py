@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,19 +29,11 @@ from rq.registry import StartedJobRegistry
 from dispatchq.core.entrypoints import TIER_OF_JOB
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.core.tiers import TIERS, row
-from dispatchq.errors import UserError
 from dispatchq.queue.entrypoints import DispatchqJob
 from dispatchq.queue.scheduler import due_retries, release_due_retries
 from dispatchq.queue.serializer import JSONSerializer
-from dispatchq.storage.outage import (
-    Backoff,
-    MemoryLog,
-    OutageLog,
-    is_out_of_memory,
-    is_outage,
-    wait_for_redis,
-)
-from dispatchq.workers.base import FIRST_RETRY, DispatchqWorker, build_worker, line
+from dispatchq.supervise import Done, Ended, Role, supervise
+from dispatchq.workers.base import DispatchqWorker, build_worker
 from dispatchq.workers.session import SessionWorker, session_job_lost
 from dispatchq.workers.session import burst as session_burst
 
@@ -84,107 +74,56 @@ def run_worker(
 ) -> int:
     """Run one tier's worker in this process until stopped (or, in burst, until idle).
 
-    Redis going away is waited out, never a reason to exit: RQ's own loop quits on an
-    error it cannot handle (a dropped connection, `LOADING` while the append-only file
-    loads), so this loop checks Redis, backs off while it is away, and starts RQ's loop
-    again. Returns 0 on a requested stop; a configuration error raises (exit 2).
+    The body of `dispatchq.supervise`'s loop, which waits out Redis going away: RQ's own
+    loop quits on an error it cannot handle (a dropped connection, `LOADING` while the
+    append-only file loads), and the supervise loop starts it again once Redis takes a
+    write. Returns 0 on a requested stop; a configuration error raises (exit 2).
 
     A burst typed worker does not strand the provider retries it scheduled: it waits for
     those due within DISPATCHQ_RETRY_HORIZON, runs them, and returns how many are left
     scheduled beyond it (0 otherwise).
     """
-    level = "WARNING" if quiet else "INFO"
-    stop = threading.Event()
-    outage = OutageLog(runtime.settings.describe_redis(), log)
-    backoff = Backoff()
+    body = _WorkerBody(runtime, tier, burst=burst, level="WARNING" if quiet else "INFO")
+    role = Role(f"the {tier} worker", body.round, stopped=body.stopped)
+    return supervise(runtime, role, log=log, sleep=sleep)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
 
-    while not stop.is_set():
-        # RQ's `work()` installs its own handlers while it runs; between runs, these.
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        worker: DispatchqWorker | None = None
-        failure: BaseException | None = None
-        try:
-            worker = make_worker(runtime, tier)
-            worker.work(burst=burst, logging_level=level, with_scheduler=False)
-        except UserError as error:
-            if not is_outage(error):
-                raise
-            failure = error
-        except Exception as error:  # raised out of RQ's loop itself (its bootstrap or teardown)
-            failure = error
-        if stop.is_set() or (worker is not None and worker.stopping):
-            return 0
-        problem = failure if failure is not None else _redis_problem(runtime)
-        if problem is not None and (failure is None or is_outage(problem)):
-            # Wait for Redis (restarting the embedded server if it is gone), then start again.
-            outage.down(problem, FIRST_RETRY)
-            wait_for_redis(runtime.settings, log=log, stopping=stop.is_set, sleep=sleep, outage=outage)
-            continue
-        outage.up()
-        if failure is not None and is_out_of_memory(failure):
-            # Redis answers but refuses writes (maxmemory, noeviction): one line, then wait
-            # until it accepts a write again instead of restarting RQ's loop into it.
-            memory = MemoryLog(log)
-            while not stop.is_set():
-                delay = backoff.next()
-                memory.down(failure, delay, runtime.redis)
-                _interruptible_sleep(delay, stop, sleep)
-                if _accepts_writes(runtime):
-                    break
-            memory.up()
-            backoff.reset()
-            continue
-        if failure is not None:
-            delay = backoff.next()
-            log.error(
-                "the %s worker's loop failed (%s); starting it again in %.0f s", tier, line(failure), delay
-            )
-            _interruptible_sleep(delay, stop, sleep)
-            continue
-        backoff.reset()
-        if not burst:
-            # RQ's loop ended though nobody asked it to stop and Redis answers: it quit on an
-            # error it logged. Start it again rather than leave the tier without a worker.
-            log.warning("the %s worker's loop ended unexpectedly; starting it again", tier)
-            _interruptible_sleep(backoff.next(), stop, sleep)
-            continue
-        if not row(tier).delayed_retries:
-            return 0
+@dataclass
+class _WorkerBody:
+    """One round: a worker built and RQ's loop run until it returns."""
+
+    runtime: Runtime
+    tier: str
+    burst: bool
+    level: str
+    worker: DispatchqWorker | None = None
+    release: bool = False
+
+    def stopped(self) -> bool:
+        return self.worker is not None and self.worker.stopping
+
+    def round(self) -> float | Done:
+        runtime = self.runtime
+        if self.release:
+            self.release = False
+            release_due_retries(runtime)  # the retries the last round waited for are due
+        self.worker = None
+        self.worker = make_worker(runtime, self.tier)
+        self.worker.work(burst=self.burst, logging_level=self.level, with_scheduler=False)
+        if self.worker.stopping:
+            return Done()
+        runtime.storage.server.ping()  # RQ's loop ends on an error it logged: Redis away is waited out
+        if not self.burst:
+            # Nobody asked it to stop and Redis answers: start it again rather than leave
+            # the tier without a worker.
+            raise Ended(self.tier)
+        if not row(self.tier).delayed_retries:
+            return Done()
         due, later = due_retries(runtime, runtime.settings.retry_horizon)
         if due is None:
-            return later
-        sleep(max(0.0, due - time.time()))
-        release_due_retries(runtime)
-    return 0
-
-
-def _redis_problem(runtime: Runtime) -> BaseException | None:
-    """Why Redis does not answer right now, or None when it does."""
-    try:
-        runtime.storage.server.ping()
-    except Exception as error:
-        return error
-    return None
-
-
-def _accepts_writes(runtime: Runtime) -> bool:
-    try:
-        return runtime.storage.records.accepts_writes()
-    except Exception:  # Redis went away meanwhile: the outage path takes over on the next round
-        return True
-
-
-def _interruptible_sleep(delay: float, stop: threading.Event, sleep: Callable[[float], None]) -> None:
-    deadline = time.monotonic() + delay
-    while not stop.is_set():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        sleep(min(0.2, left))
+            return Done(later)
+        self.release = True
+        return max(0.0, due - time.time())
 
 
 def job_failed(runtime: Runtime, job: Job, exc_type: Any, exc_value: Any) -> None:

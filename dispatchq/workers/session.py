@@ -64,11 +64,14 @@ def _say_once(level: int, message: str) -> None:
         log.log(level, "%s", message)
 
 
-def check_session_host(runtime: Runtime) -> None:
+def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> None:
     """Before the first admission: can sessions start here, confined, with their credential?
 
     - no credential (neither the variable nor `<VAR>_FILE`): `SettingsError` with the
-      `claude setup-token` hint (the CLI exits 2): a stored login is not read by a session;
+      `claude setup-token` hint (the CLI exits 2): a stored login is not read by a session.
+      Unless `require_credential` is false (`dispatchq run`, which answers what the other
+      tiers can): then the spawn's own check blocks the host with that reason and the
+      session judgements wait on it, uncharged;
     - the sandbox cannot start (`DISPATCHQ_SESSION_SANDBOX=on`): the host is blocked with the
       reason and the hint, so judgements wait uncharged and status, the page and metrics
       show it; the periodic host probe tries again, still spawning nothing until it works;
@@ -79,7 +82,7 @@ def check_session_host(runtime: Runtime) -> None:
     settings = runtime.settings
     environ = parent_environment()
     var = settings.session_credential_var
-    if read_secret(var, environ) is None:
+    if require_credential and read_secret(var, environ) is None:
         raise SettingsError(f"{var} is not set: {CREDENTIAL_HINT.format(var=var)}")
     warn_if_command_missing(settings, environ)  # a WARNING now, not when a judgement comes
     problem = sandbox_refusal(settings, environ)
@@ -106,11 +109,13 @@ class SessionWorker(DispatchqWorker):
     """An RQ worker whose dequeue is dispatchq's admission loop (see the module docstring)."""
 
     runtime: Runtime
+    #: A worker refuses to start without the session credential; `dispatchq run` does not.
+    require_credential = True
 
     _last_sweep = 0.0
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
-        check_session_host(self.runtime)
+        check_session_host(self.runtime, require_credential=self.require_credential)
         self._leases(force=True)  # what this host spooled before it stopped, first
         return bool(super().work(*args, **kwargs))
 
@@ -199,7 +204,12 @@ class SessionWorker(DispatchqWorker):
 
 
 def burst(runtime: Runtime) -> bool:
-    """Run sessions in this process until none can start now; True if any finished."""
+    """Run sessions in this process until none can start now; True if any finished.
+
+    Without a session credential the judgements wait on this host's block, with the reason
+    and the hint, instead of the whole run being refused: the code and typed tiers' answers
+    stand, and `dispatchq run` exits 3 (a person must act).
+    """
     settings = runtime.settings
     window = runtime.window
     if not window.store.any_waiting(lines_for(settings.host)):
@@ -211,6 +221,8 @@ def burst(runtime: Runtime) -> bool:
 
     before = runtime.storage.records.answered_counts()["session"] + runtime.storage.records.count("failed")
     worker = build_worker(SessionWorker, runtime, "session")
+    assert isinstance(worker, SessionWorker)
+    worker.require_credential = False
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
     hold_paused(
         window, settings.host, model

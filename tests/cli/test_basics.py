@@ -75,6 +75,55 @@ def test_a_missing_session_command_blocks_and_exits_3(run_env: dict[str, str], t
     assert done.returncode == 3, (record, done.stderr)
 
 
+def test_a_file_of_code_judgements_needs_no_session_credential(
+    run_env: dict[str, str], tmp_path: Path
+) -> None:
+    del run_env["CLAUDE_CODE_OAUTH_TOKEN"]
+    batch = _batch(tmp_path, {"kind": "lock", "target": "a", "state": {"answer": 1}})
+    done = run_cli(["run", str(batch), "--json"], run_env)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    (record,) = json.loads(done.stdout)["judgements"]
+    assert (record["status"], record["value"]) == ("answered", 1)
+
+
+def test_without_a_session_credential_run_answers_the_rest_and_the_session_judgement_waits_saying_why(
+    run_env: dict[str, str], tmp_path: Path
+) -> None:
+    del run_env["CLAUDE_CODE_OAUTH_TOKEN"]
+    batch = _batch(
+        tmp_path,
+        {"kind": "lock", "target": "a", "state": {"answer": "yes"}},
+        {"kind": "ask", "target": "x"},
+        {"kind": "lock", "target": "b", "state": {"answer": False}},
+    )
+    done = run_cli(["run", str(batch)], run_env)
+    assert done.returncode == 3, (done.stdout, done.stderr)  # a person must act
+    assert "Traceback" not in done.stderr
+    assert "CLAUDE_CODE_OAUTH_TOKEN is not set" in done.stdout + done.stderr
+    assert "claude setup-token" in done.stdout + done.stderr
+    as_json = run_cli(["run", str(batch), "--json"], run_env)  # the same file again: nothing lost
+    assert as_json.returncode == 3, (as_json.stdout, as_json.stderr)
+    by_target = {r["target"]: r for r in json.loads(as_json.stdout)["judgements"]}
+    assert {t: r["status"] for t, r in by_target.items()} == {
+        "a": "answered",
+        "x": "waiting",
+        "b": "answered",
+    }
+    assert (by_target["a"]["value"], by_target["b"]["value"]) == ("yes", False)
+    waiting = by_target["x"]
+    assert "CLAUDE_CODE_OAUTH_TOKEN is not set" in waiting["reason"], waiting
+    assert "claude setup-token" in waiting["reason"], waiting
+    assert waiting["attempts"] == 0, waiting  # nothing charged: it runs once a credential is there
+    shown = run_cli(["result", waiting["id"]], run_env)
+    assert shown.returncode == 0 and "CLAUDE_CODE_OAUTH_TOKEN is not set" in shown.stdout, shown.stdout
+
+    run_env["CLAUDE_CODE_OAUTH_TOKEN"] = "test-session-credential"  # a person acts
+    again = run_cli(["run", str(batch), "--json"], run_env)
+    assert again.returncode == 0, (again.stdout, again.stderr)
+    statuses = {r["target"]: r["status"] for r in json.loads(again.stdout)["judgements"]}
+    assert statuses == {"a": "answered", "x": "answered", "b": "answered"}
+
+
 def test_a_closed_window_lifts_by_itself_so_exits_0(run_env: dict[str, str], tmp_path: Path) -> None:
     closed = run_cli(["window", "close", "--until", "2h", "--reason", "test"], run_env)
     assert closed.returncode == 0, closed.stderr
