@@ -259,7 +259,7 @@ def test_status_reads_counters_not_the_waiting_records(make_runtime: Any, dq_env
     def reads() -> tuple[dict[str, int], dict[str, Any]]:
         """Record-reading commands the server ran for one `collect_status` (its own counts)."""
         rt.redis.config_resetstat()
-        data = collect_status(rt)
+        data = collect_status(rt).as_json()
         stats = rt.redis.info("commandstats")
         return {
             c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hgetall", "hmget", "hget")
