@@ -17,7 +17,7 @@ what a worker or a stored entry wrote is passed on with exactly its own keys.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,8 +43,8 @@ __all__ = [
     "status_json_schema",
 ]
 
-#: The version of the document's shape (`status --json`'s `schema` field).
-SCHEMA_VERSION = 1
+#: The version of the document's shape (`status --json`'s `schema` field; `Status` says it as a Literal).
+SCHEMA_VERSION: Literal[1] = 1
 
 #: Top-level fields present only when they apply.
 OPTIONAL_FIELDS = ("waiting_counts_rebuilt", "waiting_for_redis_here")
@@ -235,7 +235,7 @@ class WaitingNote(_Stored):
 class Status(_Part):
     """Everything `dispatchq status` shows, in the order of its `--json` document."""
 
-    schema_version: int = Field(default=SCHEMA_VERSION, alias="schema")
+    schema_version: Literal[1] = Field(default=SCHEMA_VERSION, alias="schema")
     now: float = 0.0  # the server's clock: the page counts down from it, not the browser's
     redis: str = ""
     redis_version: str | None = None
