@@ -118,12 +118,10 @@ def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     populate(rt, n)
     populated_s = round(time.perf_counter() - started, 1)
-    data = collect_status(rt)
-    if data["judgements"]["waiting"] != n or data["waiting_by_class"]["window"] != n:
-        raise SystemExit(f"expected {n} waiting on the window, status says {data['waiting_by_class']}")
-    if sum(scan_breakdown(rt.storage.records).values()) != n or data["waiting"] != scan_breakdown(
-        rt.storage.records
-    ):
+    status = collect_status(rt)
+    if status.judgements["waiting"] != n or status.waiting_by_class["window"] != n:
+        raise SystemExit(f"expected {n} waiting on the window, status says {status.waiting_by_class}")
+    if sum(scan_breakdown(rt.storage.records).values()) != n or status.waiting != scan_breakdown(rt.storage.records):
         raise SystemExit("the counters and the scan disagree")
 
     function_ms = median_ms(lambda: collect_status(rt), repeat)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     # rich is imported where a table is drawn: `status --json` runs in scripts' loops.
     from rich.console import Console
 
+    from dispatchq.core.status import Status, WaitingNote
+
 __all__ = [
     "parse_until",
     "redis",
@@ -85,78 +87,72 @@ def status(as_json: bool, recount: bool) -> None:
     Counts come from counters kept with every change, so this answers in constant time
     however many judgements wait; it lists a sample of the waiting ones, not all.
     """
-    data = _collect_status(recount)
-    if data.get("waiting_counts_rebuilt"):
+    status = _collect_status(recount)
+    if status.waiting_counts_rebuilt:
         click.echo(
             f"the live counts were missing (a store from an older dispatchq): rebuilt once from "
-            f"{data['waiting_counts_rebuilt']} unfinished judgement(s)",
+            f"{status.waiting_counts_rebuilt} unfinished judgement(s)",
             err=True,
         )
     if as_json:
-        print_json(data)
+        print_json(status.as_json())
         return
     from rich.markup import escape
 
     console = make_console()
-    for w in data.get("warnings") or []:  # the red facts first (workers/warnings.py)
-        console.print(f"[red]{escape(w['text'])}[/]: {escape(w['hint'])}", markup=True, highlight=False)
-    _print_redis(console, data)
-    _print_waiting_here(console, data["waiting_for_redis_here"])
+    for w in status.warnings:  # the red facts first (workers/warnings.py)
+        console.print(f"[red]{escape(w.text)}[/]: {escape(w.hint)}", markup=True, highlight=False)
+    _print_redis(console, status)
+    _print_waiting_here(console, status.waiting_for_redis_here or [])
     from rich.table import Table
 
     table = Table("tier", "queued", "workers", "answered")
     for tier in TIERS:
-        table.add_row(
-            tier, str(data["queues"][tier]), str(data["workers"][tier]), str(data["answered"][tier])
-        )
+        table.add_row(tier, str(status.queues[tier]), str(status.workers[tier]), str(status.answered[tier]))
     console.print(table)
-    console.print(f"sessions avoided: [bold]{data['sessions_avoided']}[/]")
-    j = data["judgements"]
+    console.print(f"sessions avoided: [bold]{status.sessions_avoided}[/]")
+    j = status.judgements
     console.print("judgements: " + ", ".join(f"{k} {v}" for k, v in j.items() if v))
-    for reason, count in data["waiting"].items():
+    for reason, count in status.waiting.items():
         console.print(f"  {count} waiting: {reason}", markup=False)
-    more = data.get("waiting_reasons_distinct", 0) - len(data["waiting"])
+    more = status.waiting_reasons_distinct - len(status.waiting)
     if more > 0:
         console.print(f"  … and {more} other waiting reason(s)")
     if j.get("waiting"):
-        by_class = ", ".join(f"{k} {v}" for k, v in (data.get("waiting_by_class") or {}).items() if v)
+        by_class = ", ".join(f"{k} {v}" for k, v in status.waiting_by_class.items() if v)
         console.print(f"  waiting by class: {by_class}", markup=False)
-    if data.get("judgements_orphaned"):
+    if status.judgements_orphaned:
         console.print(
-            f"  [yellow]{data['judgements_orphaned']} running judgement(s) orphaned[/]: their worker died; "
+            f"  [yellow]{status.judgements_orphaned} running judgement(s) orphaned[/]: their worker died; "
             "RQ retries them once the heartbeat lapses (or `dispatchq retry ID` now)"
         )
-    if data["typed"]["keyless"]:
+    if status.typed.keyless:
         console.print(
             "typed tier: [yellow]keyless[/] (the typed workers run without TYPESAFE_API_KEY): "
             "typed judgements escalate"
         )
-    sched = data["scheduler"]
-    alive = "[green]alive[/]" if sched["alive"] else "[red]not running[/] (start `dispatchq scheduler`)"
-    console.print(f"scheduler: {alive}; {sched['scheduled_jobs']} scheduled jobs")
-    _print_markers(console, data)
-    sessions = data.get("sessions") or {}
-    if sessions:
+    sched = status.scheduler
+    alive = "[green]alive[/]" if sched.alive else "[red]not running[/] (start `dispatchq scheduler`)"
+    console.print(f"scheduler: {alive}; {sched.scheduled_jobs} scheduled jobs")
+    _print_markers(console, status)
+    sessions = status.sessions
+    console.print(
+        f"sessions: {len(sessions.running)} running, {sessions.spawned} spawned, "
+        f"{sessions.refused_at_spawn} refused at spawn"
+    )
+    t = status.triage
+    if not t.runs:
+        console.print("triage: no runs yet")
+    else:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(t.counts.items())) or "nothing planned"
+        when = datetime.fromtimestamp(t.last_run, UTC).strftime("%Y-%m-%d %H:%M UTC") if t.last_run else "-"
         console.print(
-            f"sessions: {len(sessions.get('running') or {})} running, {sessions.get('spawned', 0)} spawned, "
-            f"{sessions.get('refused_at_spawn', 0)} refused at spawn"
+            f"triage: last {t.runs} runs ({counts}); last at {when}; "
+            f"{t.needs_triage} events marked needs-triage"
         )
-    if "triage" in data:
-        t = data["triage"]
-        if not t.get("runs"):
-            console.print("triage: no runs yet")
-        else:
-            tally = sorted((t.get("counts") or {}).items())
-            counts = ", ".join(f"{k} {v}" for k, v in tally) or "nothing planned"
-            last = t.get("last_run")
-            when = datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M UTC") if last else "-"
-            console.print(
-                f"triage: last {t['runs']} runs ({counts}); last at {when}; "
-                f"{t.get('needs_triage', 0)} events marked needs-triage"
-            )
 
 
-def _collect_status(recount: bool) -> dict[str, Any]:
+def _collect_status(recount: bool) -> Status:
     """What `status` shows; when Redis cannot be used, what this host's waiting processes say
     comes first (on stderr), then the command's own one-line refusal."""
     from dispatchq.workers.status import collect_status
@@ -167,49 +163,55 @@ def _collect_status(recount: bool) -> dict[str, Any]:
         # This shell cannot use Redis either (a password rotated on the server, Redis away):
         # what this host's waiting processes say comes first, then the one-line refusal.
         with contextlib.suppress(UserError):
-            _print_waiting_here(make_console(stderr=True), waiting_here(settings()))
+            _print_waiting_here(make_console(stderr=True), _notes(waiting_here(settings())))
         raise
     if recount:
         counted = rt.storage.records.recount()
         click.echo(f"recounted {counted} unfinished judgement(s)", err=True)
     try:
-        data = collect_status(rt)
+        status = collect_status(rt)
     except Exception as error:
         if is_outage(error):  # a demoted master refuses status's own upkeep writes: say why here
-            _print_waiting_here(make_console(stderr=True), waiting_here(rt.settings))
+            _print_waiting_here(make_console(stderr=True), _notes(waiting_here(rt.settings)))
         raise
     # This host's processes waiting for Redis, from their notes under the data dir: one that
     # cannot log in or reach the server cannot say so in Redis.
-    data["waiting_for_redis_here"] = waiting_here(rt.settings)
-    return data
+    status.waiting_for_redis_here = _notes(waiting_here(rt.settings))
+    return status
 
 
-def _print_redis(console: Console, data: dict[str, Any]) -> None:
+def _notes(found: list[dict[str, Any]]) -> list[WaitingNote]:
+    """The notes as `status` carries them (`waiting_for_redis_here`)."""
+    from dispatchq.core.status import WaitingNote
+
+    return [WaitingNote.model_validate(n) for n in found]
+
+
+def _print_redis(console: Console, status: Status) -> None:
     """The server line; what the Redis user may not read (INFO, CONFIG without `@dangerous`)
     is "unknown", and a second line says which commands were refused."""
-    used, limit = data.get("redis_used_memory"), data.get("redis_maxmemory")
+    used, limit = status.redis_used_memory, status.redis_maxmemory
     memory = "memory unknown" if used is None else f"memory {_bytes(used)} of "
     if used is not None:
         memory += _bytes(limit) if limit else "no maxmemory" if limit is not None else "unknown"
-    version = f"v{data['redis_version']}" if data.get("redis_version") else "version unknown"
-    fsync = data.get("redis_appendfsync") or "unknown"
-    console.print(f"[bold]redis[/]: {data['redis']} ({version}, appendfsync {fsync}, {memory})", markup=True)
-    refused = data.get("redis_unreadable") or []
-    if refused:
+    version = f"v{status.redis_version}" if status.redis_version else "version unknown"
+    fsync = status.redis_appendfsync or "unknown"
+    console.print(f"[bold]redis[/]: {status.redis} ({version}, appendfsync {fsync}, {memory})", markup=True)
+    if status.redis_unreadable:
         console.print(
-            f"  could not read: {', '.join(refused)} (the Redis user may not run them: "
+            f"  could not read: {', '.join(status.redis_unreadable)} (the Redis user may not run them: "
             "an ACL user without @dangerous; dispatchq does not need them)",
             markup=False,
         )
 
 
-def _print_waiting_here(console: Console, notes: list[dict[str, Any]]) -> None:
+def _print_waiting_here(console: Console, notes: list[WaitingNote]) -> None:
     """One line per process of this host waiting for Redis, with the reason it gave."""
     for note in notes:
-        since = max(0.0, time.time() - float(note.get("since") or time.time()))
+        since = max(0.0, time.time() - float(note.since or time.time()))
         console.print(
-            f"waiting for Redis here: pid {note.get('pid')} ({note.get('role')}) since {since:.0f} s: "
-            f"Redis {note.get('state')} at {note.get('redis')} ({note.get('reason')})",
+            f"waiting for Redis here: pid {note.pid} ({note.role}) since {since:.0f} s: "
+            f"Redis {note.state} at {note.redis} ({note.reason})",
             markup=False,
         )
 
@@ -223,45 +225,40 @@ def _bytes(count: int) -> str:
     return f"{size:.1f} GiB"
 
 
-def _print_markers(console: Console, data: dict[str, Any]) -> None:
+def _print_markers(console: Console, status: Status) -> None:
     # What stops this machine's sessions comes first: a host block is not the account's window.
-    for host, why in ((data.get("sessions") or {}).get("blocked") or {}).items():
+    for host, why in status.sessions.blocked.items():
         console.print(f"[red]host {host} blocked[/]: {why} (`dispatchq window open --host {host}` clears it)")
-    for w in data.get("worker_details") or []:
-        if (
-            w.get("tier") == "session"
-            and w.get("subprocess_scrub") == "off"
-            and w.get("subprocess_scrub_warning")
-        ):
-            console.print(f"[yellow]session worker on {w.get('host')}[/]: {w['subprocess_scrub_warning']}")
-        if w.get("tier") == "session" and w.get("sandbox") == "off":
+    for w in status.worker_details:
+        if w.tier == "session" and w.subprocess_scrub == "off" and w.subprocess_scrub_warning:
+            console.print(f"[yellow]session worker on {w.host}[/]: {w.subprocess_scrub_warning}")
+        if w.tier == "session" and w.sandbox == "off":
             console.print(
-                f"[yellow]session worker on {w.get('host')}[/]: sessions run UNCONFINED "
+                f"[yellow]session worker on {w.host}[/]: sessions run UNCONFINED "
                 "(DISPATCHQ_SESSION_SANDBOX=off)"
             )
-    markers = data.get("markers") or []
-    if not markers:
+    if not status.markers:
         console.print("usage window: [green]open[/] (no marker)")
-    for m in markers:
-        if m.get("up"):
-            left = max(0, int(m["lifts_at_epoch"] - time.time()))
+    for m in status.markers:
+        if m.up:
+            left = max(0, int((m.lifts_at_epoch or 0.0) - time.time()))
             countdown = f"{left // 3600}h{left % 3600 // 60:02d}m{left % 60:02d}s"
             console.print(
-                f"usage window \\[{m['scope']}]: [red]closed[/] until {m['lifts_at']} "
-                f"({m.get('lifts_at_local', '')}; in {countdown}) "
-                f"kind {m.get('kind')}: {m.get('message')!r} (seen by {m.get('session') or '-'})"
-                + (f"; {m['utilization']:.0%} of the window used" if m.get("utilization") is not None else "")
+                f"usage window \\[{m.scope}]: [red]closed[/] until {m.lifts_at} "
+                f"({m.lifts_at_local or ''}; in {countdown}) "
+                f"kind {m.kind}: {m.message!r} (seen by {m.session or '-'})"
+                + (f"; {m.utilization:.0%} of the window used" if m.utilization is not None else "")
             )
         else:
-            console.print(f"usage window \\[{m['scope']}]: {m.get('state', 'open')}")
-    for line in usage_lines(data):  # each window's reported use, a login about to end (window/usage.py)
+            console.print(f"usage window \\[{m.scope}]: {m.state or 'open'}")
+    for line in usage_lines(status):  # each window's reported use, a login about to end (window/usage.py)
         console.print(line, markup=False, style="yellow" if line.startswith("WARNING") else None)
-    if data.get("retrigger"):
-        console.print(f"retrigger scheduled at {data['retrigger']}")
-    for entry in data.get("window_audit") or []:
+    if status.retrigger:
+        console.print(f"retrigger scheduled at {status.retrigger}")
+    for entry in status.window_audit:
         console.print(
-            f"  {entry.get('at')}: window [{entry.get('scope')}] {entry.get('action')} "
-            f"by {entry.get('who')} (lifts at {entry.get('lifts_at')}): {entry.get('reason')}",
+            f"  {entry.at}: window [{entry.scope}] {entry.action} "
+            f"by {entry.who} (lifts at {entry.lifts_at}): {entry.reason}",
             markup=False,
         )
 

@@ -414,14 +414,15 @@ class _SchedulerBody:
     runtime: Runtime
     tick: float
     burst: bool
-    scheduler: DispatchqScheduler = field(init=False)
+    scheduler: Scheduling = field(init=False)
     control: DispatchqQueue = field(init=False)
     last_maintenance: float = 0.0
     sampled_minute: int = -1
 
     def __post_init__(self) -> None:
         self.scheduler = self.runtime.scheduler
-        self.control = DispatchqQueue(self.runtime.storage.jobs.control_queue(), connection=self.runtime.redis)
+        control = self.runtime.storage.jobs.control_queue()
+        self.control = DispatchqQueue(control, connection=self.runtime.redis)
 
     def round(self) -> float | Done:
         runtime = self.runtime

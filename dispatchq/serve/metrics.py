@@ -17,7 +17,7 @@ metric kept in the process rather than Redis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ from dispatchq.serve.usage import usage_families
 from dispatchq.workers.status import collect_status
 
 if TYPE_CHECKING:
+    from dispatchq.core.status import Counters, Status
     from dispatchq.runtime import Runtime
 
 __all__ = ["DEPRECATED", "RefusalCollector", "StoreCollector", "build_version", "metric_families", "routes"]
@@ -69,24 +70,30 @@ def build_version() -> str:
         return "unknown"
 
 
-def metric_families(data: dict[str, Any], counters: dict[str, Any]) -> Iterator[Metric]:
-    """Every metric, from `status`'s data and the store's counters (pure: tested as a function).
+def metric_families(
+    status: Status,
+    *,
+    oldest_waiting: Mapping[str, float] | None = None,
+    histograms: Mapping[str, Any] | None = None,
+    version: str | None = None,
+) -> Iterator[Metric]:
+    """Every metric, from `status` and its counters (pure: tested as a function).
 
-    `data` may also hold what the collector reads for metrics alone: `oldest_waiting` (tier ->
+    What the collector reads for metrics alone comes beside it: `oldest_waiting` (tier ->
     seconds), `histograms` (`storage.histograms.read_histograms`), `version`.
     """
     info = InfoMetricFamily("dispatchq_build", "The dispatchq version serving these metrics")
-    info.add_metric([], {"version": str(data.get("version") or build_version())})
+    info.add_metric([], {"version": version or build_version()})
     yield info
-    yield from _window_families(data)
-    yield from usage_families(data)  # the window's use as sessions reported it (serve/usage.py)
-    yield from _judgement_families(data)
-    yield from _worker_families(data)
-    yield from _counter_families(counters)
-    yield from _histogram_families(data.get("histograms") or {})
+    yield from _window_families(status)
+    yield from usage_families(status)  # the window's use as sessions reported it (serve/usage.py)
+    yield from _judgement_families(status, oldest_waiting or {})
+    yield from _worker_families(status)
+    yield from _counter_families(status.counters)
+    yield from _histogram_families(histograms or {})
 
 
-def _window_families(data: dict[str, Any]) -> Iterator[Metric]:
+def _window_families(status: Status) -> Iterator[Metric]:
     closed = GaugeMetricFamily(
         "dispatchq_window_closed", "1 while the scope's usage window is closed", labels=["scope"]
     )
@@ -103,21 +110,21 @@ def _window_families(data: dict[str, Any]) -> Iterator[Metric]:
     old_used = GaugeMetricFamily(
         "dispatchq_window_utilization", _deprecated("dispatchq_window_utilization"), labels=["scope"]
     )
-    for m in data.get("markers") or []:
-        closed.add_metric([m["scope"]], 1.0 if m.get("up") else 0.0)
-        if m.get("lifts_at_epoch") is not None:
-            lifts.add_metric([m["scope"]], float(m["lifts_at_epoch"]))
-            old_lifts.add_metric([m["scope"]], float(m["lifts_at_epoch"]))
-        if m.get("utilization") is not None:
-            old_used.add_metric([m["scope"]], float(m["utilization"]))
-    if not any(m.get("scope") == "general" for m in data.get("markers") or []):
+    for m in status.markers:
+        closed.add_metric([m.scope], 1.0 if m.up else 0.0)
+        if m.lifts_at_epoch is not None:
+            lifts.add_metric([m.scope], m.lifts_at_epoch)
+            old_lifts.add_metric([m.scope], m.lifts_at_epoch)
+        if m.utilization is not None:
+            old_used.add_metric([m.scope], m.utilization)
+    if not any(m.scope == "general" for m in status.markers):
         closed.add_metric(["general"], 0.0)
     yield from (closed, lifts, old_lifts, old_used)
 
 
-def _judgement_families(data: dict[str, Any]) -> Iterator[Metric]:
-    by_tier: dict[str, dict[str, int]] = data.get("judgements_by_tier") or {}
-    counts: dict[str, int] = data.get("judgements") or {}
+def _judgement_families(view: Status, ages: Mapping[str, float]) -> Iterator[Metric]:
+    by_tier = view.judgements_by_tier
+    counts = view.judgements
     unfinished = GaugeMetricFamily(
         "dispatchq_judgements_unfinished",
         "Unfinished judgements per tier and status (queued, running, waiting)",
@@ -145,55 +152,52 @@ def _judgement_families(data: dict[str, Any]) -> Iterator[Metric]:
         "Age of the oldest judgement queued or waiting for a tier (0: none)",
         labels=["tier"],
     )
-    ages: dict[str, float] = data.get("oldest_waiting") or {}
     for tier in TIERS:
         oldest.add_metric([tier], float(ages.get(tier, 0.0)))
     waiting = GaugeMetricFamily(
         "dispatchq_waiting", "Waiting judgements by class of reason", labels=["reason_class"]
     )
     for cls in WAIT_CLASSES:
-        waiting.add_metric([cls], float((data.get("waiting_by_class") or {}).get(cls, 0)))
+        waiting.add_metric([cls], float(view.waiting_by_class.get(cls, 0)))
     yield from (unfinished, by_status, old, oldest, waiting)
 
 
-def _worker_families(data: dict[str, Any]) -> Iterator[Metric]:
-    yield _per_tier(
-        "dispatchq_workers", "Live workers per tier (by their own heartbeat)", data.get("workers")
-    )
-    yield _per_tier("dispatchq_queue_depth", "Judgements queued for a tier", data.get("queues"))
+def _worker_families(status: Status) -> Iterator[Metric]:
+    yield _per_tier("dispatchq_workers", "Live workers per tier (by their own heartbeat)", status.workers)
+    yield _per_tier("dispatchq_queue_depth", "Judgements queued for a tier", status.queues)
     blocked = GaugeMetricFamily(
         "dispatchq_host_blocked",
         "1 for a host whose sessions are blocked by a host-wide failure",
         labels=["host"],
     )
-    for host in (data.get("sessions") or {}).get("blocked") or {}:
+    for host in status.sessions.blocked:
         blocked.add_metric([host], 1.0)
     yield blocked
     yield GaugeMetricFamily(
         "dispatchq_scheduler_alive",
         "1 while the scheduler's heartbeat is fresh",
-        value=1.0 if _alive(data) else 0.0,
+        value=1.0 if status.scheduler.alive else 0.0,
     )
     warning = GaugeMetricFamily(
         "dispatchq_warning",
         "1 per warning status shows at its top (workers/warnings.py: its id names the fact)",
         labels=["id"],
     )
-    for w in data.get("warnings") or []:
-        warning.add_metric([str(w["id"])], 1.0)
+    for w in status.warnings:
+        warning.add_metric([w.id], 1.0)
     yield warning
 
 
-def _counter_families(counters: dict[str, Any]) -> Iterator[Metric]:
+def _counter_families(counters: Counters) -> Iterator[Metric]:
     yield CounterMetricFamily(
-        "dispatchq_sessions_spawned", "Sessions started", value=float(counters.get("sessions_spawned", 0))
+        "dispatchq_sessions_spawned", "Sessions started", value=float(counters.sessions_spawned)
     )
     yield CounterMetricFamily(
         "dispatchq_sessions_refused_at_spawn",
         "Sessions refused at spawn by a closed window (no cost)",
-        value=float(counters.get("sessions_refused", 0)),
+        value=float(counters.sessions_refused),
     )
-    answered: dict[str, int] = counters.get("answered") or {}
+    answered = counters.answered
     yield CounterMetricFamily(
         "dispatchq_sessions_avoided",
         "Judgements answered below the session tier (code or typed)",
@@ -208,7 +212,7 @@ def _counter_families(counters: dict[str, Any]) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "dispatchq_typed_requests",
         "Typed-tier provider requests made",
-        value=float(counters.get("typed_requests", 0)),
+        value=float(counters.typed_requests),
     )
     actions = CounterMetricFamily(
         "dispatchq_triage_actions", "Triage planned actions by their reason code", labels=["reason"]
@@ -216,14 +220,14 @@ def _counter_families(counters: dict[str, Any]) -> Iterator[Metric]:
     old_triage = CounterMetricFamily(
         "dispatchq_triage_outcomes", _deprecated("dispatchq_triage_outcomes_total"), labels=["row"]
     )
-    for reason, n in sorted((counters.get("triage_outcomes") or {}).items()):
+    for reason, n in sorted(counters.triage_outcomes.items()):
         actions.add_metric([reason], float(n))
         old_triage.add_metric([reason], float(n))
     yield from (actions, old_triage)
-    yield from _finished_families(counters.get("finished") or {})
+    yield from _finished_families(counters.finished)
 
 
-def _finished_families(finished: dict[str, int]) -> Iterator[Metric]:
+def _finished_families(finished: Mapping[str, int]) -> Iterator[Metric]:
     """Finished per tier; a judgement that finished outside every tier (escalated to a person:
     needs-triage, or cancelled before a tier took it) is counted per status alone."""
     tiered = CounterMetricFamily(
@@ -258,7 +262,7 @@ _HISTOGRAM_DOCS = {
 }
 
 
-def _histogram_families(histograms: dict[str, Any]) -> Iterator[Metric]:
+def _histogram_families(histograms: Mapping[str, Any]) -> Iterator[Metric]:
     for key, (name, doc, label) in _HISTOGRAM_DOCS.items():
         family = HistogramMetricFamily(name, doc, labels=[label] if label else None)
         for value, h in sorted((histograms.get(key) or {}).items()):
@@ -268,15 +272,11 @@ def _histogram_families(histograms: dict[str, Any]) -> Iterator[Metric]:
         yield family
 
 
-def _per_tier(name: str, doc: str, values: dict[str, int] | None) -> GaugeMetricFamily:
+def _per_tier(name: str, doc: str, values: Mapping[str, int]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=["tier"])
     for tier in TIERS:
-        family.add_metric([tier], float((values or {}).get(tier, 0)))
+        family.add_metric([tier], float(values.get(tier, 0)))
     return family
-
-
-def _alive(data: dict[str, Any]) -> bool:
-    return bool((data.get("scheduler") or {}).get("alive"))
 
 
 class StoreCollector(Collector):
@@ -290,10 +290,9 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         rt = self.get_runtime()
-        data = collect_status(rt)
-        data["oldest_waiting"] = rt.storage.histograms.oldest_waiting()
-        data["histograms"] = rt.storage.histograms.read()
-        return list(metric_families(data, data["counters"]))
+        status = collect_status(rt)
+        ages, histograms = rt.storage.histograms.oldest_waiting(), rt.storage.histograms.read()
+        return list(metric_families(status, oldest_waiting=ages, histograms=histograms))
 
 
 class RefusalCollector(Collector):

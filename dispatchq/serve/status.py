@@ -25,8 +25,7 @@ __all__ = ["routes", "status_json"]
 
 def status_json(runtime: Runtime) -> bytes:
     """`status --json`'s document, encoded as the CLI encodes it (compact)."""
-    data = collect_status(runtime)
-    return json.dumps(data, ensure_ascii=False, default=str).encode()
+    return json.dumps(collect_status(runtime).as_json(), ensure_ascii=False).encode()
 
 
 def routes(get_runtime: Callable[[], Runtime]) -> list[BaseRoute]:

@@ -12,21 +12,18 @@ share, `_timestamp_seconds` for an instant):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from dispatchq.core.status import Status
 
 __all__ = ["usage_families"]
 
 
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def usage_families(data: Mapping[str, Any]) -> Iterator[Metric]:
+def usage_families(status: Status) -> Iterator[Metric]:
     """The usage gauges from `status`'s data (pure: tested as a function)."""
     used = GaugeMetricFamily(
         "dispatchq_window_utilization_ratio",
@@ -43,20 +40,19 @@ def usage_families(data: Mapping[str, Any]) -> Iterator[Metric]:
         "When a session last reported the window's use (Unix time)",
         labels=["scope"],
     )
-    for row in data.get("window_usage") or []:
-        scope = str(row.get("scope"))
-        if (share := _float(row.get("utilization"))) is not None:
-            used.add_metric([scope], share)
-        if (at := _float(row.get("resets_at_epoch"))) is not None:
-            resets.add_metric([scope], at)
-        if (at := _float(row.get("reported_at_epoch"))) is not None:
-            reported.add_metric([scope], at)
+    for row in status.window_usage:
+        if row.utilization is not None:
+            used.add_metric([row.scope], row.utilization)
+        if row.resets_at_epoch is not None:
+            resets.add_metric([row.scope], row.resets_at_epoch)
+        if row.reported_at_epoch is not None:
+            reported.add_metric([row.scope], row.reported_at_epoch)
     expires = GaugeMetricFamily(
         "dispatchq_credential_expires_at_timestamp_seconds",
         "When a host's stored Claude login ends, as its sessions reported it (Unix time)",
         labels=["host"],
     )
-    for row in data.get("credentials") or []:
-        if (at := _float(row.get("expires_at_epoch"))) is not None:
-            expires.add_metric([str(row.get("host"))], at)
+    for cred in status.credentials:
+        if cred.expires_at_epoch is not None:
+            expires.add_metric([cred.host], cred.expires_at_epoch)
     yield from (used, resets, reported, expires)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatchq.core.status import Status
 
 __all__ = ["CREDENTIAL_WARNING", "credential_rows", "usage_lines", "usage_rows"]
 
@@ -90,18 +93,16 @@ def _age(seconds: object) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
 
 
-def usage_lines(data: Mapping[str, Any]) -> list[str]:
+def usage_lines(status: Status) -> list[str]:
     """What `dispatchq status` prints of the usage and the logins (plain text, no markup)."""
     lines = []
-    for row in data.get("window_usage") or []:
-        used = row.get("utilization")
-        share = f"{used:.0%} used" if isinstance(used, int | float) else "use not reported"
-        resets = f", resets {row['resets_at']}" if row.get("resets_at") else ""
+    for row in status.window_usage:
+        used = row.utilization
+        share = f"{used:.0%} used" if used is not None else "use not reported"
+        resets = f", resets {row.resets_at}" if row.resets_at else ""
         lines.append(
-            f"window usage [{row['scope']}]: {share}{resets} "
-            f"(reported {_age(row.get('age_seconds'))} ago by session {row.get('session') or '-'})"
+            f"window usage [{row.scope}]: {share}{resets} "
+            f"(reported {_age(row.age_seconds)} ago by session {row.session or '-'})"
         )
-    for row in data.get("credentials") or []:
-        if row.get("warning"):
-            lines.append(f"WARNING: {row['warning']}")
+    lines += [f"WARNING: {cred.warning}" for cred in status.credentials if cred.warning]
     return lines

@@ -1,4 +1,4 @@
-"""What `dispatchq status` shows, gathered as data (its `--json` form is this dict).
+"""What `dispatchq status` shows, gathered as one typed `Status` (its `--json` form is `as_json()`).
 
 It lives in `workers/` because counting workers means asking RQ (`Worker.all`), and only
 `queue/`, `workers/` and `storage/` may import RQ; the CLI only renders what this returns.
@@ -11,6 +11,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import STATUSES
+from dispatchq.core.status import (
+    Brief,
+    Counters,
+    SchedulerPart,
+    Status,
+    Suppressed,
+    TriagePart,
+    TypedPart,
+    WorkerFacts,
+)
 from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import status_section as window_section
@@ -29,8 +39,8 @@ WAITING_REASONS_SHOWN = 20
 LATEST_SHOWN = 10
 
 
-def collect_status(rt: Runtime) -> dict[str, Any]:
-    """Everything `dispatchq status` shows, as data."""
+def collect_status(rt: Runtime) -> Status:
+    """Everything `dispatchq status` shows, as one typed `Status` (`dispatchq.core.status`)."""
     dispatcher = rt.dispatcher
     store = rt.storage.records
     depths: dict[str, int] = {}
@@ -46,54 +56,50 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
     for w in details:
         if w.get("tier") in workers:
             workers[w["tier"]] += 1
-    counts = {s: store.count(s) for s in STATUSES}
+    counts: dict[str, int] = {s: store.count(s) for s in STATUSES}
     # Counts, never the waiting records themselves: constant time however many wait.
     live = store.live_counts()
     waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
-    data: dict[str, Any] = {
-        "now": time.time(),  # the server's clock: the page counts down from it, not the browser's
-        "redis": rt.settings.describe_redis(),
+    status = Status(
+        now=time.time(),  # the server's clock: the page counts down from it, not the browser's
+        redis=rt.settings.describe_redis(),
         **store.server_facts(),
-        "queues": depths,
-        "workers": workers,
-        "worker_details": sorted(
-            details, key=lambda w: (w.get("tier", ""), w.get("host", ""), w.get("name", ""))
-        ),
-        "judgements": counts,
-        "answered": answered,
-        "sessions_avoided": sum(answered[t] for t in automatic_tiers()),
-        "waiting": waiting,
-        "waiting_reasons_distinct": distinct,
-        "waiting_by_class": live.waiting,
-        "waiting_sample": [_brief(r) for r in store.waiting_sample()],
-        "judgements_by_tier": live.by_tier,
-        "latest": [_brief(r) for r in store.latest(LATEST_SHOWN)],
-        "scheduler": {
-            "alive": scheduler_alive(rt),
-            "scheduled_jobs": rt.scheduler.count(),
-        },
-        "typed": _typed_status(rt, details),
-        "judgements_orphaned": _orphaned(rt, details),
-    }
+        queues=depths,
+        workers=workers,
+        worker_details=[
+            WorkerFacts.model_validate(w)
+            for w in sorted(details, key=lambda w: (w.get("tier", ""), w.get("host", ""), w.get("name", "")))
+        ],
+        judgements=counts,
+        answered=answered,
+        sessions_avoided=sum(answered[t] for t in automatic_tiers()),
+        waiting=waiting,
+        waiting_reasons_distinct=distinct,
+        waiting_by_class=live.waiting,
+        waiting_sample=[_brief(r) for r in store.waiting_sample()],
+        judgements_by_tier=live.by_tier,
+        latest=[_brief(r) for r in store.latest(LATEST_SHOWN)],
+        scheduler=SchedulerPart(alive=scheduler_alive(rt), scheduled_jobs=rt.scheduler.count()),
+        typed=_typed_status(rt, details),
+        judgements_orphaned=_orphaned(rt, details),
+        **window_section(rt),
+    )
     if live.rebuilt is not None:
-        data["waiting_counts_rebuilt"] = live.rebuilt
-    data.update(window_section(rt))
+        status.waiting_counts_rebuilt = live.rebuilt
     triage = rt.storage.triage
     counters = store.counters()
-    data["counters"] = counters  # monotonic: what `/metrics` exports as *_total
-    data["triage"] = {
-        **triage_section(triage),
-        "outcomes_total": counters["triage_outcomes"],
-        "suppressed": _suppressed(triage),
-    }
-    data["warnings"] = collect_warnings(data)  # the red facts at the top (workers/warnings.py)
-    return data
+    status.counters = Counters(**counters)  # monotonic: what `/metrics` exports as *_total
+    status.triage = TriagePart(
+        **triage_section(triage), outcomes_total=counters["triage_outcomes"], suppressed=_suppressed(triage)
+    )
+    status.warnings = collect_warnings(status)  # the red facts at the top (workers/warnings.py)
+    return status
 
 
-def _brief(record: dict[str, Any]) -> dict[str, Any]:
+def _brief(record: dict[str, Any]) -> Brief:
     """A judgement as `status` lists it: what, where, why; never its whole input."""
-    return {**record, "item": _short(record.get("item")), "value": _short(record.get("value"))}
+    return Brief(**{**record, "item": _short(record.get("item")), "value": _short(record.get("value"))})
 
 
 def _short(value: Any, limit: int = 300) -> Any:
@@ -104,20 +110,20 @@ def _short(value: Any, limit: int = 300) -> Any:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _suppressed(storage: TriageStorage, runs: int = 20, decisions: int = 5) -> list[dict[str, Any]]:
+def _suppressed(storage: TriageStorage, runs: int = 20, decisions: int = 5) -> list[Suppressed]:
     """What the last shadow-mode decisions suppressed: rule, reason and the numbers compared."""
-    out: list[dict[str, Any]] = []
+    out: list[Suppressed] = []
     shadow = [r for r in storage.recent_runs(runs) if r.get("mode") == "shadow" and r.get("decision_id")]
     for run in shadow[:decisions]:
         decision = storage.decision(run["decision_id"]) or {}
         result = decision.get("result") or {}
         for entry in result.get("suppressed") or []:
             out.append(
-                {
-                    "decision_id": run["decision_id"],
-                    "event": run.get("event"),
-                    "target": run.get("target"),
-                    "time": run.get("time"),
+                Suppressed(
+                    decision_id=run["decision_id"],
+                    event=run.get("event"),
+                    target=run.get("target"),
+                    time=run.get("time"),
                     **{
                         k: entry.get(k)
                         for k in (
@@ -130,12 +136,12 @@ def _suppressed(storage: TriageStorage, runs: int = 20, decisions: int = 5) -> l
                             "margin",
                         )
                     },
-                }
+                )
             )
     return out
 
 
-def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
+def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> TypedPart:
     """Keyless when the typed workers are: they are the tier, not the operator's shell.
 
     With typed workers running, their own report decides (all keyless: keyless). With none
@@ -144,7 +150,7 @@ def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> dict[str, Any]:
     host = rt.storage.records.typed_keyless_host()
     typed = [w for w in details if w.get("tier") == "typed"]
     keyless = all(w.get("keyless") for w in typed) if typed else host is not None
-    return {"keyless": keyless, "keyless_worker_host": host}
+    return TypedPart(keyless=keyless, keyless_worker_host=host)
 
 
 def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:

@@ -1,8 +1,8 @@
 """The red facts at the top of `status`, the page and `/metrics`: what stops work, and the fix.
 
 Computed from `status`'s own data (a pure function of it), so `status --json`, the page and
-`dispatchq_warning{id}` never disagree. Each warning is `{"id", "text", "hint"}`: `id` is
-stable and names the fact (a metrics label, a key the page may style by), `text` says what is
+`dispatchq_warning{id}` never disagree. Each warning is a `StatusWarning` (`id`, `text`, `hint`):
+`id` is stable and names the fact (a metrics label, a key the page may style by), `text` says what is
 wrong in words an operator reads once, `hint` says what to do about it. The ids:
 
 - `queued_no_worker:<tier>`: judgements queued for a tier no live worker serves;
@@ -15,26 +15,22 @@ wrong in words an operator reads once, `hint` says what to do about it. The ids:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from dispatchq.core.status import Status, StatusWarning
 from dispatchq.core.tiers import TIERS, row
 from dispatchq.tiers.preflight import COMMAND_HINT
 
 __all__ = ["collect_warnings"]
 
 
-def _warning(wid: str, text: str, hint: str) -> dict[str, str]:
-    return {"id": wid, "text": text, "hint": hint}
+def _warning(wid: str, text: str, hint: str) -> StatusWarning:
+    return StatusWarning(id=wid, text=text, hint=hint)
 
 
-def _idle_tiers(data: Mapping[str, Any]) -> list[dict[str, str]]:
-    queues: Mapping[str, int] = data.get("queues") or {}
-    workers: Mapping[str, int] = data.get("workers") or {}
+def _idle_tiers(status: Status) -> list[StatusWarning]:
     out = []
     for tier in TIERS:
-        queued = int(queues.get(tier) or 0)
-        if queued > 0 and not int(workers.get(tier) or 0):
+        queued = status.queues.get(tier, 0)
+        if queued > 0 and not status.workers.get(tier, 0):
             command = "worker session" if row(tier).worker == "session" else f"worker {tier}"
             out.append(
                 _warning(
@@ -46,19 +42,19 @@ def _idle_tiers(data: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _session_workers(data: Mapping[str, Any]) -> list[dict[str, str]]:
+def _session_workers(status: Status) -> list[StatusWarning]:
     """Per host (several workers on one host report the same fact once)."""
-    out: dict[str, dict[str, str]] = {}
-    for w in data.get("worker_details") or []:
-        if w.get("tier") not in TIERS or row(str(w.get("tier"))).worker != "session":
+    out: dict[str, StatusWarning] = {}
+    for w in status.worker_details:
+        if w.tier not in TIERS or row(str(w.tier)).worker != "session":
             continue
-        host = str(w.get("host") or "?")
-        if w.get("session_command_found") is False:
+        host = w.host or "?"
+        if w.session_command_found is False:
             wid = f"session_command_missing:{host}"
             out[wid] = _warning(
                 wid, f"session worker on {host} cannot find its session command", COMMAND_HINT
             )
-        if w.get("sandbox") == "off":
+        if w.sandbox == "off":
             wid = f"unconfined:{host}"
             out[wid] = _warning(
                 wid,
@@ -68,10 +64,10 @@ def _session_workers(data: Mapping[str, Any]) -> list[dict[str, str]]:
     return [out[k] for k in sorted(out)]
 
 
-def collect_warnings(data: Mapping[str, Any]) -> list[dict[str, str]]:
+def collect_warnings(status: Status) -> list[StatusWarning]:
     """Every warning `status`'s data supports, most blocking first."""
-    found = _idle_tiers(data)
-    if not (data.get("scheduler") or {}).get("alive"):
+    found = _idle_tiers(status)
+    if not status.scheduler.alive:
         found.append(
             _warning(
                 "scheduler_down",
@@ -79,7 +75,7 @@ def collect_warnings(data: Mapping[str, Any]) -> list[dict[str, str]]:
                 "start it: `dispatchq scheduler`",
             )
         )
-    for host, reason in sorted(((data.get("sessions") or {}).get("blocked") or {}).items()):
+    for host, reason in sorted(status.sessions.blocked.items()):
         found.append(
             _warning(
                 f"host_blocked:{host}",
@@ -87,8 +83,8 @@ def collect_warnings(data: Mapping[str, Any]) -> list[dict[str, str]]:
                 f"fix the cause; `dispatchq window open --host {host}` clears the block",
             )
         )
-    found += _session_workers(data)
-    if (data.get("typed") or {}).get("keyless"):
+    found += _session_workers(status)
+    if status.typed.keyless:
         found.append(
             _warning(
                 "keyless",

@@ -160,7 +160,7 @@ def test_status_route_is_status_json(served: str, populated: Any) -> None:
     code, headers, body = get(f"{served}/status")
     assert code == 200 and headers["content-type"].startswith("application/json")
     data = json.loads(body)
-    expected = json.loads(json.dumps(collect_status(populated), default=str))
+    expected = json.loads(json.dumps(collect_status(populated).as_json()))
     volatile = {"now", "redis_used_memory", "worker_details", "scheduler"}
     assert {k: v for k, v in data.items() if k not in volatile} == {
         k: v for k, v in expected.items() if k not in volatile

@@ -257,7 +257,7 @@ def test_status_reads_counters_not_the_waiting_records(make_runtime: Any, dq_env
     def reads() -> tuple[dict[str, int], dict[str, Any]]:
         """Record-reading commands the server ran for one `collect_status` (its own counts)."""
         rt.redis.config_resetstat()
-        data = collect_status(rt)
+        data = collect_status(rt).as_json()
         stats = rt.redis.info("commandstats")
         return {
             c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hgetall", "hmget", "hget")
@@ -312,3 +312,20 @@ def test_a_host_block_counts_its_judgements_as_host_blocked(
     block_host(rt.window, record, "claude: command not found", "fingerprint")
     assert store.live_counts().waiting["host_blocked"] == 4
     assert_exact(store)
+
+
+def test_status_json_is_the_documented_document(make_runtime: Any, dq_env: dict[str, str]) -> None:
+    """Every field the schema requires is in `status --json`, which reads back as the same `Status`."""
+    from dispatchq.core.status import SCHEMA_VERSION, Status, status_json_schema
+
+    rt = make_runtime()
+    rt.store.create_many([entry("d1", line=keys.session_line())])
+    rt.store.transition("d1", "waiting", fields={"reason": WINDOW})
+    done = run_cli(["status", "--json"], dq_env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["schema"] == SCHEMA_VERSION
+    assert set(status_json_schema()["required"]) <= set(document)
+    assert set(document) <= set(status_json_schema()["properties"])
+    assert document["waiting_for_redis_here"] == []  # the CLI's own field: this host waits for nothing
+    assert Status.model_validate(document).as_json() == document

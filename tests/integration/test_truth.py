@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
+from dispatchq.core.status import Status
 from dispatchq.settings import load_settings
 from dispatchq.storage.histograms import read_histograms
 from dispatchq.storage.store import Store
 from dispatchq.tiers.confine import credential_problem, spawn_refusal
 from dispatchq.tiers.preflight import COMMAND_HINT, resolve_session_command
-from dispatchq.workers.warnings import collect_warnings
+from dispatchq.workers.warnings import collect_warnings as collect_typed
 from tests.conftest import run_cli, wait_for, write_config
 
 FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"
@@ -33,6 +34,11 @@ HOST = "truth-host"
 
 
 # --- the warnings, from status's data ------------------------------------------------------------
+def collect_warnings(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The warnings for a part of `status`'s document, as the document carries them."""
+    return [w.model_dump() for w in collect_typed(Status.model_validate(data))]
+
+
 def _ids(data: dict[str, Any]) -> list[str]:
     return [w["id"] for w in collect_warnings(data)]
 

@@ -806,19 +806,22 @@ def test_keyless_typed_judgements_move_on_with_zero_requests(
 
     # `status` speaks for the workers: a shell holding a key still sees the tier keyless ...
     keyed = make_rt()
-    assert collect_status(keyed)["typed"] == {"keyless": True, "keyless_worker_host": rt.settings.host}
+    assert collect_status(keyed).as_json()["typed"] == {
+        "keyless": True,
+        "keyless_worker_host": rt.settings.host,
+    }
     # ... until a typed worker on that host runs with a key.
     enqueue(keyed, "noul-local", {"body": "x"})
     drain(keyed, sessions=False)
-    assert collect_status(keyed)["typed"] == {"keyless": False, "keyless_worker_host": None}
+    assert collect_status(keyed).as_json()["typed"] == {"keyless": False, "keyless_worker_host": None}
     # The workers are the tier, not the operator's shell: a shell without a key does not make
     # the status say keyless, and live typed workers' own reports decide it.
-    assert collect_status(make_rt(keyless=True))["typed"]["keyless"] is False
+    assert collect_status(make_rt(keyless=True)).typed.keyless is False
     keyed.store.publish_worker("typed-a", {"tier": "typed", "host": "h", "keyless": True}, ttl=60)
-    assert collect_status(keyed)["typed"]["keyless"] is True
+    assert collect_status(keyed).typed.keyless is True
     keyed.store.publish_worker("typed-b", {"tier": "typed", "host": "h", "keyless": False}, ttl=60)
-    assert collect_status(keyed)["typed"]["keyless"] is False
-    assert {w["name"] for w in collect_status(keyed)["worker_details"]} == {"typed-a", "typed-b"}
+    assert collect_status(keyed).typed.keyless is False
+    assert {w.name for w in collect_status(keyed).worker_details} == {"typed-a", "typed-b"}
 
 
 KEYLESS_LADDER = """

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dispatchq.core.status import Status
 from dispatchq.serve.usage import usage_families
 from dispatchq.storage import usage as usage_store
 from dispatchq.testing.anthropic import Reply
@@ -168,7 +169,11 @@ def test_usage_families_export_only_what_was_reported() -> None:
         ],
         "credentials": [],
     }
-    got = {(s.name, tuple(s.labels.items())): s.value for f in usage_families(data) for s in f.samples}
+    got = {
+        (s.name, tuple(s.labels.items())): s.value
+        for f in usage_families(Status.model_validate(data))
+        for s in f.samples
+    }
     assert got == {
         ("dispatchq_window_utilization_ratio", (("scope", "five_hour"),)): 0.42,
         ("dispatchq_window_resets_at_timestamp_seconds", (("scope", "five_hour"),)): 1700000000.0,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dispatchq.core.status import Status
 from dispatchq.window.limits import SessionOutcome, read_outcome, reprobe_backoff
 from dispatchq.window.messages import ORG_PAUSED_SCOPE, PERSON_HOLD
 from dispatchq.window.signals import usage_reports
@@ -363,7 +364,9 @@ def test_not_driven_a_stored_logins_end_is_a_warning_within_a_week() -> None:
     assert rows[0]["warning"] is not None and "h1" in rows[0]["warning"] and "3.0 days" in rows[0]["warning"]
     later = credential_rows({"h1": {"expires_at": now + 30 * 86400, "reported_at": now}}, now)
     assert later[0]["warning"] is None
-    assert usage_lines({"credentials": rows})[0].startswith("WARNING: the stored Claude login on host h1")
+    assert usage_lines(Status.model_validate({"credentials": rows}))[0].startswith(
+        "WARNING: the stored Claude login on host h1"
+    )
     no_login = read(lines(init(), {**answer, "credential_expires_at": None}))
     assert no_login.credential_expires_at is None  # a token from the environment: none reported
 
@@ -376,7 +379,7 @@ def test_usage_rows_carry_their_age() -> None:
     )
     assert rows[0]["age_seconds"] == 90 and rows[0]["utilization"] == 0.42
     resets = rows[0]["resets_at"]
-    assert usage_lines({"window_usage": rows}) == [
+    assert usage_lines(Status.model_validate({"window_usage": rows})) == [
         f"window usage [five_hour]: 42% used, resets {resets} (reported 90s ago by session {SID})"
     ]
 

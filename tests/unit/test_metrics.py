@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from dispatchq.core.status import Status
 from dispatchq.serve.metrics import metric_families
 
 
 def samples(
     data: dict[str, Any], counters: dict[str, Any]
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples for a part of `status`'s document (validated as a `Status`) and its counters."""
+    ages = data.pop("oldest_waiting", None)
+    status = Status.model_validate({**data, "counters": counters})
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in metric_families(data, counters)
+        for family in metric_families(status, oldest_waiting=ages)
         for s in family.samples
     }
 

@@ -55,7 +55,7 @@ def _runtime(tmp_path: Path, accepts: Callable[[], bool] = lambda: True) -> Runt
         SimpleNamespace(
             settings=_settings(tmp_path),
             redis=_Probe(None, writes),
-            store=SimpleNamespace(accepts_writes=accepts),
+            storage=SimpleNamespace(records=SimpleNamespace(accepts_writes=accepts)),
         ),
     )
 
