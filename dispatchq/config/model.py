@@ -141,9 +141,7 @@ def _bind_path(entry: Any) -> Any:
     return entry
 
 
-BindPath = Annotated[
-    str, BeforeValidator(_bind_path), WithJsonSchema({"type": "string", "pattern": "^/"})
-]
+BindPath = Annotated[str, BeforeValidator(_bind_path), WithJsonSchema({"type": "string", "pattern": "^/"})]
 
 
 def _known_placeholders(prompt: str) -> str:
@@ -461,9 +459,22 @@ class ConfigFile(_Section):
 def config_schema() -> dict[str, Any]:
     """The JSON Schema of the file, for editors (`dispatchq config schema`)."""
     schema = ConfigFile.model_json_schema(by_alias=True)
+    _closed_mappings(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "dispatchq config file"
     return schema
+
+
+def _closed_mappings(node: Any) -> None:
+    """A mapping whose keys have a pattern (kind names, question ids) takes no other key."""
+    if isinstance(node, dict):
+        if "patternProperties" in node:
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            _closed_mappings(value)
+    elif isinstance(node, list):
+        for value in node:
+            _closed_mappings(value)
 
 
 # ------------------------------------------------------------------------------ messages
