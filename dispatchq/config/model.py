@@ -34,7 +34,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dispatchq.config.imports import import_check
 from dispatchq.core import tiers
@@ -286,8 +286,6 @@ class KindSection(_Section):
         self._typed_tier()
         if self.escalate == "session" and self.session is None:
             raise problem("'session' needs a session block with a prompt", "escalate")
-        if not any(row.serves(self.kind("")) for row in tiers.TABLE):
-            raise problem("declares no tier (give a check, produce/verify, questions or a session)")
         return self
 
     def _code_tier(self, context: Mapping[str, Any]) -> None:
@@ -442,6 +440,23 @@ class ConfigFile(_Section):
         default=None, description="a mapping of kind name to definition"
     )
     triage: TriageSection | None = None
+
+    @field_validator("kinds")
+    @classmethod
+    def _each_kind_has_a_tier(cls, kinds: dict[str, KindSection] | None) -> Any:
+        """Which tiers serve a kind is the tier table's answer (a row may read the name)."""
+        untiered = [
+            InitErrorDetails(
+                type=problem("declares no tier (give a check, produce/verify, questions or a session)"),
+                loc=(name,),
+                input=name,
+            )
+            for name, section in (kinds or {}).items()
+            if not any(row.serves(section.kind(name)) for row in tiers.TABLE)
+        ]
+        if untiered:
+            raise ValidationError.from_exception_data(cls.__name__, untiered)
+        return kinds
 
     @field_validator("kinds", mode="before")
     @classmethod

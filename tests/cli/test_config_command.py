@@ -156,12 +156,19 @@ def test_a_missing_file_and_a_yaml_syntax_error_are_one_line_too(tmp_path: Path)
 def test_another_command_prints_each_mistake_on_its_own_error_line(
     dq_env: dict[str, str], tmp_path: Path
 ) -> None:
-    write_config(tmp_path / "dispatchq.yaml", "kinds:\n  a: {effect: global}\n  b: {}\n")
+    write_config(
+        tmp_path / "dispatchq.yaml",
+        """
+        kinds:
+          a: {effect: global, session: {prompt: "{{ target }}"}}
+          b: {session: {prompt: "{{ target }}", format: yaml}}
+        """,
+    )
     listed = run_cli(["enqueue", "--kind", "a", "--target", "x"], dq_env)
     assert listed.returncode == 2, listed.stderr
     assert listed.stderr.splitlines() == [
         "error: kinds.a.effect: must be local or external (got 'global')",
-        "error: kinds.b: declares no tier (give a check, produce/verify, questions or a session)",
+        "error: kinds.b.session.format: must be text or json (got 'yaml')",
     ]
 
 

@@ -97,6 +97,13 @@ def test_values_are_taken_as_written_never_coerced() -> None:
     assert question.questions["q"].priority == {"a": 2.0}
 
 
+def test_every_kind_without_a_tier_is_named_once_the_kinds_are_otherwise_valid() -> None:
+    assert problems({"kinds": {"a": {"effect": "local"}, "b": {}, "c": {"session": SESSION}}}) == [
+        "kinds.a: declares no tier (give a check, produce/verify, questions or a session)",
+        "kinds.b: declares no tier (give a check, produce/verify, questions or a session)",
+    ]
+
+
 def test_a_built_in_kind_s_name_is_reserved() -> None:
     builtin = {"findings-gate": Kind(name="findings-gate")}
     (line,) = problems({"kinds": {"findings-gate": {"session": SESSION}}}, builtin=builtin)
