@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from dispatchq.config.model import ConfigFile, problems_of
+from dispatchq.config.messages import problems_of
+from dispatchq.config.model import ConfigFile
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, Kinds
 from dispatchq.errors import ConfigError
@@ -87,7 +88,7 @@ def parse_config(
     try:
         document = ConfigFile.model_validate(data, context=context)
     except ValidationError as error:
-        raise config_error(problems_of(error)) from None
+        raise config_error(problems_of(error, ConfigFile)) from None
     raw_kinds = data.get("kinds") or {}
     kinds = Kinds(
         {
@@ -96,7 +97,7 @@ def parse_config(
         },
         builtin,
     )
-    triage = document.triage._engine if document.triage is not None else None
+    triage = document.triage.engine if document.triage is not None else None
     return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)
 
 

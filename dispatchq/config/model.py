@@ -8,9 +8,7 @@ one class with one field on `ConfigFile`.
 What needs more than one field (an `answer` naming a question, a kind with no tier) or
 the world (a `check` that must import, names reserved by the built-in kinds, passed in
 the validation context) is a validator on the class that owns the fields. A validator
-names where its problem sits with `problem(message, *at)`; `problems_of` turns a
-`ValidationError` into one line per mistake, each starting with the full dotted path
-(`kinds.pr-risk.session.prompt: field required`).
+names where its problem sits with `dispatchq.config.messages.problem(message, *at)`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -37,6 +35,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dispatchq.config.imports import import_check
+from dispatchq.config.messages import PROBLEM, WHOLE, problem
 from dispatchq.core import tiers
 from dispatchq.core.kinds import Kind, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
@@ -51,19 +50,7 @@ __all__ = [
     "SessionSection",
     "TriageSection",
     "config_schema",
-    "problem",
-    "problems_of",
 ]
-
-#: The error type of a problem a validator names itself (with where it sits, `at`).
-_PROBLEM = "dispatchq_config"
-#: Set on a problem whose message already starts with its full path (the rules engine's).
-_WHOLE = "whole"
-
-
-def problem(message: str, *at: str | int) -> PydanticCustomError:
-    """A mistake a validator found, `at` the keys below the validated object where it sits."""
-    return PydanticCustomError(_PROBLEM, "{message}", {"message": message, "at": list(at)})
 
 
 class _Pattern:
@@ -411,6 +398,11 @@ class TriageSection(_Section):
 
     _engine: Any = PrivateAttr(default=None)
 
+    @property
+    def engine(self) -> Any:
+        """The rules engine's `TriageConfig` for this section (built while validating it)."""
+        return self._engine
+
     @model_validator(mode="wrap")
     @classmethod
     def _the_engine_loads_it(
@@ -424,7 +416,7 @@ class TriageSection(_Section):
         try:
             engine = load_triage(data, context.get("base_dir", "."))
         except ConfigError as error:
-            raise PydanticCustomError(_PROBLEM, "{message}", {"message": str(error), _WHOLE: True}) from None
+            raise PydanticCustomError(PROBLEM, "{message}", {"message": str(error), WHOLE: True}) from None
         section = handler(data)
         section._engine = engine
         return section
@@ -490,106 +482,3 @@ def _closed_mappings(node: Any) -> None:
     elif isinstance(node, list):
         for value in node:
             _closed_mappings(value)
-
-
-# ------------------------------------------------------------------------------ messages
-
-_TYPE_WORDS = {
-    "string_type": "text",
-    "int_type": "a whole number",
-    "float_type": "a number",
-    "bool_type": "true or false",
-    "list_type": "a list",
-    "tuple_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-}
-
-
-def _where(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _field_at(loc: tuple[str | int, ...]) -> tuple[type[BaseModel] | None, Any]:
-    """The section `loc` ends in, and the field its last key names (None for an item or key)."""
-    model: type[BaseModel] | None = ConfigFile
-    field = None
-    mapping_key = False  # the next part names an entry of a mapping (a kind, a question id)
-    for part in loc:
-        if isinstance(part, int) or part == "[key]":
-            field = None
-            continue
-        if mapping_key:
-            mapping_key, field = False, None
-            continue
-        if model is None:
-            return None, None
-        field = {f.alias or n: f for n, f in model.model_fields.items()}.get(part)
-        if field is None:
-            return None, None
-        model = _model_in(field.annotation)
-        mapping_key = _has_mapping(field.annotation)
-    return model, field
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The section class a field holds (directly, or in a list, mapping or Optional)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _has_mapping(annotation: Any) -> bool:
-    return get_origin(annotation) is dict or any(_has_mapping(a) for a in get_args(annotation))
-
-
-def _message(error: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
-    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
-    if kind == _PROBLEM:
-        return str(ctx["message"])
-    if kind == "missing":
-        return "field required"
-    if kind == "extra_forbidden":
-        owner, _ = _field_at(loc[:-1])
-        allowed = sorted(f.alias or n for n, f in owner.model_fields.items()) if owner else []
-        top = "top-level " if len(loc) == 1 else ""
-        return f"unknown {top}key (allowed: {', '.join(allowed)})" if allowed else f"unknown {top}key"
-    if kind == "literal_error":
-        expected = str(ctx.get("expected", "")).replace("'", "")
-        return f"must be {expected} (got {value!r})"
-    _, field = _field_at(loc)
-    described = field is not None and field.description
-    if kind in _TYPE_WORDS or kind in ("too_short", "too_long"):
-        if described and field is not None:
-            return f"must be {field.description} (got {value!r})"
-        if kind in _TYPE_WORDS:
-            return f"must be {_TYPE_WORDS[kind]} (got {value!r})"
-    text = str(error.get("msg", "invalid"))
-    return text[:1].lower() + text[1:] + f" (got {value!r})"
-
-
-def problems_of(error: ValidationError) -> list[str]:
-    """One line per mistake, each starting with the full path of what is wrong."""
-    lines: list[str] = []
-    for item in error.errors():
-        loc = tuple(item["loc"])
-        ctx = item.get("ctx") or {}
-        if item["type"] == _PROBLEM and ctx.get(_WHOLE):
-            line = str(ctx["message"])
-        else:
-            full = (*loc, *ctx.get("at", ())) if item["type"] == _PROBLEM else loc
-            where = _where(full) or "config"
-            line = f"{where}: {_message(item, loc)}"
-        if line not in lines:
-            lines.append(line)
-    return lines
