@@ -32,6 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dispatchq.config.imports import import_check
@@ -165,8 +166,30 @@ class SessionSection(_Section):
         return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
 
 
+def _criteria_by_type(question_type: str, criteria: JsonDict) -> JsonDict:
+    return {
+        "if": {"properties": {"type": {"const": question_type}}},
+        "then": {"properties": {"criteria": criteria}},
+    }
+
+
+#: Each answer type's criteria, for editors (the validator below says the same).
+_CRITERIA_SCHEMA: JsonDict = {
+    "allOf": [
+        _criteria_by_type(
+            "noul",
+            {"type": ["object", "null"], "propertyNames": {"enum": ["true", "false"]}},
+        ),
+        _criteria_by_type("choice", {"type": "object", "minProperties": 1, "maxProperties": 255}),
+        _criteria_by_type("score", {"type": "array", "minItems": 2, "maxItems": 10}),
+    ]
+}
+
+
 class QuestionSection(_Section):
     """`kinds.<name>.questions.<id>`: one question the typed tier asks."""
+
+    model_config = ConfigDict(json_schema_extra=_CRITERIA_SCHEMA)
 
     type: Literal["noul", "choice", "score"]
     instructions: Any = None

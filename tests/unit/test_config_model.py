@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 
 from dispatchq.config import ConfigFile, config_schema, parse_config
@@ -178,3 +179,25 @@ def test_the_schema_s_enums_are_the_engine_s() -> None:
     assert tuple(triage["executor"]["enum"]) == rules.EXECUTORS
     action = config_schema()["$defs"]["ActionSection"]["properties"]
     assert tuple(action["op"]["enum"]) == rules.KNOWN_OPS
+
+
+@pytest.mark.parametrize(
+    ("question", "valid"),
+    [
+        ({"type": "choice", "instructions": "?", "criteria": {"a": None}}, True),
+        ({"type": "score", "instructions": "?", "criteria": ["low", "high"]}, True),
+        ({"type": "noul", "criteria": {"true": "asks for a change"}}, True),
+        ({"type": "score", "instructions": "?", "criteria": ["only"]}, False),
+        ({"type": "choice", "instructions": "?", "criteria": ["a", "b"]}, False),
+        ({"type": "noul", "instructions": "?", "criteria": {"maybe": "x"}}, False),
+    ],
+)
+def test_the_schema_knows_each_answer_type_s_criteria(question: dict[str, Any], valid: bool) -> None:
+    """What an editor underlines agrees with what loading says, for the criteria of each type."""
+    document = {"kinds": {"k": {"questions": {"q": question}, "answer": "q", "escalate": "needs-triage"}}}
+    errors = list(jsonschema.Draft202012Validator(config_schema()).iter_errors(document))
+    assert (errors == []) is valid, errors
+    if valid:
+        parse_config(document)
+    else:
+        problems(document)
