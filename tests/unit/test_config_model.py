@@ -11,9 +11,11 @@ from typing import Any
 
 import jsonschema
 import pytest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dispatchq.config import ConfigFile, config_schema, parse_config
 from dispatchq.config import model as config_model
+from dispatchq.config.messages import problems_of
 from dispatchq.core.kinds import Kind
 from dispatchq.errors import ConfigError
 from dispatchq.triage import rules
@@ -201,3 +203,24 @@ def test_the_schema_knows_each_answer_type_s_criteria(question: dict[str, Any], 
         parse_config(document)
     else:
         problems(document)
+
+
+def test_a_new_section_is_one_class_and_one_field() -> None:
+    """How the next section is added: its class, and a field on the file's model."""
+
+    class Vault(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        variable: str = Field(description="an environment variable name")
+        rotate: int = 0
+
+    class WithVault(ConfigFile):
+        vault: dict[str, Vault] | None = None
+
+    document = {"kinds": {}, "vault": {"main": {"variable": 7, "rotat": 1}}}
+    with pytest.raises(ValidationError) as caught:
+        WithVault.model_validate(document)
+    assert problems_of(caught.value, WithVault) == [
+        "vault.main.variable: must be an environment variable name (got 7)",
+        "vault.main.rotat: unknown key (allowed: rotate, variable)",
+    ]
+    assert "vault" in WithVault.model_json_schema()["properties"]
