@@ -121,7 +121,8 @@ def run_status(bench: Any, n: int, repeat: int) -> dict[str, Any]:
     status = collect_status(rt)
     if status.judgements["waiting"] != n or status.waiting_by_class["window"] != n:
         raise SystemExit(f"expected {n} waiting on the window, status says {status.waiting_by_class}")
-    if sum(scan_breakdown(rt.storage.records).values()) != n or status.waiting != scan_breakdown(rt.storage.records):
+    scanned = scan_breakdown(rt.storage.records)
+    if sum(scanned.values()) != n or status.waiting != scanned:
         raise SystemExit("the counters and the scan disagree")
 
     function_ms = median_ms(lambda: collect_status(rt), repeat)

@@ -69,7 +69,14 @@ class UserError(DispatchqError):
 
 
 class ConfigError(UserError):
-    """The config file is invalid; the message names the kind/section and the field."""
+    """The config file is invalid; the message names the kind/section and the field.
+
+    `problems`: every mistake found, one line each (the message is them, joined by newlines).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.problems: list[str] = message.splitlines() or [message]
 
 
 class SettingsError(UserError):

@@ -55,6 +55,7 @@ COMMANDS = {
     "window": "ops",
     "redis": "ops",
     "settings": "ops",
+    "config": "config",
     "triage": "triage",
     "findings": "findings",
     "serve": "serve",
@@ -69,6 +70,7 @@ COMMANDS = {
 #: `short_help`, which a unit test compares), so listing the commands imports none of them.
 SHORT_HELP = {
     "cancel": "Cancel a judgement that has not finished.",
+    "config": "The config file: check it, or print its JSON Schema for editors.",
     "demo": "Run the shipped example judgements through every tier, with stand-ins.",
     "enqueue": "Enqueue one judgement, or JSON Lines from stdin.",
     "findings": "Findings reports and the decisions recorded in them.",
@@ -113,7 +115,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as error:
-            click.echo(f"error: {error}", err=True)
+            for line in str(error).splitlines() or [""]:  # several config mistakes: one line each
+                click.echo(f"error: {line}", err=True)
             sys.exit(2)
         except Exception as error:
             from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason

@@ -67,6 +67,10 @@ class Condition:
             column = getattr(error, "column", None)
             where = f" at line {line}, column {column}" if line is not None else ""
             raise ValueError(f"does not parse as CEL{where}: {source!r}") from None
+        for pattern in _regex_literals(tree):
+            problem = _regex_problem(pattern)
+            if problem is not None:
+                raise ValueError(f"matches({pattern!r}): not a regular expression ({problem})")
         names = _free_names(tree, frozenset())
         return cls(
             source, frozenset(names), frozenset(_confidence_refs(tree)), _environment().program(tree), tree
@@ -126,6 +130,51 @@ class Condition:
         if not isinstance(value, bool | celtypes.BoolType):
             raise ConditionError(f"evaluates to {type(value).__name__}, not a bool")
         return bool(value)
+
+
+def _regex_literals(tree: Any) -> list[str]:
+    """The text patterns written as literals in `matches` calls (`s.matches("^v[0-9]")`,
+    `matches(s, "x")`): checked at load, since a broken one fails only when it is evaluated."""
+    found: list[str] = []
+    for node in tree.iter_subtrees():
+        kids = _children(node)
+        if node.data == "member_dot_arg" and len(kids) == 3 and str(kids[1]) == "matches":
+            args = _children(kids[2])
+        elif node.data == "ident_arg" and len(kids) == 2 and str(kids[0]) == "matches":
+            args = _children(kids[1])[1:]
+        else:
+            continue
+        literal = _pattern_literal(args[0]) if len(args) == 1 else None
+        if literal is not None:
+            found.append(literal)
+    return found
+
+
+def _pattern_literal(node: Any) -> str | None:
+    """The value of a plain string literal (CEL's own reading of its escapes), else None."""
+    while isinstance(node, lark.Tree):
+        kids = _children(node)
+        if len(kids) != 1:
+            return None
+        node = kids[0]
+    if not (isinstance(node, lark.Token) and node.type == "STRING_LIT"):
+        return None
+    value = _environment().program(_environment().compile(str(node))).evaluate({})
+    return str(value) if isinstance(value, celtypes.StringType) else None
+
+
+def _regex_problem(pattern: str) -> str | None:
+    """Why RE2 (the engine `matches` runs on) refuses `pattern`, or None."""
+    import re2  # type: ignore[import-untyped]  # noqa: PLC0415 (celpy's own dependency, loaded with it)
+
+    options = re2.Options()
+    options.log_errors = False  # the reason is in the exception; RE2 would also print it
+    try:
+        re2.compile(pattern, options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else error
+        return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    return None
 
 
 _OPERATORS = {

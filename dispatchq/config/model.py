@@ -1,0 +1,507 @@
+"""The config file as a pydantic model: every section, key and value the YAML file may hold.
+
+The model is the one description of the file: it validates a parsed document (unknown
+keys are refused by `extra="forbid"`, types, enums and patterns by the field types) and
+`config_schema()` hands the same description to editors as a JSON Schema. A section is
+one class with one field on `ConfigFile`.
+
+What needs more than one field (an `answer` naming a question, a kind with no tier) or
+the world (a `check` that must import, names reserved by the built-in kinds, passed in
+the validation context) is a validator on the class that owns the fields. A validator
+names where its problem sits with `dispatchq.config.messages.problem(message, *at)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.config import JsonDict
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from dispatchq.config.imports import import_check
+from dispatchq.config.messages import PROBLEM, WHOLE, problem
+from dispatchq.core import tiers
+from dispatchq.core.kinds import Kind, Question, SessionSpec
+from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
+from dispatchq.core.tiers import NEEDS_TRIAGE
+from dispatchq.errors import ConfigError
+from dispatchq.launcher.environment import is_secret_name
+
+__all__ = [
+    "ConfigFile",
+    "KindSection",
+    "QuestionSection",
+    "SessionSection",
+    "TriageSection",
+    "config_schema",
+]
+
+
+class _Pattern:
+    """A text that must match `regex`: in the schema as a pattern; a mistake reads
+    "'x' is not {what}". With `got`, a value that is not text at all reads "expected
+    {what}, got 3" (the rules engine's wording) instead of "3 is not {what}"."""
+
+    def __init__(self, regex: str, what: str, *, got: bool = False) -> None:
+        self.compiled, self.what, self.got = re.compile(regex), what, got
+        self.schema = WithJsonSchema({"type": "string", "pattern": regex})
+        self.validator = BeforeValidator(self.check)
+
+    def check(self, value: Any) -> Any:
+        if self.got and not isinstance(value, str):
+            raise problem(f"expected {self.what}, got {value!r}")
+        if not isinstance(value, str) or not self.compiled.match(value):
+            raise problem(f"{value!r} is not {self.what}")
+        return value
+
+
+class _Section(BaseModel):
+    """Every part of the file: unknown keys refused, values taken as written (no coercion)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+
+
+# --------------------------------------------------------------------------------- kinds
+
+_KINDNAME = _Pattern(r"^[A-Za-z0-9_.-]+$", "a kind name (letters, digits, '.', '_' and '-')")
+KindName = Annotated[str, _KINDNAME.validator, _KINDNAME.schema]
+_QUESTIONID = _Pattern(
+    r"^[A-Za-z_][A-Za-z0-9_]*$", "a question id (letters, digits and _, not starting with a digit)"
+)
+QuestionId = Annotated[str, _QUESTIONID.validator, _QUESTIONID.schema]
+# A variable name, or a glob over names (`CARGO_*`, `GO?ATH`).
+_ENVNAME = _Pattern(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$", "a variable name or glob (letters, digits, _, * and ?)")
+EnvName = Annotated[str, _ENVNAME.validator, _ENVNAME.schema]
+_BIND_MODES = ("ro", "rw")
+
+
+def _argv(value: Any) -> Any:
+    if not isinstance(value, list) or not value or not all(isinstance(w, str) and w for w in value):
+        raise problem('must be a non-empty list of strings, e.g. ["ruff", "format", "."]')
+    return tuple(value)
+
+
+Argv = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_argv),
+    WithJsonSchema({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}),
+]
+
+
+def _secret_free(name: str) -> str:
+    """An exact name that is secret-shaped is refused: repository commands never receive a
+    credential (a glob may match one at run time; that one is withheld there)."""
+    if not any(c in name for c in "*?") and is_secret_name(name):
+        raise problem(f"{name} looks like a credential; produce/verify commands never receive one")
+    return name
+
+
+def _bind_path(entry: Any) -> Any:
+    """`PATH`, `PATH:ro` or `PATH:rw`, absolute, kept as written (the sandbox reads the suffix)."""
+    if not isinstance(entry, str) or not entry:
+        raise problem("must be an absolute path, optionally ending in :ro or :rw")
+    path, sep, mode = entry.rpartition(":")
+    if not sep or mode not in _BIND_MODES:
+        path = entry
+    if not path.startswith("/") or "\0" in path:
+        raise problem(f"{entry!r} is not an absolute path (optionally ending in :ro or :rw)")
+    if ":" in path:
+        raise problem(f"{entry!r}: the only suffixes are :ro and :rw")
+    if any(part == ".." for part in path.split("/")):
+        raise problem(f"{entry!r}: no '..' in a bind path")
+    return entry
+
+
+BindPath = Annotated[str, BeforeValidator(_bind_path), WithJsonSchema({"type": "string", "pattern": "^/"})]
+
+
+def _known_placeholders(prompt: str) -> str:
+    if not prompt.strip():
+        raise problem("required, a text with {{ target }}-style placeholders")
+    for name in template_placeholders(prompt):
+        if name not in PLACEHOLDERS:
+            known = ", ".join(sorted(PLACEHOLDERS))
+            raise problem(f"unknown placeholder {{{{ {name} }}}} (known: {known})")
+    return prompt
+
+
+class SessionSection(_Section):
+    """`kinds.<name>.session`: how the session tier answers the kind."""
+
+    prompt: Annotated[str, AfterValidator(_known_placeholders)] = Field(
+        description="a text with {{ target }}-style placeholders"
+    )
+    args: list[str] = Field(default_factory=list, description="a list of strings")
+    format: Literal["text", "json"] = "text"
+    model: str | None = Field(default=None, description="a model name")
+    bind: list[BindPath] = Field(
+        default_factory=list,
+        description='a list of absolute paths, e.g. ["/opt/tool", "/srv/data:rw"]',
+    )
+
+    def spec(self) -> SessionSpec:
+        args, model = list(self.args), self.model
+        if model is None and "--model" in args:
+            index = args.index("--model")
+            model = args[index + 1] if index + 1 < len(args) else None
+        elif model is not None and "--model" not in args:
+            args = [*args, "--model", model]
+        return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
+
+
+def _criteria_by_type(question_type: str, criteria: JsonDict) -> JsonDict:
+    return {
+        "if": {"properties": {"type": {"const": question_type}}},
+        "then": {"properties": {"criteria": criteria}},
+    }
+
+
+#: Each answer type's criteria, for editors (the validator below says the same).
+_CRITERIA_SCHEMA: JsonDict = {
+    "allOf": [
+        _criteria_by_type(
+            "noul",
+            {"type": ["object", "null"], "propertyNames": {"enum": ["true", "false"]}},
+        ),
+        _criteria_by_type("choice", {"type": "object", "minProperties": 1, "maxProperties": 255}),
+        _criteria_by_type("score", {"type": "array", "minItems": 2, "maxItems": 10}),
+    ]
+}
+
+
+class QuestionSection(_Section):
+    """`kinds.<name>.questions.<id>`: one question the typed tier asks."""
+
+    model_config = ConfigDict(json_schema_extra=_CRITERIA_SCHEMA)
+
+    type: Literal["noul", "choice", "score"]
+    instructions: Any = None
+    criteria: Any = Field(
+        default=None,
+        description="a noul's {true, false} outcomes, a choice's options, a score's 2 to 10 levels",
+    )
+    priority: dict[str, float] | None = Field(default=None, description="a map {label: number}")
+
+    @model_validator(mode="after")
+    def _criteria_fit_the_type(self) -> QuestionSection:
+        criteria = self.criteria
+        if self.type == "noul":
+            if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
+                raise problem("a noul's criteria is a mapping with true and/or false", "criteria")
+            described = isinstance(criteria, dict) and any(v is not None for v in criteria.values())
+            if self.instructions is None and not described:
+                raise problem("a noul needs instructions or a described outcome", "instructions")
+        elif self.type == "choice":
+            if not isinstance(criteria, dict) or not criteria:
+                raise problem("a choice needs a mapping of options", "criteria")
+            if len(criteria) > 255:
+                raise problem(f"at most 255 options (got {len(criteria)})", "criteria")
+        elif not isinstance(criteria, list) or not 2 <= len(criteria) <= 10:
+            count = len(criteria) if isinstance(criteria, list) else "not a list"
+            raise problem(f"a score needs a list of 2 to 10 levels (got {count})", "criteria")
+        if self.priority is not None:
+            if self.type != "choice":
+                raise problem("only a choice question takes a priority map {label: number}", "priority")
+            for label in self.priority:
+                if label not in criteria:
+                    raise problem("not one of the choice's options", "priority", label)
+        return self
+
+    def question(self, qid: str) -> Question:
+        return Question(qid, self.type, self.instructions, self.criteria, self.priority)
+
+
+def _first_non_json(value: Any, at: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], Any] | None:
+    """Where the first value JSON cannot spell sits (a YAML date, .nan, .inf), with the value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_non_json(item, (*at, str(key)))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _first_non_json(item, (*at, index))
+            if found is not None:
+                return found
+        return None
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float) and math.isfinite(value):
+        return None
+    return at, value
+
+
+class KindSection(_Section):
+    """`kinds.<name>`: one kind of judgement and how each tier answers it."""
+
+    check: str | None = Field(default=None, description="'module:function'")
+    produce: list[Argv] | None = Field(
+        default=None, min_length=1, description="a list of commands, each a list of words (no shell)"
+    )
+    verify: list[Argv] | None = Field(
+        default=None, min_length=1, description="a list of commands, each a list of words (no shell)"
+    )
+    effect: Literal["local", "external"] = "local"
+    questions: dict[QuestionId, QuestionSection] | None = Field(
+        default=None, description="a mapping of question id to question"
+    )
+    answer: str | None = Field(default=None, description="the id of the question that answers")
+    gate_on: list[str] | None = Field(
+        default=None, alias="gateOn", min_length=1, description="a non-empty list of question ids"
+    )
+    order: str | None = Field(default=None, description="a question id")
+    escalate: Literal["session", "needs-triage"] | None = None
+    session: SessionSection | None = None
+    env: list[Annotated[EnvName, AfterValidator(_secret_free)]] = Field(
+        default_factory=list, description="a list of variable names or globs, e.g. [GOPATH, CARGO_*]"
+    )
+
+    _check_fn: Callable[..., Any] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        """The kind's digest hashes the definition as JSON: a YAML date or .nan cannot be."""
+        found = _first_non_json(data, ()) if isinstance(data, dict) else None
+        if found is not None:
+            at, value = found
+            raise problem(
+                f"{type(value).__name__} {value!r} is not plain JSON data "
+                "(text, finite number, true/false, list or mapping); quote it",
+                *at,
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _tiers_fit_together(self, info: ValidationInfo) -> KindSection:
+        self._code_tier(info.context or {})
+        self._typed_tier()
+        if self.escalate == "session" and self.session is None:
+            raise problem("'session' needs a session block with a prompt", "escalate")
+        return self
+
+    def _code_tier(self, context: Mapping[str, Any]) -> None:
+        if (self.produce is None) != (self.verify is None):
+            missing = "verify" if self.produce else "produce"
+            raise problem("produce and verify go together (the verifier judges what was produced)", missing)
+        if self.check is not None and self.produce:
+            raise problem("a kind has either a check or produce/verify, not both", "produce")
+        if self.check is not None and context.get("import_checks", True):
+            try:
+                self._check_fn = import_check(self.check, Path(context.get("base_dir", ".")))
+            except ValueError as error:
+                raise problem(str(error), "check") from None
+
+    def _typed_tier(self) -> None:
+        questions = self.questions or {}
+        if self.answer is not None and self.answer not in questions:
+            raise problem(f"names no question (questions: {', '.join(questions) or 'none'})", "answer")
+        for qid in self.gate_on or ():
+            if qid not in questions:
+                raise problem(f"{qid!r} names no question", "gateOn")
+        if self.order is not None:
+            question = questions.get(self.order)
+            if question is None:
+                raise problem(f"{self.order!r} names no question", "order")
+            if question.type == "noul" or (question.type == "choice" and not question.priority):
+                raise problem("must name a score question, or a choice question with a priority map", "order")
+        if questions and self.answer is None and self.order is None:
+            raise problem(
+                "required when questions are given (which question answers the judgement?)", "answer"
+            )
+
+    def kind(self, name: str, digest: str = "") -> Kind:
+        """The `Kind` the tiers read, named `name`, its definition hashed as `digest`."""
+        return Kind(
+            name=name,
+            effect=self.effect,
+            check=self.check,
+            check_fn=self._check_fn,
+            produce=tuple(self.produce or ()),
+            verify=tuple(self.verify or ()),
+            questions={qid: q.question(qid) for qid, q in (self.questions or {}).items()},
+            answer=self.answer,
+            gate_on=tuple(self.gate_on or ()),
+            order=self.order,
+            escalate=self.escalate or ("session" if self.session else NEEDS_TRIAGE),
+            session=self.session.spec() if self.session else None,
+            env=tuple(self.env),
+            digest=digest,
+        )
+
+
+# -------------------------------------------------------------------------------- triage
+# The rules engine validates its own section (`dispatchq.triage.rules.load_triage`, which
+# parses each `if` and resolves names against the questions); these classes describe the
+# same section for the schema and refuse what the engine does.
+
+_RULEID = _Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", "a rule id (letters, digits, . _ -)", got=True)
+RuleId = Annotated[str, _RULEID.validator, _RULEID.schema]
+_EVENTNAME = _Pattern(r"^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?$", "an '<event>.<action>' name", got=True)
+EventName = Annotated[str, _EVENTNAME.validator, _EVENTNAME.schema]
+_STATEPATH = _Pattern(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$", "a dotted path", got=True)
+StatePath = Annotated[str, _STATEPATH.validator, _STATEPATH.schema]
+_REPOSITORY = _Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$", "owner/name", got=True)
+Repository = Annotated[str, _REPOSITORY.validator, _REPOSITORY.schema]
+_GITHUBLOGIN = _Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$", "a GitHub login", got=True)
+GithubLogin = Annotated[str, _GITHUBLOGIN.validator, _GITHUBLOGIN.schema]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+Op = Literal["label.add", "label.remove", "comment", "close", "reopen", "assign", "lock", "delete-branch"]
+
+
+class GateSection(_Section):
+    suggest: Fraction = 0.6
+    auto: Fraction = 0.85
+
+
+class BudgetSection(_Section):
+    requests: Annotated[int, Field(ge=0)] | None = None
+    window: Annotated[int, Field(ge=1)] = 3600
+
+
+class TriageQuestionSection(_Section):
+    type: Literal["noul", "choice", "score"]
+    instructions: Any = None
+    criteria: Any = None
+    events: list[EventName] | None = Field(default=None, min_length=1)
+
+
+class ActionSection(_Section):
+    """One planned action: `op` and the parameters that op takes."""
+
+    op: Op
+    label: str | None = Field(default=None, max_length=50)
+    template: str | None = None
+    reason: str | None = None
+    assignees: list[GithubLogin] | None = Field(default=None, min_length=1)
+
+
+class RuleSection(_Section):
+    id: RuleId
+    events: list[EventName] = Field(min_length=1)
+    if_: str | None = Field(default=None, alias="if", description="a CEL expression over the answers")
+    gate_on: list[str] | None = Field(default=None, alias="gateOn", min_length=1)
+    actions: list[ActionSection] = Field(min_length=1)
+    enabled: bool = True
+    description: str | None = None
+    state: list[StatePath] | None = Field(default=None, min_length=1)
+
+
+class TriageSection(_Section):
+    """`triage`: the rules engine (docs/triage.md)."""
+
+    mode: Literal["shadow", "suggest", "auto"] = "shadow"
+    gate: GateSection | None = None
+    budget: BudgetSection | None = None
+    allow_destructive: list[Op] | None = Field(default=None, alias="allowDestructive")
+    executor: Literal["recording", "github"] = "recording"
+    escalate: str | None = None
+    templates: dict[str, str] | None = None
+    questions: dict[str, TriageQuestionSection] | None = None
+    rules: list[RuleSection] | None = None
+    repositories: list[Repository] | None = None
+
+    _engine: Any = PrivateAttr(default=None)
+
+    @property
+    def engine(self) -> Any:
+        """The rules engine's `TriageConfig` for this section (built while validating it)."""
+        return self._engine
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _the_engine_loads_it(
+        cls, data: Any, handler: Callable[[Any], TriageSection], info: ValidationInfo
+    ) -> Any:
+        # The engine's loader names the field in its own words, and also refuses what only
+        # it can judge (an `if` that does not parse, a name that is no question).
+        from dispatchq.triage.rules import load_triage  # noqa: PLC0415 (lazy: the CEL parser)
+
+        context = info.context or {}
+        try:
+            engine = load_triage(data, context.get("base_dir", "."))
+        except ConfigError as error:
+            raise PydanticCustomError(PROBLEM, "{message}", {"message": str(error), WHOLE: True}) from None
+        section = handler(data)
+        section._engine = engine
+        return section
+
+
+# ---------------------------------------------------------------------------------- file
+
+
+class ConfigFile(_Section):
+    """The whole file. A new section is one class above and one field here."""
+
+    kinds: dict[KindName, KindSection] | None = Field(
+        default=None, description="a mapping of kind name to definition"
+    )
+    triage: TriageSection | None = None
+
+    @field_validator("kinds")
+    @classmethod
+    def _each_kind_has_a_tier(cls, kinds: dict[str, KindSection] | None) -> Any:
+        """Which tiers serve a kind is the tier table's answer (a row may read the name)."""
+        untiered = [
+            InitErrorDetails(
+                type=problem("declares no tier (give a check, produce/verify, questions or a session)"),
+                loc=(name,),
+                input=name,
+            )
+            for name, section in (kinds or {}).items()
+            if not any(row.serves(section.kind(name)) for row in tiers.TABLE)
+        ]
+        if untiered:
+            raise ValidationError.from_exception_data(cls.__name__, untiered)
+        return kinds
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _no_builtin_names(cls, value: Any, info: ValidationInfo) -> Any:
+        builtin = (info.context or {}).get("builtin") or {}
+        for name in value if isinstance(value, dict) else ():
+            if str(name) in builtin:
+                raise problem(
+                    "the name is reserved for dispatchq's built-in decision-gate kind; choose another name",
+                    str(name),
+                )
+        return value
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the file, for editors (`dispatchq config schema`)."""
+    schema = ConfigFile.model_json_schema(by_alias=True)
+    _closed_mappings(schema)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "dispatchq config file"
+    return schema
+
+
+def _closed_mappings(node: Any) -> None:
+    """A mapping whose keys have a pattern (kind names, question ids) takes no other key."""
+    if isinstance(node, dict):
+        if "patternProperties" in node:
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            _closed_mappings(value)
+    elif isinstance(node, list):
+        for value in node:
+            _closed_mappings(value)
