@@ -82,7 +82,6 @@ else:
 """
 
 
-
 def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:
     """Both sides alternate `repeat` times on the same Redis; medians are compared."""
     shutil.copy(ROOT / "examples" / "checks.py", bench.workdir / "checks.py")  # beside the config

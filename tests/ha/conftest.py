@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,12 @@ from dispatchq.testing.sentinel import (
     wait_until,
 )
 from tests.conftest import write_check_module, write_config
+from tests.support.failover import GUARDED
+from tests.support.netns import LoopbackRedis, loopback_redis
+from tests.support.partition import (
+    Cluster,
+    start_cluster,
+)
 
 
 @pytest.fixture
@@ -159,3 +166,42 @@ def worker_logs(tmp_path: Path) -> str:
     return "\n".join(
         f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(tmp_path.glob("*.log"))
     )
+
+
+@pytest.fixture
+def guarded_topology() -> Iterator[Topology]:
+    with sentinel_topology(GUARDED) as made:
+        yield made
+
+
+@pytest.fixture
+def partition_server() -> Iterator[LoopbackRedis]:
+    with loopback_redis() as made:
+        yield made
+
+
+@pytest.fixture
+def cluster(partition_server: LoopbackRedis, dq_env: dict[str, str], tmp_path: Path) -> Iterator[Cluster]:
+    """Hosts behind stall proxies (no root needed)."""
+    yield from start_cluster("proxy", partition_server, dq_env, tmp_path)
+
+
+@pytest.fixture(params=["proxy", "netns"])
+def any_cluster(
+    request: pytest.FixtureRequest, partition_server: LoopbackRedis, dq_env: dict[str, str], tmp_path: Path
+) -> Iterator[Cluster]:
+    """The same scenario through stall proxies and through network namespaces."""
+    yield from start_cluster(str(request.param), partition_server, dq_env, tmp_path)
+
+
+@pytest.fixture
+def scheduler_server() -> Iterator[LoopbackRedis]:
+    with loopback_redis() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def tls_topology(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tls = make_tls(tmp_path_factory.mktemp("certs"))
+    with sentinel_topology(tls=tls) as made:
+        yield made

@@ -36,12 +36,10 @@ APPEND_CHECK = "grep -F See-also-notes docs/guide.md → lines 1"
 APPEND_EDIT = {"path": "docs/guide.md", "append": "See-also-notes\n"}
 
 
-@pytest.fixture
-def world_report() -> str:
-    return (
-        finding_block("DOC-1", "Guide cites a removed script")
-        + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
-    )
+WORLD_REPORT = (
+    finding_block("DOC-1", "Guide cites a removed script")
+    + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
+)
 
 
 def fixer_spawns(world: World) -> list[str]:

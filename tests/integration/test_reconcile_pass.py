@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dispatchq.client import Client
 from dispatchq.process.wiring import drain
 from dispatchq.queue.scheduler import reconcile
@@ -32,11 +30,6 @@ def _entry(jid: str, tier: str) -> NewRecord:
         "effect": "local",
     }
     return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
-
-
-@pytest.fixture
-def store(redis_client: Any) -> Store:
-    return Store(redis_client)
 
 
 def test_stale_gives_one_record_per_job_then_every_record_of_the_jobs_asked_for(store: Store) -> None:
