@@ -15,8 +15,8 @@ import pytest
 
 import dispatchq.cli.triage as cli_triage
 from dispatchq.storage.triage import TriageStorage
-from tests.conftest import counting_check, write_config
 from tests.support.cli import FAKE, REPORT, Env, git
+from tests.support.helpers import counting_check, write_config
 
 
 @pytest.fixture

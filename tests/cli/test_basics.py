@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 
 def _batch(tmp_path: Path, *lines: dict[str, Any]) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_config
+from tests.support.helpers import write_config
 
 #: Top-level packages and dispatchq modules none of these commands needs.
 HEAVY_PACKAGES = ("githubkit", "celpy", "lark")

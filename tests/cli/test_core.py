@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import calls_of, run_cli
+from tests.support.helpers import calls_of, run_cli
 
 CONTRACT = ["id", "kind", "target", "status", "tier", "value", "confidence", "reason", "trail"]
 

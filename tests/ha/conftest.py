@@ -43,8 +43,8 @@ from dispatchq.testing.sentinel import (
     start_node,
     wait_until,
 )
-from tests.conftest import write_check_module, write_config
 from tests.support.failover import GUARDED
+from tests.support.helpers import write_check_module, write_config
 from tests.support.netns import LoopbackRedis, loopback_redis
 from tests.support.partition import (
     Cluster,

@@ -33,13 +33,13 @@ from dispatchq.testing.sentinel import (
     Topology,
     plain_pair,
 )
-from tests.conftest import run_cli, wait_for
 from tests.ha.conftest import (
     doubling_kind,
     ha_env,
     start_worker,
     worker_logs,
 )
+from tests.support.helpers import run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from redis.retry import Retry
 from dispatchq.queue.retrigger import window_for
 from dispatchq.settings import Settings
 from dispatchq.window.limits import GENERAL_SCOPE
-from tests.conftest import pid_alive
+from tests.support.helpers import pid_alive
 from tests.support.netns import LoopbackRedis, Namespaces, require_netns
 from tests.support.partition import (
     LEASE,

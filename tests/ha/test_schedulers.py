@@ -23,7 +23,7 @@ from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.scheduler import TICK, DispatchqScheduler
 from dispatchq.storage import keys
-from tests.conftest import wait_for
+from tests.support.helpers import wait_for
 from tests.support.netns import LoopbackRedis
 from tests.support.stallproxy import StallProxy
 

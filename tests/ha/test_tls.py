@@ -30,10 +30,10 @@ from dispatchq.testing.sentinel import (
     SERVICE,
     Topology,
 )
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
 from tests.ha.conftest import (
     TlsServer,
 )
+from tests.support.helpers import run_cli, wait_for, write_check_module, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -62,12 +62,12 @@ from dispatchq.testing.anthropic import FakeAnthropicAPI
 from dispatchq.testing.typesafe import FakeTypeSafeAPI, FakeTypeSafeProcess
 from dispatchq.tiers.typed.provider import TypeSafeProvider
 from dispatchq.window.face import Window
-from tests.conftest import counting_check, pid_alive, wait_for, write_check_module, write_config
 from tests.support.configs import ID_PREFIX_CONFIG, INTEGRATION_CONFIG
 from tests.support.connection import redis_pids
 from tests.support.entry_points import user_project
 from tests.support.faults import Formation
 from tests.support.gate import World, finding_block, make_world
+from tests.support.helpers import counting_check, pid_alive, wait_for, write_check_module, write_config
 from tests.support.job_upgrade import Evil, stored_data
 from tests.support.leases import FAKE_CLAUDE
 from tests.support.look_around import (

@@ -15,7 +15,7 @@ from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
 from dispatchq.git import runner as git
 from dispatchq.settings import load_settings
-from tests.conftest import git as run_git
+from tests.support.helpers import git as run_git
 
 
 def j(**fields: Any) -> JudgementIn:

@@ -29,7 +29,7 @@ import pytest
 
 from dispatchq.launcher.releases import OLDEST
 from dispatchq.testing.anthropic import Reply
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
 # Under CI=true a release that cannot run there fails this import; the `release` fixture

@@ -20,8 +20,8 @@ import pytest
 from dispatchq.errors import RedisUnavailable
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import MAX_SOCKET_PATH, EmbeddedRedis, connect
-from tests.conftest import REPO, run_cli, wait_for
 from tests.support.connection import redis_pids
+from tests.support.helpers import REPO, run_cli, wait_for
 
 
 def alive(pid: int) -> bool:

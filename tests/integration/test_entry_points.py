@@ -25,8 +25,8 @@ from dispatchq.process.wiring import drain
 from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, DispatchqJob, DispatchqQueue, entry_module
 from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
-from tests.conftest import calls_of, run_cli
 from tests.support.entry_points import user_project
+from tests.support.helpers import calls_of, run_cli
 
 HERE = __name__  # importable by RQ's `import_attribute` from the test process
 

@@ -24,8 +24,15 @@ from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
 from dispatchq.testing.typesafe import FakeTypeSafeAPI
-from tests.conftest import blocking_check, pid_alive, run_cli, wait_for, write_check_module, write_config
 from tests.support.faults import Formation
+from tests.support.helpers import (
+    blocking_check,
+    pid_alive,
+    run_cli,
+    wait_for,
+    write_check_module,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 

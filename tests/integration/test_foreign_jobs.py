@@ -34,7 +34,7 @@ from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint
 from dispatchq.queue.scheduler import scheduler_for
 from dispatchq.storage import keys
-from tests.conftest import calls_of, run_cli
+from tests.support.helpers import calls_of, run_cli
 
 ROLES = ("on_success", "on_failure", "on_stopped")
 PICKLE = str(RefusedData("pickle"))

@@ -18,7 +18,6 @@ from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
 from dispatchq.storage import keys
-from tests.conftest import run_cli
 from tests.support.gate import (
     GONE,
     REMOVE,
@@ -27,6 +26,7 @@ from tests.support.gate import (
     finding_block,
     fixer_step,
 )
+from tests.support.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 

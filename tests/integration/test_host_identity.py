@@ -12,7 +12,7 @@ from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.storage.store import Store
 from dispatchq.workers.identity import holder_elsewhere, machine_id
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 pytestmark = pytest.mark.usefixtures("no_ghost_left")
 

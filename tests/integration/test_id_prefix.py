@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 
 def cli(env: dict[str, str], *args: str) -> str:

@@ -18,7 +18,7 @@ from dispatchq.errors import UserError
 from dispatchq.process.wiring import drain
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage import keys
-from tests.conftest import calls_of, counting_check, run_cli, write_check_module, write_config
+from tests.support.helpers import calls_of, counting_check, run_cli, write_check_module, write_config
 
 
 def statuses(rt: Any, ids: list[str]) -> list[tuple[str, str | None]]:

@@ -21,7 +21,7 @@ from dispatchq.core.entrypoints import CODE_JOB
 from dispatchq.queue.entrypoints import DispatchqJob, RefusedEntryPoint
 from dispatchq.queue.upgrade import NeedsGlobal, no_globals_loads, upgrade_jobs
 from dispatchq.storage import keys
-from tests.conftest import calls_of, run_cli
+from tests.support.helpers import calls_of, run_cli
 from tests.support.job_upgrade import Evil, stored_data
 
 

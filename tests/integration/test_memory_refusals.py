@@ -15,7 +15,7 @@ import pytest
 
 from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
-from tests.conftest import run_cli, write_config
+from tests.support.helpers import run_cli, write_config
 
 pytestmark = pytest.mark.slow
 

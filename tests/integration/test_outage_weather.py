@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
+from tests.support.helpers import run_cli, wait_for, write_check_module, write_config
 from tests.support.weather import WeatherServer, WeatherWorker
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from dispatchq.client import Client
 from dispatchq.process.wiring import drain
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.storage.store import NewRecord, Store
-from tests.conftest import write_check_module, write_config
+from tests.support.helpers import write_check_module, write_config
 
 
 def _entry(jid: str, tier: str) -> NewRecord:

@@ -18,7 +18,7 @@ from dispatchq.process.wiring import drain
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
-from tests.conftest import (
+from tests.support.helpers import (
     blocking_check,
     counting_check,
     run_cli,

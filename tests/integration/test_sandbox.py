@@ -356,7 +356,7 @@ def test_a_session_that_the_sandbox_admits_answers_through_the_worker(sandbox_ha
 
 def test_a_session_worker_without_a_credential_refuses_to_start_with_the_hint(sandbox_harness: Any) -> None:
     env = {k: v for k, v in sandbox_harness.env.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"}
-    from tests.conftest import run_cli
+    from tests.support.helpers import run_cli
 
     done = run_cli(["worker", "session", "--burst"], env, cwd=sandbox_harness.tmp)
     assert done.returncode == 2, done.stderr

@@ -21,7 +21,7 @@ from typing import Any
 
 from dispatchq.storage import keys
 from dispatchq.storage.window import WindowStore
-from tests.conftest import run_cli, wait_for
+from tests.support.helpers import run_cli, wait_for
 from tests.support.serve import ACTIONS_TOKEN, Reply, Server, request
 
 AUTH = {"Authorization": f"Bearer {ACTIONS_TOKEN}", "Content-Type": "application/json"}

@@ -11,7 +11,7 @@ from typing import Any
 
 from dispatchq.storage import keys
 from dispatchq.storage.connection import redis_server_binary
-from tests.conftest import run_cli, wait_for
+from tests.support.helpers import run_cli, wait_for
 from tests.support.serve import API_TOKEN, Server, deliver, free_port, payload, request
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 from tests.support.serve import GATE_PUBLIC, GATE_TOKEN, Reply, Server, free_port, request, sign
 
 AUTH = {"Authorization": f"Bearer {GATE_TOKEN}"}

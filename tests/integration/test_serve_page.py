@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchq.storage.window import WindowStore
-from tests.conftest import wait_for
+from tests.support.helpers import wait_for
 from tests.support.page import CHROMIUM_ARGS, EVIL, PAGE_TOKEN, WAITING, chromium_or_skip
 
 

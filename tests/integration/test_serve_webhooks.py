@@ -20,7 +20,7 @@ from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.storage import keys
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 from tests.support.serve import Server, deliver, payload, request, sign
 
 

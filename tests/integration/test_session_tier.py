@@ -39,7 +39,7 @@ from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 from tests.support.session import FAKE, FAKE_ARGS, NOBODY, Harness, iso_epoch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from dispatchq.storage.triage import TriageStorage
-from tests.conftest import counting_check, run_cli
 from tests.support.github_api import FakeGitHub
+from tests.support.helpers import counting_check, run_cli
 from tests.support.serve import PROXIES, Server, deliver, module_env, payload
 from tests.support.settings_sources import HOSTILE_URL
 

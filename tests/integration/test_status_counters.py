@@ -21,7 +21,7 @@ from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
 WINDOW = "usage window closed until 2030-01-01 00:00 UTC (five_hour)"

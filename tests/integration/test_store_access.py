@@ -32,7 +32,7 @@ from dispatchq.storage.connection import (
     connect_async,
     redis_server_binary,
 )
-from tests.conftest import REPO, run_cli, wait_for, write_check_module, write_config
+from tests.support.helpers import REPO, run_cli, wait_for, write_check_module, write_config
 from tests.support.store_access import NOBODY, Listener, as_nobody, free_port, redis_pids
 
 DEEP = ["a-rather-long-directory-name-for-a-data-dir"] * 4

@@ -17,7 +17,7 @@ from dispatchq.core.ladder import entry_tier, next_tier
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.workers.run import drain
-from tests.conftest import write_config
+from tests.support.helpers import write_config
 from tests.support.tier_table import LINT
 
 

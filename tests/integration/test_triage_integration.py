@@ -17,8 +17,8 @@ from dispatchq.storage.triage import TriageStorage
 from dispatchq.testing.typesafe import FakeTypeSafeProcess
 from dispatchq.triage.engine import TriageStore
 from dispatchq.triage.executors import RecordingExecutor
-from tests.conftest import run_cli
 from tests.support.github_api import FakeGitHub
+from tests.support.helpers import run_cli
 from tests.support.triage import (
     EVENT,
     GITHUB_TOKEN,

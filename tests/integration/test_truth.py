@@ -21,7 +21,7 @@ from dispatchq.storage.store import Store
 from dispatchq.tiers.confine import credential_problem, spawn_refusal
 from dispatchq.tiers.preflight import COMMAND_HINT, resolve_session_command
 from dispatchq.workers.warnings import collect_warnings
-from tests.conftest import run_cli, wait_for, write_config
+from tests.support.helpers import run_cli, wait_for, write_config
 from tests.support.truth import Procs
 
 FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"

@@ -40,7 +40,7 @@ from dispatchq.testing.typesafe import (
 from dispatchq.tiers.typed.tier import KEYLESS_WHY
 from dispatchq.workers.run import make_worker
 from dispatchq.workers.status import collect_status
-from tests.conftest import REPO, run_cli, wait_for, write_config
+from tests.support.helpers import REPO, run_cli, wait_for, write_config
 from tests.support.typed import TYPED_KEY
 
 TARGET = "acme/app#12"

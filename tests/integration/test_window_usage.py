@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dispatchq.serve.usage import usage_families
 from dispatchq.storage import usage as usage_store
 from dispatchq.testing.anthropic import Reply
-from tests.conftest import wait_for
+from tests.support.helpers import wait_for
 from tests.support.page import CHROMIUM_ARGS, chromium_or_skip, free_port
 from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 

@@ -12,7 +12,7 @@ import fakeredis
 from click.testing import CliRunner, Result
 
 from dispatchq.cli import main
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 
 __all__ = ["CONFIG", "FAKE", "REPORT", "Env", "git"]
 

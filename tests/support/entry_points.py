@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tests.conftest import write_config
+from tests.support.helpers import write_config
 
 __all__ = ["user_project"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.support.helpers import wait_for
 
 __all__ = ["Formation"]
 

@@ -29,7 +29,7 @@ from dispatchq.findings.evidence.pins import PinResult
 from dispatchq.findings.evidence.record import DecisionRecord, RecordStore, report_lock_dir
 from dispatchq.findings.grammar.lines import Decision
 from dispatchq.findings.grammar.plans import Check
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 
 FAKE = REPO / "tests" / "support" / "fake_claude.py"
 SESSION_COMMAND = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"

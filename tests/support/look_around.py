@@ -61,7 +61,7 @@ import redis as redis_lib
 
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import redis_server_binary
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 from tests.support.session import Harness
 
 MAX_LISTED = 300

@@ -23,7 +23,7 @@ from dispatchq.process.wiring import set_runtime
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
-from tests.conftest import REPO, pid_alive
+from tests.support.helpers import REPO, pid_alive
 from tests.support.netns import Host, LoopbackRedis, Namespaces, require_netns
 from tests.support.stallproxy import LOOPBACK, StallProxy
 

@@ -19,7 +19,7 @@ from dispatchq.launcher.releases import RELEASES, installed_claude
 from dispatchq.queue.retrigger import window_for
 from dispatchq.storage import keys
 from dispatchq.testing.anthropic import FakeAnthropicAPI
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 from tests.support.session import Harness
 
 __all__ = [

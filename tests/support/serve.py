@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 
 WEBHOOKS = REPO.parent / "shared" / "github-webhooks"
 SECRET = "It's a Secret to Everybody"

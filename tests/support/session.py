@@ -27,7 +27,7 @@ from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.window import marker
 from dispatchq.window.limits import GENERAL_SCOPE
-from tests.conftest import REPO, run_cli
+from tests.support.helpers import REPO, run_cli
 
 __all__ = ["CONFIG", "FAKE", "FAKE_ARGS", "GATE", "NOBODY", "SESSION_COMMAND", "Harness", "iso_epoch"]
 

@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import wait_for
 from tests.support.connection import redis_pids
+from tests.support.helpers import wait_for
 from tests.support.serve import free_port
 from tests.support.session import NOBODY
 

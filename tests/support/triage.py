@@ -9,7 +9,7 @@ from typing import Any
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.testing.typesafe import choice, noul
 from dispatchq.triage.executors import RecordingExecutor
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 __all__ = [
     "CONFIG",

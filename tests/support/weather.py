@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 
 from dispatchq.storage.connection import redis_server_binary
-from tests.conftest import wait_for
+from tests.support.helpers import wait_for
 
 __all__ = ["WeatherServer", "WeatherWorker"]
 

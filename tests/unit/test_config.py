@@ -19,7 +19,7 @@ from dispatchq.config import Config, config_source, load_config, parse_config
 from dispatchq.errors import ConfigError, UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, RecordingExecutor, RepositoryGate, build_executor
-from tests.conftest import write_check_module, write_config
+from tests.support.helpers import write_check_module, write_config
 
 NOUL = {"type": "noul", "instructions": "Is it actionable?"}
 SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
