@@ -47,6 +47,7 @@ from dispatchq.core import entrypoints as entry_names
 from dispatchq.core import tiers
 from dispatchq.core.entrypoints import DELIVERIES_JOB, RETRIGGER_JOB
 from dispatchq.findings.evidence.record import DecisionRecord, RecordStore
+from dispatchq.launcher.releases import RELEASES
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.dispatch import dispatcher_for
 from dispatchq.queue.entrypoints import DispatchqQueue
@@ -87,7 +88,7 @@ from tests.support.non_dumpable import (
 from tests.support.page import EVIL, PAGE_TOKEN, WAITING
 from tests.support.real_client import (
     RealHarness,
-    release_params,
+    skip_unless_ready,
 )
 from tests.support.recovery import Workers
 from tests.support.repos import RECORD_REPORT, git, record_git
@@ -190,9 +191,11 @@ def sandbox_harness(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -
         h.close()
 
 
-@pytest.fixture(params=release_params())
+@pytest.fixture(params=[pytest.param(version, id=f"cc{version}") for version in RELEASES])
 def release(request: pytest.FixtureRequest) -> str:
-    """The Claude Code release a case runs against (every one, unless the case narrows it)."""
+    """The Claude Code release a case runs against (every one, unless the case narrows it),
+    skipped with the reason where that release cannot run here."""
+    skip_unless_ready(str(request.param))
     return str(request.param)
 
 

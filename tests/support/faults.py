@@ -1,4 +1,5 @@
-"""The fault tests' formation: workers and a scheduler on a Redis of the test's own."""
+"""The fault tests' formation: the long-running processes of one case, each of which must still
+be running at the end."""
 
 from __future__ import annotations
 

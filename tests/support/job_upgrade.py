@@ -1,4 +1,5 @@
-"""A stored RQ job of an earlier release, for the job-upgrade tests."""
+"""What the job-upgrade tests read and plant in RQ's job hashes: a job's stored payload, and a
+pickle that would run a command if anything unpickled it."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ under `CI=true` a file of the layer refuses to import without them
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,13 +24,14 @@ from tests.support.helpers import REPO
 from tests.support.session import Harness
 
 __all__ = [
-    "WHY_NOT",
     "RealHarness",
     "claude_of",
     "command_of",
     "path_without_bwrap",
     "refuse_a_missing_cli_under_ci",
     "release_params",
+    "skip_unless_ready",
+    "why_not",
 ]
 
 
@@ -56,13 +58,25 @@ def _claude_ready(version: str) -> str | None:
     return None
 
 
-WHY_NOT = {version: _claude_ready(version) for version in RELEASES}
+@functools.cache
+def why_not(version: str) -> str | None:
+    """Why the release cannot run here (None when it can), asked once per process: the real-client
+    files ask at import, the layer's `release` fixture when a case needs it, and no other file pays
+    for starting the CLI."""
+    return _claude_ready(version)
+
+
+def skip_unless_ready(version: str) -> None:
+    """Skip the running case, loudly and with the reason, where the release cannot run here."""
+    why = why_not(version)
+    if why is not None:
+        pytest.skip(f"REAL CLAUDE CODE CLI TESTS SKIPPED: {why}")
 
 
 def refuse_a_missing_cli_under_ci() -> None:
     """Under `CI=true` the real-client layer must run: a file of it calls this at import, so a
     missing or broken CLI fails that file instead of skipping every case quietly."""
-    missing = {version: why for version, why in WHY_NOT.items() if why is not None}
+    missing = {version: why for version in RELEASES if (why := why_not(version)) is not None}
     if missing and os.environ.get("CI") == "true":
         raise RuntimeError(f"CI=true and the real-client layer cannot run: {'; '.join(missing.values())}")
 
@@ -74,8 +88,8 @@ def release_params(versions: tuple[str, ...] = RELEASES) -> list[Any]:
             version,
             id=f"cc{version}",
             marks=pytest.mark.skipif(
-                WHY_NOT[version] is not None,
-                reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {WHY_NOT[version]}",
+                why_not(version) is not None,
+                reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {why_not(version)}",
             ),
         )
         for version in versions

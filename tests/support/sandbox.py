@@ -1,4 +1,4 @@
-"""A loopback echo server for the sandbox tests."""
+"""A loopback HTTP handler that echoes the path and `Connection` header, for the sandbox tests."""
 
 from __future__ import annotations
 

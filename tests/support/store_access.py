@@ -1,4 +1,4 @@
-"""The store-access tests' listener: a process of another user probing the Redis socket."""
+"""The store-access tests' listener: a unix socket served as `nobody`, logging each connection."""
 
 from __future__ import annotations
 
