@@ -1,4 +1,6 @@
-"""Shared pytest fixtures."""
+"""The fixtures every layer shares: a clean environment, the embedded Redis, `dq_env`, a
+runtime factory. Each layer's own fixtures live in its conftest.py, the helpers the tests
+share in tests/support/ (tests/unit/test_fixture_layout.py keeps it so)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ test's own in front of each node (`TlsTerminator`: Python's `ssl`, certificates 
 also relays plain traffic: the sentinels and the replication link (which the binary can
 only speak in plain) go through the same address the clients dial over TLS, so the
 addresses the sentinels hand out are the ones a `rediss+sentinel://` client must reach.
+
+Every fixture of the layer lives here, under a name no other layer uses
+(tests/unit/test_fixture_layout.py).
 """
 
 from __future__ import annotations
