@@ -179,7 +179,6 @@ def echo_server() -> Iterator[int]:
         server.server_close()
 
 
-# --- through a real session worker ---------------------------------------------------------------
 @pytest.fixture
 def sandbox_harness(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[Any]:
     from tests.support.session import Harness
@@ -714,7 +713,6 @@ def checks_repo(tmp_path: Path) -> Path:
     return root
 
 
-# --- containment ---------------------------------------------------------------------------
 @pytest.fixture
 def links(checks_repo: Path, tmp_path: Path) -> Path:
     (checks_repo / "to-evil").symlink_to(tmp_path / "root-evil")
@@ -842,7 +840,6 @@ def typesafe_provider(typesafe_api: FakeTypeSafeAPI) -> Iterator[TypeSafeProvide
         yield p
 
 
-# --- fixtures and helpers ---------------------------------------------------------------------
 @pytest.fixture
 def api(typesafe_api: FakeTypeSafeAPI) -> FakeTypeSafeAPI:
     typesafe_api.api_key = TYPED_KEY

@@ -249,6 +249,7 @@ def test_expectations_decide_on_raw_output(expect: Expectation, output: str, pas
     assert meets(expect, output) is passes
 
 
+# --- containment ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("token", "why"),
     [

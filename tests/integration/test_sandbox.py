@@ -309,6 +309,7 @@ launch([sys.executable, "-c", {TRAP!r}, {token!r}], "", cwd=work, env={{"PATH": 
     assert not (work / "got-term").exists()  # SIGKILL gives nobody a chance: nothing ran after it
 
 
+# --- through a real session worker ---------------------------------------------------------------
 def _path_without_bwrap(tmp: Path) -> str:
     from tests.support.real_client import path_without_bwrap
 

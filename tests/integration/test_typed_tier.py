@@ -46,6 +46,7 @@ from tests.support.typed import TYPED_KEY
 TARGET = "acme/app#12"
 
 
+# --- fixtures and helpers ---------------------------------------------------------------------
 def enqueue(rt: Runtime, kind: str, state: Any = None, *, target: str = TARGET, force: bool = False) -> str:
     return Client(runtime=rt).enqueue(kind, target, state=state, force=force)
 
