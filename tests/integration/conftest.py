@@ -71,7 +71,7 @@ from tests.support.gate import World, finding_block, make_world
 from tests.support.helpers import counting_check, pid_alive, wait_for, write_check_module, write_config
 from tests.support.job_upgrade import Evil, stored_data
 from tests.support.leases import FAKE_CLAUDE
-from tests.support.look_around import (
+from tests.support.look_around_world import (
     Planted,
     StoreHarness,
     external_redis,

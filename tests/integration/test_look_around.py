@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.look_around import (
+from tests.support.look_around_world import (
     KINDS,
     OTHER_PROCESS_ENV,
     Planted,
