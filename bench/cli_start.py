@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.common import Bench
 
 __all__ = ["run_cli_start"]
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -57,14 +56,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.cli_start import run_cli_start  # noqa: E402
+from bench.common import PY, Bench, write_jsonl  # noqa: E402
 from bench.faults import QUICK, run_faults  # noqa: E402
 from bench.sessions import run_sessions  # noqa: E402
 from bench.status import run_status  # noqa: E402
 from bench.typed import typed_concurrency  # noqa: E402
 from bench.webhooks import run_webhooks  # noqa: E402
-from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
-PY = sys.executable
 RESULTS = ROOT / "bench" / "results"
 
 # The embedded server has a password: the bare-RQ side gets its URL in the environment
@@ -82,57 +80,6 @@ if sys.argv[1] == "enqueue":
 else:
     SimpleWorker([q], connection=conn).work(burst=True, logging_level="WARNING")
 """
-
-
-class Bench:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.server = EmbeddedRedis(workdir / "redis")
-        self.server.ensure_running()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCHQ_", "TYPESAFE_"))}
-        self.env.update(
-            DISPATCHQ_DATA_DIR=str(self.server.data_dir),
-            DISPATCHQ_CONFIG=str(workdir / "dispatchq.yaml"),
-            DISPATCHQ_CHECKOUT_ROOTS=str(workdir),
-            PYTHONPATH=str(ROOT),
-        )
-        self.redis = self.server.client()
-
-    def close(self) -> None:
-        self.server.stop()
-
-    def bare_env(self) -> dict[str, str]:
-        """The environment of a bare-RQ process: this bench's server as BENCH_REDIS_URL."""
-        return {**self.env, "BENCH_REDIS_URL": self.server.url()}
-
-    def config(self, text: str) -> None:
-        (self.workdir / "dispatchq.yaml").write_text(text)
-
-    def timed(
-        self, argv: list[str], *, stdin: Path | None = None, env: dict[str, str] | None = None
-    ) -> float:
-        """Wall time of one whole process (start-up included)."""
-        started = time.perf_counter()
-        with open(stdin or os.devnull, "rb") as handle:
-            done = subprocess.run(
-                argv,
-                stdin=handle,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=env or self.env,
-                cwd=ROOT,
-            )
-        elapsed = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv[:4])} failed: {done.stderr.decode()[-2000:]}")
-        return elapsed
-
-    def dispatchq(self, *args: str) -> list[str]:
-        return [PY, "-m", "dispatchq.cli", *args]
-
-
-def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def foundation(bench: Bench, n: int, repeat: int) -> dict[str, Any]:

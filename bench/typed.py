@@ -28,7 +28,7 @@ from dispatchq.storage import keys  # noqa: E402
 from dispatchq.testing.typesafe import FakeTypeSafeProcess  # noqa: E402
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.common import Bench
 
 __all__ = ["typed_concurrency"]
 

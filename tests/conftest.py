@@ -1,11 +1,11 @@
-"""Shared pytest fixtures."""
+"""The fixtures every layer shares: a clean environment, the embedded Redis, `dq_env`, a
+runtime factory. Each layer's own fixtures live in its conftest.py, the helpers the tests
+share in tests/support/ (tests/unit/test_fixture_layout.py keeps it so)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
-from dispatchq.storage.connection import EmbeddedRedis, process_alive
+from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.testing.typesafe import FakeTypeSafeAPI
+from tests.support.helpers import (
+    REPO,
+    git,
+)
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +59,6 @@ def typesafe_api() -> Iterator[FakeTypeSafeAPI]:
 # --- real Redis ----------------------------------------------------------------------------
 # One embedded server per pytest-xdist worker (its own data dir), started once and
 # flushed before each test that asks for it, so parallel workers never share keys.
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -108,122 +110,9 @@ def dq_env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(
-    args: list[str],
-    env: dict[str, str],
-    *,
-    input: str | None = None,
-    timeout: float = 120,
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run the real `dispatchq` CLI in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "dispatchq.cli", *args],
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-    )
-
-
 # --- helpers for the foundation's tests (settings, config, store, code tier, CLI, recovery) ------
 
-import textwrap  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-
-
-def wait_for(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
-) -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        time.sleep(interval)
-
-
-def write_check_module(directory: Path, body: str) -> str:
-    """Write a check module with a unique name into `directory`; return `module` for `module:function`.
-
-    Unique names matter in-process: `import_check` caches modules in `sys.modules`, so two
-    tests writing `checks.py` into different directories would otherwise share the first one.
-    """
-    name = f"dqcheck_{uuid.uuid4().hex[:12]}"
-    (directory / f"{name}.py").write_text(textwrap.dedent(body))
-    return name
-
-
-def counting_check(directory: Path, *, answer: str = "state.get('answer')") -> tuple[str, Path]:
-    """A check that appends the judgement's target to a calls file, then answers `answer`.
-
-    Returns ("module:check", calls file). `answer` is a Python expression over `state`.
-    """
-    calls = directory / f"calls-{uuid.uuid4().hex[:8]}.txt"
-    module = write_check_module(
-        directory,
-        f"""
-        def check(judgement):
-            state = judgement.state if isinstance(judgement.state, dict) else {{}}
-            with open({str(calls)!r}, "a") as handle:
-                handle.write(judgement.target + "\\n")
-            if state.get("raise"):
-                raise RuntimeError("check exploded on " + judgement.target)
-            return {answer}
-        """,
-    )
-    return f"{module}:check", calls
-
-
-def blocking_check(directory: Path, *, answer: str, then_sleep: float = 0.0) -> tuple[str, Path, Path]:
-    """A check whose first call blocks (its worker is killed there) and every later call answers.
-
-    Each call appends the target to a calls file; the first also writes a marker file, so a
-    test can wait for it before killing the worker. `answer` is a Python expression over
-    `judgement`; `then_sleep` delays every later call (a re-run that must outlive the dead
-    execution's hash). Returns ("module:check", first-call marker, calls file).
-    """
-    first = directory / "first-call-started"
-    calls = directory / "calls.txt"
-    module = write_check_module(
-        directory,
-        f"""
-        import pathlib, time
-
-        def check(judgement):
-            with open({str(calls)!r}, "a") as handle:
-                handle.write(judgement.target + "\\n")
-            marker = pathlib.Path({str(first)!r})
-            if not marker.exists():
-                marker.write_text("running")
-                time.sleep(300)  # the worker is killed while it sits here
-            time.sleep({then_sleep!r})
-            return {answer}
-        """,
-    )
-    return f"{module}:check", first, calls
-
-
-def calls_of(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def write_config(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def git(repo: Path, *args: str) -> str:
-    identity = ["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false"]
-    argv = ["git", "-C", str(repo), *identity, *args]
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture
@@ -237,15 +126,6 @@ def git_repo(tmp_path: Path) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "initial")
     return repo
-
-
-def tree_snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under `root` (outside .git) with its bytes: compare before/after for byte-identity."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.relative_to(root).parts
-    }
 
 
 @pytest.fixture
@@ -271,8 +151,3 @@ def make_runtime(dq_env: dict[str, str], redis_client: Any) -> Iterator[Callable
 
     yield make
     set_runtime(None)
-
-
-def pid_alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie waiting for init to reap it counts as exited)."""
-    return process_alive(pid)

@@ -14,29 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import REPO, counting_check, run_cli, write_config
-
-FAKE = REPO / "tests" / "support" / "fake_claude.py"
-
-
-@pytest.fixture
-def run_env(dq_env: dict[str, str], tmp_path: Path, redis_client: Any) -> dict[str, str]:
-    check, _calls = counting_check(tmp_path)
-    write_config(
-        tmp_path / "dispatchq.yaml",
-        f"""
-        kinds:
-          lock:
-            check: {check}
-          ask:
-            session:
-              prompt: "Answer {{{{ target }}}}"
-        """,
-    )
-    dq_env["DISPATCHQ_SESSION_COMMAND"] = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"
-    return dq_env
+from tests.support.helpers import run_cli
 
 
 def _batch(tmp_path: Path, *lines: dict[str, Any]) -> Path:

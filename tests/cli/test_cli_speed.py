@@ -14,11 +14,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import write_config
+from tests.support.helpers import write_config
 
 #: Top-level packages and dispatchq modules none of these commands needs.
 HEAVY_PACKAGES = ("githubkit", "celpy", "lark")
@@ -84,21 +83,6 @@ def probe(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedPro
     return done, json.loads(lines[-1].removeprefix("MODULES "))
 
 
-@pytest.fixture
-def cli_env(dq_env: dict[str, str], tmp_path: Path, redis_client: Any) -> dict[str, str]:
-    """The test's Redis and a config with a code kind and a session kind (no triage section)."""
-    write_config(
-        tmp_path / "dispatchq.yaml",
-        """
-        kinds:
-          ask:
-            session:
-              prompt: "Answer {{ target }}"
-        """,
-    )
-    return dq_env
-
-
 def test_the_heavy_filter_recognises_what_it_must_refuse() -> None:
     """The check below can fail: the names it looks for are the ones a heavy import leaves."""
     refused = ["githubkit.rest", "celpy", "dispatchq.findings.run.kinds", "dispatchq.triage.engine"]
@@ -109,8 +93,8 @@ def test_the_heavy_filter_recognises_what_it_must_refuse() -> None:
     ]
 
 
-def test_status_json_imports_neither_the_triage_engine_nor_the_gate(cli_env: dict[str, str]) -> None:
-    done, modules = probe(["status", "--json"], cli_env)
+def test_status_json_imports_neither_the_triage_engine_nor_the_gate(speed_env: dict[str, str]) -> None:
+    done, modules = probe(["status", "--json"], speed_env)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
     # The triage section is still there, read from storage alone.
@@ -131,16 +115,16 @@ def test_status_json_imports_neither_the_triage_engine_nor_the_gate(cli_env: dic
     ids=["enqueue", "list", "result", "window"],
 )
 def test_the_other_loop_commands_import_only_what_they_use(
-    cli_env: dict[str, str], args: list[str], code: int, allowed: tuple[str, ...]
+    speed_env: dict[str, str], args: list[str], code: int, allowed: tuple[str, ...]
 ) -> None:
-    done, modules = probe(args, cli_env)
+    done, modules = probe(args, speed_env)
     assert done.returncode == code and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert heavy(modules, allowed) == []
     if "--json" in args:
         assert not drawn(modules)
 
 
-def test_a_config_with_triage_rules_still_loads_them(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_config_with_triage_rules_still_loads_them(speed_env: dict[str, str], tmp_path: Path) -> None:
     """The rules' loader is imported when a config has a `triage` section, and a bad rule in it
     is still the same one-line error: lazy, not skipped."""
     write_config(
@@ -154,7 +138,7 @@ def test_a_config_with_triage_rules_still_loads_them(cli_env: dict[str, str], tm
           not_a_key: 1
         """,
     )
-    done, modules = probe(["enqueue", "--kind", "ask", "--target", "x"], cli_env)
+    done, modules = probe(["enqueue", "--kind", "ask", "--target", "x"], speed_env)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "not_a_key" in done.stderr, done.stderr[-2000:]
     assert "dispatchq.triage.rules" in modules

@@ -15,30 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import calls_of, counting_check, run_cli, write_config
+from tests.support.helpers import calls_of, run_cli
 
 CONTRACT = ["id", "kind", "target", "status", "tier", "value", "confidence", "reason", "trail"]
-
-
-@pytest.fixture
-def cli_env(dq_env: dict[str, str], tmp_path: Path, redis_client: Any) -> dict[str, str]:
-    """dq_env with a config of three kinds: a counting check, a typed kind, and a checkout kind."""
-    check, calls = counting_check(tmp_path)
-    write_config(
-        tmp_path / "dispatchq.yaml",
-        f"""
-        kinds:
-          lock:
-            check: {check}
-          label:
-            questions:
-              bug: {{type: noul, instructions: "Is this a bug report?"}}
-            answer: bug
-            escalate: needs-triage
-        """,
-    )
-    dq_env["_CALLS"] = str(calls)  # not a dispatchq variable: where the check logs its calls
-    return dq_env
 
 
 def records(redis_client: Any) -> list[bytes]:
@@ -88,26 +67,26 @@ def enqueue(env: dict[str, str], *args: str) -> str:
     ],
 )
 def test_enqueue_bad_input(
-    cli_env: dict[str, str], redis_client: Any, args: list[str], fragment: str
+    core_env: dict[str, str], redis_client: Any, args: list[str], fragment: str
 ) -> None:
-    assert_one_line_error(run_cli(["enqueue", *args], cli_env), fragment)
+    assert_one_line_error(run_cli(["enqueue", *args], core_env), fragment)
     assert records(redis_client) == []
 
 
 def test_a_checkout_escaping_the_roots_with_dotdot(
-    cli_env: dict[str, str], tmp_path: Path, redis_client: Any
+    core_env: dict[str, str], tmp_path: Path, redis_client: Any
 ) -> None:
     escaping = json.dumps({"checkout": f"{tmp_path}/../{tmp_path.name}/../.."})
-    done = run_cli(["enqueue", "--kind", "lock", "--target", "a", "--context", escaping], cli_env)
+    done = run_cli(["enqueue", "--kind", "lock", "--target", "a", "--context", escaping], core_env)
     assert_one_line_error(done, "outside DISPATCHQ_CHECKOUT_ROOTS")
     assert records(redis_client) == []
-    assert calls_of(Path(cli_env["_CALLS"])) == []
+    assert calls_of(Path(core_env["_CALLS"])) == []
 
 
-def test_state_file_that_is_not_utf8(cli_env: dict[str, str], tmp_path: Path, redis_client: Any) -> None:
+def test_state_file_that_is_not_utf8(core_env: dict[str, str], tmp_path: Path, redis_client: Any) -> None:
     binary = tmp_path / "state.bin"
     binary.write_bytes(b"\xff\xfe{")
-    done = run_cli(["enqueue", "--kind", "lock", "--target", "a", "--state", f"@{binary}"], cli_env)
+    done = run_cli(["enqueue", "--kind", "lock", "--target", "a", "--state", f"@{binary}"], core_env)
     assert_one_line_error(done, "not UTF-8")
     assert records(redis_client) == []
 
@@ -118,33 +97,35 @@ def test_state_file_that_is_not_utf8(cli_env: dict[str, str], tmp_path: Path, re
 )
 @pytest.mark.parametrize("command", [["enqueue", "--kind", "lock", "--target", "a"], ["list"], ["status"]])
 def test_a_bad_setting(
-    cli_env: dict[str, str], redis_client: Any, command: list[str], variable: str, value: str
+    core_env: dict[str, str], redis_client: Any, command: list[str], variable: str, value: str
 ) -> None:
-    done = run_cli(command, {**cli_env, variable: value})
+    done = run_cli(command, {**core_env, variable: value})
     assert_one_line_error(done, f"{variable}: ")
     assert records(redis_client) == []
 
 
-def test_a_yaml_syntax_error_reports_line_and_column(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_yaml_syntax_error_reports_line_and_column(core_env: dict[str, str], tmp_path: Path) -> None:
     config = tmp_path / "dispatchq.yaml"
     config.write_text("kinds:\n  lock:\n    check: [unclosed\n")
-    done = run_cli(["enqueue", "--kind", "lock", "--target", "a"], cli_env)
+    done = run_cli(["enqueue", "--kind", "lock", "--target", "a"], core_env)
     assert_one_line_error(done, f"{config}:")
     location = done.stderr.strip().removeprefix(f"error: {config}:").split(":")[:2]
     assert all(part.isdigit() for part in location), done.stderr
 
 
-def test_an_invalid_config_names_kind_and_field(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_an_invalid_config_names_kind_and_field(core_env: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "dispatchq.yaml").write_text(
         "kinds:\n  lock:\n    check: tests.support.checks:noop\n    chek: typo\n"
     )
-    assert_one_line_error(run_cli(["enqueue", "--kind", "lock", "--target", "a"], cli_env), "kinds.lock.chek")
+    assert_one_line_error(
+        run_cli(["enqueue", "--kind", "lock", "--target", "a"], core_env), "kinds.lock.chek"
+    )
 
 
-def test_a_missing_config_file(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_missing_config_file(core_env: dict[str, str], tmp_path: Path) -> None:
     done = run_cli(
         ["enqueue", "--kind", "lock", "--target", "a"],
-        {**cli_env, "DISPATCHQ_CONFIG": str(tmp_path / "x.yaml")},
+        {**core_env, "DISPATCHQ_CONFIG": str(tmp_path / "x.yaml")},
     )
     assert_one_line_error(done, "config file not found")
 
@@ -153,20 +134,20 @@ def test_a_missing_config_file(cli_env: dict[str, str], tmp_path: Path) -> None:
     "command",
     [["result", "0123456789abcdef"], ["cancel", "0123456789abcdef"], ["retry", "0123456789abcdef"]],
 )
-def test_an_unknown_id(cli_env: dict[str, str], command: list[str]) -> None:
-    assert_one_line_error(run_cli(command, cli_env), "no judgement 0123456789abcdef")
+def test_an_unknown_id(core_env: dict[str, str], command: list[str]) -> None:
+    assert_one_line_error(run_cli(command, core_env), "no judgement 0123456789abcdef")
 
 
-def test_run_with_a_missing_file(cli_env: dict[str, str], tmp_path: Path) -> None:
-    assert_one_line_error(run_cli(["run", str(tmp_path / "absent.jsonl")], cli_env), "cannot read")
+def test_run_with_a_missing_file(core_env: dict[str, str], tmp_path: Path) -> None:
+    assert_one_line_error(run_cli(["run", str(tmp_path / "absent.jsonl")], core_env), "cannot read")
 
 
 @pytest.mark.parametrize(
     "args",
     [["worker", "sideways"], ["list", "--status", "done"], ["result", "x", "--wait", "soon"], ["nonsense"]],
 )
-def test_click_usage_errors_exit_2_without_a_traceback(cli_env: dict[str, str], args: list[str]) -> None:
-    done = run_cli(args, cli_env)
+def test_click_usage_errors_exit_2_without_a_traceback(core_env: dict[str, str], args: list[str]) -> None:
+    done = run_cli(args, core_env)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "Error:" in done.stderr
 
@@ -190,9 +171,9 @@ LINES = "\n".join(
 
 
 def test_enqueue_jsonl_reports_bad_lines_and_enqueues_the_good(
-    cli_env: dict[str, str], redis_client: Any
+    core_env: dict[str, str], redis_client: Any
 ) -> None:
-    done = run_cli(["enqueue", "-"], cli_env, input=LINES + "\n")
+    done = run_cli(["enqueue", "-"], core_env, input=LINES + "\n")
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     out = [line.split("\t") for line in done.stdout.splitlines()]
@@ -212,18 +193,18 @@ def test_enqueue_jsonl_reports_bad_lines_and_enqueues_the_good(
     assert "6 of 9 lines refused" in done.stderr
 
 
-def test_enqueue_jsonl_all_good_exits_0(cli_env: dict[str, str]) -> None:
+def test_enqueue_jsonl_all_good_exits_0(core_env: dict[str, str]) -> None:
     lines = "\n".join(json.dumps({"kind": "lock", "target": f"t{i}"}) for i in range(5)) + "\n"
-    done = run_cli(["enqueue", "-"], cli_env, input=lines)
+    done = run_cli(["enqueue", "-"], core_env, input=lines)
     assert done.returncode == 0, done.stderr
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert [r[0] for r in rows] == ["1", "2", "3", "4", "5"]
     assert len({r[1] for r in rows}) == 5
 
 
-def test_enqueue_jsonl_json_output(cli_env: dict[str, str]) -> None:
+def test_enqueue_jsonl_json_output(core_env: dict[str, str]) -> None:
     lines = '{"kind": "lock", "target": "a"}\n{"kind": "lock", "target": "b", "x": 1}\n'
-    done = run_cli(["enqueue", "-", "--json"], cli_env, input=lines)
+    done = run_cli(["enqueue", "-", "--json"], core_env, input=lines)
     assert done.returncode == 1
     first, second = (json.loads(line) for line in done.stdout.splitlines())
     assert first["line"] == 1 and first["id"] and first["created"] is True and first["error"] is None
@@ -239,20 +220,20 @@ def result_json(env: dict[str, str], jid: str, *extra: str) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-def test_result_json_contract(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_result_json_contract(core_env: dict[str, str], tmp_path: Path) -> None:
     state_file = tmp_path / "state.json"
     state_file.write_text('{"answer": {"label": "bug"}}')
     answered = enqueue(
-        cli_env, "--kind", "lock", "--target", "acme/app#12", "--item", "c:1", "--state", f"@{state_file}"
+        core_env, "--kind", "lock", "--target", "acme/app#12", "--item", "c:1", "--state", f"@{state_file}"
     )
-    escalated = enqueue(cli_env, "--kind", "lock", "--target", "acme/app#13")
-    queued = result_json(cli_env, answered)
+    escalated = enqueue(core_env, "--kind", "lock", "--target", "acme/app#13")
+    queued = result_json(core_env, answered)
     assert list(queued)[: len(CONTRACT)] == CONTRACT
     assert (queued["status"], queued["tier"], queued["trail"]) == ("queued", "code", [])
     assert queued["state"] == {"answer": {"label": "bug"}} and queued["item"] == "c:1"
 
-    assert run_cli(["worker", "code", "--burst"], cli_env).returncode == 0
-    done = result_json(cli_env, answered)
+    assert run_cli(["worker", "code", "--burst"], core_env).returncode == 0
+    done = result_json(core_env, answered)
     assert list(done)[: len(CONTRACT)] == CONTRACT
     assert done["id"] == answered and done["kind"] == "lock" and done["target"] == "acme/app#12"
     assert (done["status"], done["tier"], done["value"], done["confidence"]) == (
@@ -267,43 +248,43 @@ def test_result_json_contract(cli_env: dict[str, str], tmp_path: Path) -> None:
     ]
     assert all(isinstance(step["why"], str) for step in done["trail"])
 
-    up = result_json(cli_env, escalated)
+    up = result_json(core_env, escalated)
     assert (up["status"], up["tier"]) == ("needs-triage", "needs-triage")
     assert [(s["tier"], s["outcome"]) for s in up["trail"]] == [("code", "moved-up")]
     assert "cannot tell" in up["trail"][0]["why"]
 
 
-def test_result_human_form(cli_env: dict[str, str]) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "acme/app#12", "--state", '{"answer": "rebuild"}')
-    run_cli(["worker", "code", "--burst"], cli_env)
-    done = run_cli(["result", jid], cli_env)
+def test_result_human_form(core_env: dict[str, str]) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "acme/app#12", "--state", '{"answer": "rebuild"}')
+    run_cli(["worker", "code", "--burst"], core_env)
+    done = run_cli(["result", jid], core_env)
     assert done.returncode == 0
     assert "answered" in done.stdout and "rebuild" in done.stdout and "code" in done.stdout
 
 
-def test_result_wait_returns_a_finished_record(cli_env: dict[str, str]) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "a", "--state", '{"answer": true}')
+def test_result_wait_returns_a_finished_record(core_env: dict[str, str]) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "a", "--state", '{"answer": true}')
     worker = subprocess.Popen(
         [sys.executable, "-m", "dispatchq.cli", "worker", "code", "--burst"],
-        env=cli_env,
+        env=core_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        record = result_json(cli_env, jid, "--wait", "60")
+        record = result_json(core_env, jid, "--wait", "60")
     finally:
         worker.wait(timeout=60)
     assert (record["status"], record["value"]) == ("answered", True)
 
 
-def test_list_filters_by_status_and_kind(cli_env: dict[str, str]) -> None:
-    answered = enqueue(cli_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
-    escalated = enqueue(cli_env, "--kind", "lock", "--target", "b")
-    run_cli(["worker", "code", "--burst"], cli_env)
-    waiting_label = enqueue(cli_env, "--kind", "label", "--target", "c")
+def test_list_filters_by_status_and_kind(core_env: dict[str, str]) -> None:
+    answered = enqueue(core_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
+    escalated = enqueue(core_env, "--kind", "lock", "--target", "b")
+    run_cli(["worker", "code", "--burst"], core_env)
+    waiting_label = enqueue(core_env, "--kind", "label", "--target", "c")
 
     def listed(*args: str) -> list[str]:
-        done = run_cli(["list", "--json", *args], cli_env)
+        done = run_cli(["list", "--json", *args], core_env)
         assert done.returncode == 0, done.stderr
         return [r["id"] for r in json.loads(done.stdout)]
 
@@ -313,51 +294,51 @@ def test_list_filters_by_status_and_kind(cli_env: dict[str, str]) -> None:
     assert listed("--kind", "label") == [waiting_label]
     assert listed() == [waiting_label, escalated, answered]  # newest first
     assert listed("--status", "failed") == []
-    table = run_cli(["list"], cli_env)
+    table = run_cli(["list"], core_env)
     assert table.returncode == 0 and answered[:12] in table.stdout
 
 
-def test_cancel_and_cancel_again(cli_env: dict[str, str], redis_client: Any) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
-    done = run_cli(["cancel", jid], cli_env)
+def test_cancel_and_cancel_again(core_env: dict[str, str], redis_client: Any) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
+    done = run_cli(["cancel", jid], core_env)
     assert (done.returncode, done.stdout.strip()) == (0, f"cancelled {jid}")
-    run_cli(["worker", "code", "--burst"], cli_env)
-    record = result_json(cli_env, jid)
+    run_cli(["worker", "code", "--burst"], core_env)
+    record = result_json(core_env, jid)
     assert record["status"] == "cancelled" and record["value"] is None
-    assert calls_of(Path(cli_env["_CALLS"])) == []  # the worker skipped it
-    assert_one_line_error(run_cli(["cancel", jid], cli_env), "already finished")
+    assert calls_of(Path(core_env["_CALLS"])) == []  # the worker skipped it
+    assert_one_line_error(run_cli(["cancel", jid], core_env), "already finished")
 
 
-def test_retry_re_judges(cli_env: dict[str, str]) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
-    run_cli(["worker", "code", "--burst"], cli_env)
-    assert result_json(cli_env, jid)["status"] == "answered"
-    done = run_cli(["retry", jid], cli_env)
+def test_retry_re_judges(core_env: dict[str, str]) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
+    run_cli(["worker", "code", "--burst"], core_env)
+    assert result_json(core_env, jid)["status"] == "answered"
+    done = run_cli(["retry", jid], core_env)
     assert (done.returncode, done.stdout.strip()) == (0, f"re-queued {jid}")
-    assert result_json(cli_env, jid)["status"] == "queued"
-    run_cli(["worker", "code", "--burst"], cli_env)
-    record = result_json(cli_env, jid)
+    assert result_json(core_env, jid)["status"] == "queued"
+    run_cli(["worker", "code", "--burst"], core_env)
+    record = result_json(core_env, jid)
     assert record["status"] == "answered"
     assert [s["outcome"] for s in record["trail"]] == ["answered", "requeued", "answered"]
-    assert calls_of(Path(cli_env["_CALLS"])) == ["a", "a"]
+    assert calls_of(Path(core_env["_CALLS"])) == ["a", "a"]
 
 
-def test_retry_of_a_queued_judgement_is_refused(cli_env: dict[str, str]) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "a")
-    assert_one_line_error(run_cli(["retry", jid], cli_env), "nothing to retry")
+def test_retry_of_a_queued_judgement_is_refused(core_env: dict[str, str]) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "a")
+    assert_one_line_error(run_cli(["retry", jid], core_env), "nothing to retry")
 
 
-def test_prune(cli_env: dict[str, str], redis_client: Any) -> None:
-    jid = enqueue(cli_env, "--kind", "lock", "--target", "a")
+def test_prune(core_env: dict[str, str], redis_client: Any) -> None:
+    jid = enqueue(core_env, "--kind", "lock", "--target", "a")
     redis_client.delete(f"dispatchq:j:{jid}")  # as if its TTL ran out
-    done = run_cli(["prune"], cli_env)
+    done = run_cli(["prune"], core_env)
     assert (done.returncode, done.stdout.strip()) == (0, "pruned 1 expired entries")
 
 
 # --- run: the main job -------------------------------------------------------------------------
 
 
-def test_run_answers_a_batch_and_summarises_it(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_run_answers_a_batch_and_summarises_it(core_env: dict[str, str], tmp_path: Path) -> None:
     batch = tmp_path / "batch.jsonl"
     batch.write_text(
         "\n".join(
@@ -370,7 +351,7 @@ def test_run_answers_a_batch_and_summarises_it(cli_env: dict[str, str], tmp_path
         )
         + "\n"
     )
-    done = run_cli(["run", str(batch), "--json"], cli_env)
+    done = run_cli(["run", str(batch), "--json"], core_env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     by_target = {r["target"]: r for r in report["judgements"]}
@@ -384,18 +365,18 @@ def test_run_answers_a_batch_and_summarises_it(cli_env: dict[str, str], tmp_path
     summary = report["summary"]
     assert summary["total"] == 4 and summary["answered"] == {"code": 2, "typed": 0, "session": 0}
     assert summary["needs_triage"] == 2 and summary["failed"] == 0
-    human = run_cli(["run", str(batch)], cli_env)  # the same batch again: nothing new to do
+    human = run_cli(["run", str(batch)], core_env)  # the same batch again: nothing new to do
     assert human.returncode == 0
     assert "sessions avoided: 2" in human.stdout
-    assert calls_of(Path(cli_env["_CALLS"])) == ["a", "b", "c"]
+    assert calls_of(Path(core_env["_CALLS"])) == ["a", "b", "c"]
 
 
-def test_run_with_refused_lines_exits_1(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_run_with_refused_lines_exits_1(core_env: dict[str, str], tmp_path: Path) -> None:
     batch = tmp_path / "batch.jsonl"
     batch.write_text(
         '{"kind": "lock", "target": "a", "state": {"answer": 1}}\n{"kind": "nope", "target": "b"}\n'
     )
-    done = run_cli(["run", str(batch), "--json"], cli_env)
+    done = run_cli(["run", str(batch), "--json"], core_env)
     assert done.returncode == 1
     assert "line 2: unknown kind 'nope'" in done.stderr and "Traceback" not in done.stderr
     assert json.loads(done.stdout)["summary"]["answered"]["code"] == 1
@@ -404,13 +385,13 @@ def test_run_with_refused_lines_exits_1(cli_env: dict[str, str], tmp_path: Path)
 # --- status and help ----------------------------------------------------------------------------
 
 
-def test_status_json_keys(cli_env: dict[str, str]) -> None:
-    enqueue(cli_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
-    enqueue(cli_env, "--kind", "lock", "--target", "b")
-    enqueue(cli_env, "--kind", "lock", "--target", "crash", "--state", '{"raise": true}')
-    run_cli(["worker", "code", "--burst"], cli_env)
-    enqueue(cli_env, "--kind", "label", "--target", "c")
-    done = run_cli(["status", "--json"], cli_env)
+def test_status_json_keys(core_env: dict[str, str]) -> None:
+    enqueue(core_env, "--kind", "lock", "--target", "a", "--state", '{"answer": 1}')
+    enqueue(core_env, "--kind", "lock", "--target", "b")
+    enqueue(core_env, "--kind", "lock", "--target", "crash", "--state", '{"raise": true}')
+    run_cli(["worker", "code", "--burst"], core_env)
+    enqueue(core_env, "--kind", "label", "--target", "c")
+    done = run_cli(["status", "--json"], core_env)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert {
@@ -432,7 +413,7 @@ def test_status_json_keys(cli_env: dict[str, str]) -> None:
     assert data["judgements"]["failed"] == 1  # a crashing check is visible, not escalated
     assert data["answered"]["code"] == 1 and data["sessions_avoided"] == 1
     assert data["redis"].startswith("embedded (")
-    human = run_cli(["status"], cli_env)
+    human = run_cli(["status"], core_env)
     assert human.returncode == 0, human.stderr
     assert "sessions avoided" in human.stdout
 
@@ -479,8 +460,8 @@ def test_every_command_has_help() -> None:
         assert "Usage:" in done.output, path
 
 
-def test_help_from_a_real_process(cli_env: dict[str, str]) -> None:
-    done = run_cli(["--help"], cli_env)
+def test_help_from_a_real_process(core_env: dict[str, str]) -> None:
+    done = run_cli(["--help"], core_env)
     assert done.returncode == 0 and "enqueue" in done.stdout and "worker" in done.stdout
-    done = run_cli(["enqueue", "--help"], cli_env)
+    done = run_cli(["enqueue", "--help"], core_env)
     assert done.returncode == 0 and "--force" in done.stdout

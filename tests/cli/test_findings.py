@@ -10,38 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dispatchq.cli import main
-
-REPORT = """# Review
-
-### [MEDIUM] DOC-001: clean and decided
-**Location:** `docs/a.md:1`
-**Fix:** needs-decision
-**Decision:** A — delete the line citing scripts/tool.sh at docs/a.md:1 [user, 2026-08-27]
-
-### [LOW] DOC-002: escapes through a symlink
-**Location:** `out/secret.md:1`
-**Fix:** needs-decision
-
-### [LOW] DOC-003: broken grammar
-**Fix:** auto
-**Decision:** A — something [user, 2026-08-27; attempt 3: failed]
-**Status:** ✅ Fixed (2026-08-27)
-
-### [HIGH] DOC-004: outside by dot-dot
-**Location:** `../root-evil/secret.md:1`
-
-### [HIGH] DOC-005: missing
-**Location:** `docs/missing.md:3` (was: `unknown:0`)
-**Decision:** B — restore docs/missing.md:3 [user, 2026-08-27]
-**Dispatch:** attempt 1 dispatched 2026-08-27
-
-### [HIGH] DOC-006: absolute
-**Location:** /etc/hosts:1
-**Status:** 🚫 Rejected (2026-08-27) — not a bug
-
-### [HIGH] DOC-007: no location
-**Fix:** needs-decision
-"""
+from tests.support.cli import REPORT
 
 EXPECTED = {
     "DOC-001": (True, "docs/a.md", 1, None, "decided"),
@@ -54,39 +23,16 @@ EXPECTED = {
 }
 
 
-def git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    (root / "docs").mkdir(parents=True)
-    (root / "docs" / "a.md").write_text("cites scripts/tool.sh\n")
-    git(root, "init", "-q")
-    git(root, "add", ".")
-    git(root, "commit", "-qm", "init")
-    evil = tmp_path / "root-evil"
-    evil.mkdir()
-    (evil / "secret.md").write_text("x\n")
-    (root / "out").symlink_to(evil)
-    (root / "review.md").write_text(REPORT)
-    return root
-
-
 def invoke(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_check_json_shape_and_verdicts(repo: Path) -> None:
-    before = sorted(p.name for p in repo.iterdir())
-    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo), "--json")
+def test_check_json_shape_and_verdicts(findings_repo: Path) -> None:
+    before = sorted(p.name for p in findings_repo.iterdir())
+    code, out, _ = invoke(
+        "findings", "check", str(findings_repo / "review.md"), "--repo", str(findings_repo), "--json"
+    )
     assert code == 1  # DOC-003 has violations
     payload = json.loads(out)
     assert payload["problems"] == []
@@ -110,16 +56,16 @@ def test_check_json_shape_and_verdicts(repo: Path) -> None:
     assert any("first non-blank" in v["message"] for v in doc3["violations"])
     clean = [f["id"] for f in payload["findings"] if not f["violations"]]
     assert "DOC-001" in clean and "DOC-003" not in clean
-    assert sorted(p.name for p in repo.iterdir()) == before  # read only: not even a lock file
+    assert sorted(p.name for p in findings_repo.iterdir()) == before  # read only: not even a lock file
 
 
-def test_check_text_output(repo: Path) -> None:
-    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo))
+def test_check_text_output(findings_repo: Path) -> None:
+    code, out, _ = invoke("findings", "check", str(findings_repo / "review.md"), "--repo", str(findings_repo))
     assert code == 1
     assert "DOC-001  [MEDIUM]  line 3  needs-decision  state: decided" in out
     assert "  location: docs/a.md:1 (usable)" in out
     assert "  location-less (symlink escape) 'out/secret.md:1'" in out
-    assert f"{repo / 'review.md'}:15: **Status:** must be the first non-blank line" in out
+    assert f"{findings_repo / 'review.md'}:15: **Status:** must be the first non-blank line" in out
     # `check` never starts the embedded server, and this test process's default has none
     # running: the summary is followed by the one line saying tamper was not checked.
     *_, summary, tamper = out.rstrip().splitlines()
@@ -128,31 +74,33 @@ def test_check_text_output(repo: Path) -> None:
 
 
 def test_check_reads_tamper_evidence_when_redis_is_up(
-    repo: Path, redis_server: object, monkeypatch: pytest.MonkeyPatch
+    findings_repo: Path, redis_server: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DISPATCHQ_DATA_DIR", str(redis_server.data_dir))  # type: ignore[attr-defined]
-    code, out, _ = invoke("findings", "check", str(repo / "review.md"), "--repo", str(repo))
+    code, out, _ = invoke("findings", "check", str(findings_repo / "review.md"), "--repo", str(findings_repo))
     assert code == 1
     assert "tamper evidence not checked" not in out
     assert out.rstrip().endswith("violation(s)")
 
 
-def test_a_clean_report_exits_zero(repo: Path) -> None:
+def test_a_clean_report_exits_zero(findings_repo: Path) -> None:
     clean = "### [LOW] A-1: fine\n**Location:** `docs/a.md:1`\n**Fix:** auto\n"
-    (repo / "clean.md").write_text(clean)
-    code, out, _ = invoke("findings", "check", str(repo / "clean.md"), "--repo", str(repo), "--json")
+    (findings_repo / "clean.md").write_text(clean)
+    code, out, _ = invoke(
+        "findings", "check", str(findings_repo / "clean.md"), "--repo", str(findings_repo), "--json"
+    )
     assert code == 0
     assert json.loads(out)["findings"][0]["violations"] == []
 
 
 def test_repo_defaults_to_the_toplevel_of_the_current_directory(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
+    findings_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(repo / "docs")
+    monkeypatch.chdir(findings_repo / "docs")
     code, out, _ = invoke("findings", "check", "../review.md", "--json")
     assert code == 1
     payload = json.loads(out)
-    assert payload["repo"] == str(repo.resolve())
+    assert payload["repo"] == str(findings_repo.resolve())
     assert payload["findings"][0]["location"]["usable"] is True
 
 
@@ -164,13 +112,13 @@ def test_repo_defaults_to_the_toplevel_of_the_current_directory(
         ("directory", "is a directory"),
     ],
 )
-def test_user_errors_are_one_line_exit_two(repo: Path, setup: str, message: str) -> None:
-    path = repo / "bad.md"
+def test_user_errors_are_one_line_exit_two(findings_repo: Path, setup: str, message: str) -> None:
+    path = findings_repo / "bad.md"
     if setup == "binary":
         path.write_bytes(b"### [LOW] A: x\n**Fix:** auto\n\xff\xfe\n")
     elif setup == "directory":
         path.mkdir()
-    code, out, err = invoke("findings", "check", str(path), "--repo", str(repo))
+    code, out, err = invoke("findings", "check", str(path), "--repo", str(findings_repo))
     assert code == 2
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -186,19 +134,23 @@ def test_outside_a_repository_is_a_user_error(tmp_path: Path, monkeypatch: pytes
     assert code == 2 and "not inside a git repository" in err
 
 
-def test_report_level_problems_carry_line_numbers(repo: Path) -> None:
-    (repo / "dup.md").write_text("### [LOW] A-1: x\n\n### [LOW] A-1: y\n### [LOW]bad: z\n")
-    code, out, _ = invoke("findings", "check", str(repo / "dup.md"), "--repo", str(repo), "--json")
+def test_report_level_problems_carry_line_numbers(findings_repo: Path) -> None:
+    (findings_repo / "dup.md").write_text("### [LOW] A-1: x\n\n### [LOW] A-1: y\n### [LOW]bad: z\n")
+    code, out, _ = invoke(
+        "findings", "check", str(findings_repo / "dup.md"), "--repo", str(findings_repo), "--json"
+    )
     assert code == 1
     problems = json.loads(out)["problems"]
     assert [p["line"] for p in problems] == [3, 4]
 
 
-def test_plan_paths_escaping_the_tree_are_flagged(repo: Path) -> None:
+def test_plan_paths_escaping_the_tree_are_flagged(findings_repo: Path) -> None:
     plan = "**Verification-plan:** read out/secret.md:1 → empty; grep -F x docs → empty\n"
     text = "### [LOW] P-1: plan\n**Location:** `docs/a.md:1`\n**Decision:** A — x [u, 2026-01-01]\n" + plan
-    (repo / "plan.md").write_text(text)
-    code, out, _ = invoke("findings", "check", str(repo / "plan.md"), "--repo", str(repo), "--json")
+    (findings_repo / "plan.md").write_text(text)
+    code, out, _ = invoke(
+        "findings", "check", str(findings_repo / "plan.md"), "--repo", str(findings_repo), "--json"
+    )
     assert code == 1
     (item,) = json.loads(out)["findings"]
     assert [v["line"] for v in item["violations"]] == [4]
@@ -210,22 +162,22 @@ def blob(repo: Path, path: str) -> str:
     return done.stdout.decode().strip()
 
 
-def test_pin_computes_and_never_writes(repo: Path) -> None:
-    report = repo / "review.md"
+def test_pin_computes_and_never_writes(findings_repo: Path) -> None:
+    report = findings_repo / "review.md"
     before = report.read_bytes()
-    code, out, err = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo))
+    code, out, err = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(findings_repo))
     assert code == 0
     line = out.strip()
     assert line.startswith("**Decision-pin:** block=")
-    assert line.endswith(f" | docs/a.md={blob(repo, 'docs/a.md')}:edit | scripts/tool.sh=absent:ref")
+    assert line.endswith(f" | docs/a.md={blob(findings_repo, 'docs/a.md')}:edit | scripts/tool.sh=absent:ref")
     assert "no pin recorded" in err
     assert report.read_bytes() == before
-    assert not any(p.name.endswith("dispatchq-lock") for p in repo.iterdir())
+    assert not any(p.name.endswith("dispatchq-lock") for p in findings_repo.iterdir())
 
 
-def test_pin_json_and_comparison_with_the_recorded_pin(repo: Path) -> None:
-    report = repo / "review.md"
-    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo))
+def test_pin_json_and_comparison_with_the_recorded_pin(findings_repo: Path) -> None:
+    report = findings_repo / "review.md"
+    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(findings_repo))
     recorded = out.strip()
     report.write_text(
         REPORT.replace(
@@ -234,22 +186,28 @@ def test_pin_json_and_comparison_with_the_recorded_pin(repo: Path) -> None:
             1,
         )
     )
-    code, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo), "--json")
+    code, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(findings_repo), "--json")
     assert code == 0
     payload = json.loads(out)
     assert payload["matches"] is True
     assert payload["line"] == recorded
-    assert payload["entries"][0] == {"path": "docs/a.md", "value": blob(repo, "docs/a.md"), "role": "edit"}
+    assert payload["entries"][0] == {
+        "path": "docs/a.md",
+        "value": blob(findings_repo, "docs/a.md"),
+        "role": "edit",
+    }
     assert payload["target"] == "docs/a.md:1"
-    (repo / "docs" / "a.md").write_text("changed\n")
-    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(repo), "--json")
+    (findings_repo / "docs" / "a.md").write_text("changed\n")
+    _, out, _ = invoke("findings", "pin", str(report), "DOC-001", "--repo", str(findings_repo), "--json")
     assert json.loads(out)["matches"] is False
 
 
-def test_pin_names_unpinnable_tokens(repo: Path) -> None:
+def test_pin_names_unpinnable_tokens(findings_repo: Path) -> None:
     text = REPORT.replace("at docs/a.md:1 [user", "at docs/a.md:1 and docs/a.md;id [user", 1)
-    (repo / "review.md").write_text(text)
-    code, out, err = invoke("findings", "pin", str(repo / "review.md"), "DOC-001", "--repo", str(repo))
+    (findings_repo / "review.md").write_text(text)
+    code, out, err = invoke(
+        "findings", "pin", str(findings_repo / "review.md"), "DOC-001", "--repo", str(findings_repo)
+    )
     assert code == 0
     assert "docs/a.md;id=unpinnable:ref" in out
     assert "unpinnable: docs/a.md;id:" in err
@@ -258,8 +216,10 @@ def test_pin_names_unpinnable_tokens(repo: Path) -> None:
 @pytest.mark.parametrize(
     ("finding", "message"), [("DOC-002", "no live decision"), ("NOPE", "no finding NOPE")]
 )
-def test_pin_without_a_live_decision_is_a_user_error(repo: Path, finding: str, message: str) -> None:
-    code, _, err = invoke("findings", "pin", str(repo / "review.md"), finding, "--repo", str(repo))
+def test_pin_without_a_live_decision_is_a_user_error(findings_repo: Path, finding: str, message: str) -> None:
+    code, _, err = invoke(
+        "findings", "pin", str(findings_repo / "review.md"), finding, "--repo", str(findings_repo)
+    )
     assert code == 2 and message in err
 
 

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from dispatchq.settings import parent_environment
-from tests.conftest import REPO, wait_for
+from tests.support.helpers import REPO, wait_for
 
 
 def _free_port() -> int:

@@ -7,41 +7,18 @@ through `DISPATCHQ_CONFIG` like in production.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
-import dispatchq.cli.triage as cli_triage
 from dispatchq.cli import main
 from dispatchq.errors import UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import RecordingExecutor
 from dispatchq.triage.rules import Event
+from tests.support.cli import CONFIG, Env
 
-CONFIG = """\
-triage:
-  mode: {mode}
-  gate: {{suggest: 0.6, auto: 0.85}}
-  budget: {{requests: 100}}
-  allowDestructive: [close]
-  executor: recording
-  escalate: needs-triage
-  templates: {{repro: templates/needs-repro.md}}
-  questions:
-    needs_repro: {{type: noul, instructions: "Does the issue lack steps to reproduce?"}}
-    area: {{type: choice, criteria: {{bug: null, feature: null, docs: null}}, events: [issues.opened]}}
-  rules:
-    - id: needs-repro
-      events: [issues.opened]
-      if: 'needs_repro >= 0.8 && area == "bug"'
-      gateOn: [needs_repro]
-      actions:
-        - {{op: label.add, label: needs-repro}}
-        - {{op: comment, template: repro}}
-"""
 EVENT = {
     "event": "issues.opened",
     "target": "acme/app#12",
@@ -60,45 +37,8 @@ ANSWERS = {
 }
 
 
-class Env:
-    def __init__(self, root: Path, server: fakeredis.FakeServer) -> None:
-        self.root = root
-        self.server = server
-
-    def write_config(self, mode: str = "shadow", text: str | None = None) -> None:
-        (self.root / "dispatchq.yaml").write_text(text if text is not None else CONFIG.format(mode=mode))
-
-    def redis(self) -> fakeredis.FakeRedis:
-        return fakeredis.FakeRedis(server=self.server)
-
-    def file(self, name: str, data: Any) -> str:
-        path = self.root / name
-        path.write_text(data if isinstance(data, str) else json.dumps(data))
-        return str(path)
-
-    def run(self, *args: str) -> Result:
-        return CliRunner().invoke(main, ["triage", *args], catch_exceptions=False)
-
-    def run_json(self, *args: str) -> Any:
-        result = self.run(*args, "--json")
-        assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
-    server = fakeredis.FakeServer()
-    e = Env(tmp_path, server)
-    (tmp_path / "templates").mkdir()
-    (tmp_path / "templates" / "needs-repro.md").write_text("Please add the steps that reproduce this.\n")
-    e.write_config()
-    monkeypatch.setenv("DISPATCHQ_CONFIG", str(tmp_path / "dispatchq.yaml"))
-    monkeypatch.setattr(cli_triage, "_storage", lambda: TriageStorage(e.redis()))
-    return e
-
-
-def test_keyless_run_lists_no_answers_never_nothing(env: Env) -> None:
-    out = env.run_json("--event", env.file("event.json", EVENT))
+def test_keyless_run_lists_no_answers_never_nothing(triage_env: Env) -> None:
+    out = triage_env.run_json("--event", triage_env.file("event.json", EVENT))
     assert [(e["rule"], e["reason"]) for e in out["suppressed"]] == [
         ("needs-repro", "no_answers"),
         ("needs-repro", "no_answers"),
@@ -108,21 +48,23 @@ def test_keyless_run_lists_no_answers_never_nothing(env: Env) -> None:
     assert out["escalated"]["label"] == "needs-triage"
 
 
-def test_answers_file_in_shadow_mode_prints_the_suppressed_list(env: Env) -> None:
-    result = env.run("--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS))
+def test_answers_file_in_shadow_mode_prints_the_suppressed_list(triage_env: Env) -> None:
+    result = triage_env.run(
+        "--event", triage_env.file("event.json", EVENT), "--answers", triage_env.file("answers.json", ANSWERS)
+    )
     assert result.exit_code == 0, result.output
     line = "x label: add needs-repro    [needs-repro] shadow_mode — "
     assert line + "shadow mode decides and logs but writes nothing" in result.stdout
     assert "Suppressed (2)" in result.stdout
-    assert RecordingExecutor(TriageStorage(env.redis())).recorded() == []
+    assert RecordingExecutor(TriageStorage(triage_env.redis())).recorded() == []
 
 
-def test_auto_mode_applies_through_the_recording_executor(env: Env) -> None:
-    out = env.run_json(
+def test_auto_mode_applies_through_the_recording_executor(triage_env: Env) -> None:
+    out = triage_env.run_json(
         "--event",
-        env.file("event.json", EVENT),
+        triage_env.file("event.json", EVENT),
         "--answers",
-        env.file("answers.json", ANSWERS),
+        triage_env.file("answers.json", ANSWERS),
         "--mode",
         "auto",
     )
@@ -131,58 +73,66 @@ def test_auto_mode_applies_through_the_recording_executor(env: Env) -> None:
         ("label.add", "performed"),
         ("comment", "performed"),
     ]
-    state = RecordingExecutor(TriageStorage(env.redis())).state("acme/app#12")
+    state = RecordingExecutor(TriageStorage(triage_env.redis())).state("acme/app#12")
     assert state["labels"] == ["needs-repro"]
     (body,) = state["comments"].values()
     assert body.startswith("Please add the steps") and "<!-- dispatchq:comment:" in body
 
 
-def test_the_decision_id_is_stable_across_modes_and_redelivery(env: Env) -> None:
-    args = ("--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS))
-    first = env.run_json(*args)
-    again = env.run_json(*args)
-    auto = env.run_json(*args, "--mode", "auto")
+def test_the_decision_id_is_stable_across_modes_and_redelivery(triage_env: Env) -> None:
+    args = (
+        "--event",
+        triage_env.file("event.json", EVENT),
+        "--answers",
+        triage_env.file("answers.json", ANSWERS),
+    )
+    first = triage_env.run_json(*args)
+    again = triage_env.run_json(*args)
+    auto = triage_env.run_json(*args, "--mode", "auto")
     assert first["decision_id"] == again["decision_id"] == auto["decision_id"]
     edited = dict(EVENT, state={"title": "It crashes", "body": "steps: 1. run 2. crash"})
-    assert env.run_json("--event", env.file("edited.json", edited))["decision_id"] != first["decision_id"]
+    assert (
+        triage_env.run_json("--event", triage_env.file("edited.json", edited))["decision_id"]
+        != first["decision_id"]
+    )
 
 
-def test_suggest_then_apply(env: Env) -> None:
-    env.write_config("suggest")
-    out = env.run_json(
-        "--event", env.file("event.json", EVENT), "--answers", env.file("answers.json", ANSWERS)
+def test_suggest_then_apply(triage_env: Env) -> None:
+    triage_env.write_config("suggest")
+    out = triage_env.run_json(
+        "--event", triage_env.file("event.json", EVENT), "--answers", triage_env.file("answers.json", ANSWERS)
     )
     assert len(out["suggested"]) == 2
-    assert RecordingExecutor(TriageStorage(env.redis())).recorded() == []
-    result = env.run("apply", out["decision_id"][:10], "--rule", "needs-repro")
+    assert RecordingExecutor(TriageStorage(triage_env.redis())).recorded() == []
+    result = triage_env.run("apply", out["decision_id"][:10], "--rule", "needs-repro")
     assert result.exit_code == 0, result.output
     assert "label: add needs-repro    [needs-repro] performed" in result.stdout
-    assert [r["op"] for r in RecordingExecutor(TriageStorage(env.redis())).recorded()] == [
+    assert [r["op"] for r in RecordingExecutor(TriageStorage(triage_env.redis())).recorded()] == [
         "label.add",
         "comment",
     ]
 
 
-def test_apply_an_unknown_decision_is_a_user_error(env: Env) -> None:
-    env.write_config("suggest")
+def test_apply_an_unknown_decision_is_a_user_error(triage_env: Env) -> None:
+    triage_env.write_config("suggest")
     result = CliRunner().invoke(main, ["triage", "apply", "deadbeefdeadbeef"])
     assert result.exit_code == 2
     assert "no triage decision 'deadbeefdeadbeef'" in result.stderr
 
 
-def test_replay_shows_changed_outcomes_without_asking(env: Env) -> None:
-    env.run_json(
+def test_replay_shows_changed_outcomes_without_asking(triage_env: Env) -> None:
+    triage_env.run_json(
         "--event",
-        env.file("event.json", EVENT),
+        triage_env.file("event.json", EVENT),
         "--answers",
-        env.file("answers.json", ANSWERS),
+        triage_env.file("answers.json", ANSWERS),
         "--mode",
         "auto",
     )
-    left_out = env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto")
+    left_out = triage_env.run_json("replay", "--gate-auto", "0.99", "--mode", "auto")
     assert (left_out["decisions"], left_out["skipped_file_answers"], left_out["changes"]) == (0, 1, [])
-    assert "left out 1 decided over --answers files" in env.run("replay").stdout
-    report = env.run_json(
+    assert "left out 1 decided over --answers files" in triage_env.run("replay").stdout
+    report = triage_env.run_json(
         "replay", "--gate-auto", "0.99", "--mode", "auto", "--since", "1h", "--include-file-answers"
     )
     assert report["decisions"] == 1 and report["answers_from"] == {"file": 1}
@@ -190,21 +140,21 @@ def test_replay_shows_changed_outcomes_without_asking(env: Env) -> None:
         ("label.add", ("apply", "apply"), ("suggest", "suggest")),
         ("comment", ("apply", "apply"), ("suggest", "suggest")),
     }
-    human = env.run("replay", "--mode", "shadow", "--include-file-answers")
+    human = triage_env.run("replay", "--mode", "shadow", "--include-file-answers")
     assert "(1 from file)" in human.stdout and "2 outcome(s) would change" in human.stdout
-    assert env.run_json("replay", "--since", "2099-01-01T00:00:00")["decisions"] == 0
+    assert triage_env.run_json("replay", "--since", "2099-01-01T00:00:00")["decisions"] == 0
 
 
-def test_lint_exits_non_zero_on_problems(env: Env) -> None:
-    assert env.run("lint").exit_code == 0
+def test_lint_exits_non_zero_on_problems(triage_env: Env) -> None:
+    assert triage_env.run("lint").exit_code == 0
     broken = CONFIG.format(mode="shadow").replace(
         "events: [issues.opened]\n      if", "events: [issues.opened, issues.edited]\n      if"
     )
     broken = broken.replace(
         "templates: {repro: templates/needs-repro.md}", "templates: {repro: templates/gone.md}"
     )
-    env.write_config(text=broken)
-    result = env.run("lint")
+    triage_env.write_config(text=broken)
+    result = triage_env.run("lint")
     assert result.exit_code == 1
     assert "triage.rules[needs-repro]: question 'area' is not asked for issues.edited" in result.stdout
     assert "templates/gone.md does not exist" in result.stdout
@@ -217,8 +167,8 @@ def test_lint_exits_non_zero_on_problems(env: Env) -> None:
         (lambda e: e.file("event.json", {"event": "Opened!", "target": "a/b#1"}), "event.event"),
     ],
 )
-def test_a_bad_event_is_one_line_and_exit_2(env: Env, setup: Any, message: str) -> None:
-    path = setup(env)
+def test_a_bad_event_is_one_line_and_exit_2(triage_env: Env, setup: Any, message: str) -> None:
+    path = setup(triage_env)
     result = CliRunner().invoke(main, ["triage", "--event", path])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
@@ -231,21 +181,21 @@ def _bytes(env: Env, name: str, data: bytes) -> str:
     return str(path)
 
 
-def test_a_non_utf8_event_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+def test_a_non_utf8_event_file_names_the_file_and_the_byte_offset(triage_env: Env) -> None:
     raw = json.dumps(EVENT).encode().replace(b"It crashes", b"It \xff crashes")
-    path = _bytes(env, "event.json", raw)
+    path = _bytes(triage_env, "event.json", raw)
     result = CliRunner().invoke(main, ["triage", "--event", path])
     assert result.exit_code == 2, result.output
     offset = raw.index(b"\xff")
     assert result.stderr.strip() == f"error: event file {path}: not UTF-8 (byte 0xff at offset {offset})"
 
 
-def test_a_non_utf8_answers_file_names_the_file_and_the_byte_offset(env: Env) -> None:
+def test_a_non_utf8_answers_file_names_the_file_and_the_byte_offset(triage_env: Env) -> None:
     raw = b'{"needs_repro": {"type": "noul", "noul": 0.9}, "x": "\xc3("}'
-    answers = _bytes(env, "a.json", raw)
+    answers = _bytes(triage_env, "a.json", raw)
     offset = raw.index(b"\xc3")
     result = CliRunner().invoke(
-        main, ["triage", "--event", env.file("event.json", EVENT), "--answers", answers]
+        main, ["triage", "--event", triage_env.file("event.json", EVENT), "--answers", answers]
     )
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"error: answers file {answers}: not UTF-8 (byte 0xc3 at offset {offset})"
@@ -258,8 +208,8 @@ def test_a_non_utf8_answers_file_names_the_file_and_the_byte_offset(env: Env) ->
         ({**EVENT, "target": "acme/app#\udfff"}, "target"),
     ],
 )
-def test_a_lone_surrogate_is_a_user_error_not_a_hash_crash(env: Env, event: Any, where: str) -> None:
-    path = env.file("event.json", json.dumps(event))  # json.dumps writes it as a \ud800 escape
+def test_a_lone_surrogate_is_a_user_error_not_a_hash_crash(triage_env: Env, event: Any, where: str) -> None:
+    path = triage_env.file("event.json", json.dumps(event))  # json.dumps writes it as a \ud800 escape
     result = CliRunner().invoke(main, ["triage", "--event", path])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
@@ -273,16 +223,23 @@ def test_a_lone_surrogate_is_refused_by_the_event_model_too() -> None:
         Event.from_json({**EVENT, "state": {"title": "\ud800"}})
 
 
-def test_a_malformed_answers_file_is_refused(env: Env) -> None:
+def test_a_malformed_answers_file_is_refused(triage_env: Env) -> None:
     bad = {"needs_repro": {"type": "noul", "noul": 1.7}}
     result = CliRunner().invoke(
-        main, ["triage", "--event", env.file("event.json", EVENT), "--answers", env.file("a.json", bad)]
+        main,
+        [
+            "triage",
+            "--event",
+            triage_env.file("event.json", EVENT),
+            "--answers",
+            triage_env.file("a.json", bad),
+        ],
     )
     assert result.exit_code == 2 and "needs_repro.noul" in result.stderr
 
 
-def test_a_rule_keyed_on_is_refused_with_a_hint(env: Env) -> None:
-    env.write_config(
+def test_a_rule_keyed_on_is_refused_with_a_hint(triage_env: Env) -> None:
+    triage_env.write_config(
         text=CONFIG.format(mode="shadow").replace(
             "events: [issues.opened]\n      if", "on: [issues.opened]\n      if"
         )
@@ -294,30 +251,30 @@ def test_a_rule_keyed_on_is_refused_with_a_hint(env: Env) -> None:
     )
 
 
-def test_an_if_that_does_not_parse_refuses_the_file(env: Env) -> None:
-    env.write_config(text=CONFIG.format(mode="shadow").replace('area == "bug"\'', "area == '"))
-    result = CliRunner().invoke(main, ["triage", "--event", env.file("event.json", EVENT)])
+def test_an_if_that_does_not_parse_refuses_the_file(triage_env: Env) -> None:
+    triage_env.write_config(text=CONFIG.format(mode="shadow").replace('area == "bug"\'', "area == '"))
+    result = CliRunner().invoke(main, ["triage", "--event", triage_env.file("event.json", EVENT)])
     assert result.exit_code == 2 and "triage.rules[needs-repro].if" in result.stderr
 
 
-def test_a_missing_config_file_is_a_user_error(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DISPATCHQ_CONFIG", str(env.root / "nope.yaml"))
+def test_a_missing_config_file_is_a_user_error(triage_env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHQ_CONFIG", str(triage_env.root / "nope.yaml"))
     result = CliRunner().invoke(main, ["triage", "lint"])
     assert result.exit_code == 2 and "nope.yaml" in result.stderr
 
 
-def test_no_event_and_no_subcommand_is_a_usage_error(env: Env) -> None:
+def test_no_event_and_no_subcommand_is_a_usage_error(triage_env: Env) -> None:
     result = CliRunner().invoke(main, ["triage"])
     assert result.exit_code == 2 and "--event" in result.output
 
 
-def test_lint_says_a_rule_on_a_misspelt_event_never_fires_and_names_the_cel_fix(env: Env) -> None:
+def test_lint_says_a_rule_on_a_misspelt_event_never_fires_and_names_the_cel_fix(triage_env: Env) -> None:
     broken = CONFIG.format(mode="shadow").replace(
         "events: [issues.opened]\n      if: 'needs_repro >= 0.8",
         "events: [issue.opened]\n      if: '1 == needs_repro",
     )
-    env.write_config(text=broken)
-    result = env.run("lint")
+    triage_env.write_config(text=broken)
+    result = triage_env.run("lint")
     assert result.exit_code == 1
     assert (
         "triage.rules[needs-repro].events[0]: 'issue.opened' is not a GitHub webhook event, "

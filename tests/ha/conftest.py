@@ -12,6 +12,9 @@ test's own in front of each node (`TlsTerminator`: Python's `ssl`, certificates 
 also relays plain traffic: the sentinels and the replication link (which the binary can
 only speak in plain) go through the same address the clients dial over TLS, so the
 addresses the sentinels hand out are the ones a `rediss+sentinel://` client must reach.
+
+Every fixture of the layer lives here, under a name no other layer uses
+(tests/unit/test_fixture_layout.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +46,13 @@ from dispatchq.testing.sentinel import (
     start_node,
     wait_until,
 )
-from tests.conftest import write_check_module, write_config
+from tests.support.failover import GUARDED
+from tests.support.helpers import write_check_module, write_config
+from tests.support.netns import LoopbackRedis, loopback_redis
+from tests.support.partition import (
+    Cluster,
+    start_cluster,
+)
 
 
 @pytest.fixture
@@ -159,3 +169,42 @@ def worker_logs(tmp_path: Path) -> str:
     return "\n".join(
         f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(tmp_path.glob("*.log"))
     )
+
+
+@pytest.fixture
+def guarded_topology() -> Iterator[Topology]:
+    with sentinel_topology(GUARDED) as made:
+        yield made
+
+
+@pytest.fixture
+def partition_server() -> Iterator[LoopbackRedis]:
+    with loopback_redis() as made:
+        yield made
+
+
+@pytest.fixture
+def cluster(partition_server: LoopbackRedis, dq_env: dict[str, str], tmp_path: Path) -> Iterator[Cluster]:
+    """Hosts behind stall proxies (no root needed)."""
+    yield from start_cluster("proxy", partition_server, dq_env, tmp_path)
+
+
+@pytest.fixture(params=["proxy", "netns"])
+def any_cluster(
+    request: pytest.FixtureRequest, partition_server: LoopbackRedis, dq_env: dict[str, str], tmp_path: Path
+) -> Iterator[Cluster]:
+    """The same scenario through stall proxies and through network namespaces."""
+    yield from start_cluster(str(request.param), partition_server, dq_env, tmp_path)
+
+
+@pytest.fixture
+def scheduler_server() -> Iterator[LoopbackRedis]:
+    with loopback_redis() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def tls_topology(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tls = make_tls(tmp_path_factory.mktemp("certs"))
+    with sentinel_topology(tls=tls) as made:
+        yield made

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,25 +32,16 @@ from dispatchq.testing.sentinel import (
     Producer,
     Topology,
     plain_pair,
-    sentinel_topology,
 )
-from tests.conftest import run_cli, wait_for
 from tests.ha.conftest import (
     doubling_kind,
     ha_env,
     start_worker,
     worker_logs,
 )
+from tests.support.helpers import run_cli, wait_for
 
 pytestmark = pytest.mark.slow
-
-GUARDED = ("min-replicas-to-write 1", "min-replicas-max-lag 10")
-
-
-@pytest.fixture
-def guarded_topology() -> Iterator[Topology]:
-    with sentinel_topology(GUARDED) as made:
-        yield made
 
 
 def _answered_once(store: Store, acknowledged: list[str], tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,19 +23,13 @@ from dispatchq.core.entrypoints import TYPED_JOB
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.scheduler import TICK, DispatchqScheduler
 from dispatchq.storage import keys
-from tests.conftest import wait_for
-from tests.support.netns import LoopbackRedis, loopback_redis
+from tests.support.helpers import wait_for
+from tests.support.netns import LoopbackRedis
 from tests.support.stallproxy import StallProxy
 
 pytestmark = pytest.mark.slow
 
 TYPED = keys.queue_name("typed")
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackRedis]:
-    with loopback_redis() as made:
-        yield made
 
 
 def _scheduler(connection: redis.Redis, cls: type[DispatchqScheduler] = DispatchqScheduler) -> Any:
@@ -65,11 +58,13 @@ def _pushed(client: redis.Redis) -> list[str]:
     return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
 
-def test_a_scheduler_cut_off_after_listing_moves_nothing_the_other_moved(server: LoopbackRedis) -> None:
-    direct = server.client()
-    with StallProxy(("127.0.0.1", server.port), name="A") as proxy:
+def test_a_scheduler_cut_off_after_listing_moves_nothing_the_other_moved(
+    scheduler_server: LoopbackRedis,
+) -> None:
+    direct = scheduler_server.client()
+    with StallProxy(("127.0.0.1", scheduler_server.port), name="A") as proxy:
         # No socket timeout: A waits out the stall, as a client behind RQ's 70 s timeout would.
-        a_conn = server.client(proxy.port)
+        a_conn = scheduler_server.client(proxy.port)
         listed = threading.Event()
 
         class CutAfterListing(DispatchqScheduler):
@@ -112,9 +107,11 @@ def test_a_scheduler_cut_off_after_listing_moves_nothing_the_other_moved(server:
     direct.close()
 
 
-def test_a_scheduler_whose_lock_lapsed_leaves_a_due_job_to_the_holder(server: LoopbackRedis) -> None:
-    direct = server.client()
-    a, b = _scheduler(server.client()), _scheduler(direct)
+def test_a_scheduler_whose_lock_lapsed_leaves_a_due_job_to_the_holder(
+    scheduler_server: LoopbackRedis,
+) -> None:
+    direct = scheduler_server.client()
+    a, b = _scheduler(scheduler_server.client()), _scheduler(direct)
     (job_id,) = _schedule(b, 1)
     job = next(iter(a.get_jobs()))
     assert a.acquire_lock()
@@ -143,13 +140,16 @@ def _start_scheduler(dq_env: dict[str, str], url: str) -> subprocess.Popen[bytes
 
 
 def test_two_scheduler_processes_one_stalling_and_healing_move_each_due_job_once(
-    server: LoopbackRedis, dq_env: dict[str, str]
+    scheduler_server: LoopbackRedis, dq_env: dict[str, str]
 ) -> None:
-    direct = server.client()
+    direct = scheduler_server.client()
     b_view = _scheduler(direct)
     ids = _schedule(b_view, 30, start=1.0, spread=0.2)  # due over the next seven seconds
-    with StallProxy(("127.0.0.1", server.port), name="A") as proxy:
-        procs = [_start_scheduler(dq_env, server.url(proxy.port)), _start_scheduler(dq_env, server.url())]
+    with StallProxy(("127.0.0.1", scheduler_server.port), name="A") as proxy:
+        procs = [
+            _start_scheduler(dq_env, scheduler_server.url(proxy.port)),
+            _start_scheduler(dq_env, scheduler_server.url()),
+        ]
         try:
             for _ in range(4):  # A flaps: cut off, back, cut off, back
                 time.sleep(1.0)

@@ -38,13 +38,13 @@ from dispatchq.testing.sentinel import (
     Topology,
     restart,
 )
-from tests.conftest import run_cli, wait_for, write_config
 from tests.ha.conftest import (
     doubling_kind,
     ha_env,
     start_worker,
     worker_logs,
 )
+from tests.support.helpers import run_cli, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 

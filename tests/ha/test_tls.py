@@ -29,13 +29,11 @@ from dispatchq.testing.sentinel import (
     SENTINEL_PASSWORD,
     SERVICE,
     Topology,
-    make_tls,
-    sentinel_topology,
 )
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
 from tests.ha.conftest import (
     TlsServer,
 )
+from tests.support.helpers import run_cli, wait_for, write_check_module, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -153,13 +151,6 @@ def test_a_tls_mistake_is_refused_at_start_in_one_line_with_its_reason(
 
 
 # --- Sentinel over TLS --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tls_topology(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tls = make_tls(tmp_path_factory.mktemp("certs"))
-    with sentinel_topology(tls=tls) as made:
-        yield made
 
 
 def _sentinel_env(dq_env: dict[str, str], topology: Topology) -> dict[str, str]:

@@ -9,17 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pytest
 
-from dispatchq.config import parse_config
 from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
 from dispatchq.git import runner as git
-from dispatchq.queue.parts import QUEUE_PARTS
-from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
-from tests.conftest import git as run_git
+from tests.support.helpers import git as run_git
 
 
 def j(**fields: Any) -> JudgementIn:
@@ -72,24 +68,6 @@ def test_fingerprint_changes_with_a_staged_change_and_a_deletion(git_repo: Path)
 
 
 # --- the key a producer's judgement gets at enqueue -------------------------------------------------
-
-
-@pytest.fixture
-def prepare(tmp_path: Path) -> Any:
-    """`prepare(judgement)` -> Prepared, with tmp_path as the only checkout root (no Redis used)."""
-    settings = load_settings({"DISPATCHQ_CHECKOUT_ROOTS": str(tmp_path)})
-    config = parse_config(
-        {
-            "kinds": {
-                "k": {"check": "tests.support.checks:noop"},
-                "repair": {"produce": [["true"]], "verify": [["true"]]},
-            }
-        }
-    )
-    runtime = Runtime(
-        settings=settings, redis=fakeredis.FakeRedis(), config_override=config, queue_parts=QUEUE_PARTS
-    )
-    return runtime.dispatcher.prepare
 
 
 def test_enqueue_key_includes_the_checkout_state(prepare: Any, git_repo: Path) -> None:

@@ -35,34 +35,7 @@ from dispatchq.findings.grammar.plans import (
     split_tokens,
 )
 from dispatchq.storage.findings import FindingsStore
-
-
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """`<tmp>/root`, a git repository with one commit, plus a sibling `<tmp>/root-evil`."""
-    root = tmp_path / "root"
-    (root / "docs").mkdir(parents=True)
-    (root / "docs" / "a.md").write_text("alpha\nbeta gamma\nexample-tool.sh here\n")
-    (root / "docs" / "b.md").write_text("nothing\nBETA upper\n")
-    (root / "src").mkdir()
-    (root / "src" / "x.py").write_text("print('x')\n")
-    git(root, "init", "-q")
-    git(root, "add", ".")
-    git(root, "commit", "-qm", "init")
-    evil = tmp_path / "root-evil"
-    evil.mkdir()
-    (evil / "secret.txt").write_text("stolen\n")
-    return root
+from tests.support.repos import git
 
 
 # --- the quoting rule -------------------------------------------------------------------
@@ -200,15 +173,15 @@ def test_forbidden_git_options_are_refused_for_every_subcommand(sub: str, option
         parse_git_args([sub, option])
 
 
-def test_git_args_put_paths_after_double_dash_and_harden(repo: Path) -> None:
-    parsed = parse_git_args(["blame", "-L", "1,2", "docs/a.md"], exists_in(repo))
+def test_git_args_put_paths_after_double_dash_and_harden(checks_repo: Path) -> None:
+    parsed = parse_git_args(["blame", "-L", "1,2", "docs/a.md"], exists_in(checks_repo))
     assert parsed.paths == ("docs/a.md",)
     argv = parsed.argv()
     assert argv[argv.index("--") + 1 :] == ["docs/a.md"]
     assert "--no-textconv" in argv
     assert "-L1,2" in argv
     assert argv[argv.index("-c") + 1] == "core.fsmonitor=false"
-    log = parse_git_args(["log", "--format", "%H", "HEAD"], exists_in(repo))
+    log = parse_git_args(["log", "--format", "%H", "HEAD"], exists_in(checks_repo))
     assert log.revisions == ("HEAD",)
     assert "--format=%H" in log.options
     assert {"--no-ext-diff", "--no-textconv"} <= set(log.argv())
@@ -278,17 +251,6 @@ def test_expectations_decide_on_raw_output(expect: Expectation, output: str, pas
 
 
 # --- containment ---------------------------------------------------------------------------
-@pytest.fixture
-def links(repo: Path, tmp_path: Path) -> Path:
-    (repo / "to-evil").symlink_to(tmp_path / "root-evil")
-    (repo / "docs" / "evil.md").symlink_to(tmp_path / "root-evil" / "secret.txt")
-    (repo / "docs" / "inner.md").symlink_to(repo / "docs" / "a.md")
-    (repo / "docs" / "dangling.md").symlink_to(tmp_path / "nowhere.md")
-    (repo / "up").symlink_to(tmp_path)
-    (repo / "gitcfg").symlink_to(repo / ".git" / "config")
-    return repo
-
-
 @pytest.mark.parametrize(
     ("token", "why"),
     [
@@ -322,11 +284,11 @@ def test_containment(links: Path, token: str, why: str | None) -> None:
         assert str(verdict.resolved).startswith(os.path.realpath(links) + os.sep)
 
 
-def test_sibling_with_the_root_as_prefix_is_outside(repo: Path, tmp_path: Path) -> None:
+def test_sibling_with_the_root_as_prefix_is_outside(checks_repo: Path, tmp_path: Path) -> None:
     # A bare prefix match on "<root>" would admit "<root>-evil".
-    (repo / "sib").symlink_to(tmp_path / "root-evil")
-    assert str(tmp_path / "root-evil").startswith(str(repo))
-    assert contain(repo, "sib/secret.txt").why == "symlink escape"
+    (checks_repo / "sib").symlink_to(tmp_path / "root-evil")
+    assert str(tmp_path / "root-evil").startswith(str(checks_repo))
+    assert contain(checks_repo, "sib/secret.txt").why == "symlink escape"
 
 
 # --- running checks inside the boundary -------------------------------------------------------
@@ -343,28 +305,30 @@ def run(text: str, root: Path, **kw: object) -> CheckResult:
         ("read docs/a.md:9 → empty", ""),
     ],
 )
-def test_read_outputs_the_lines_verbatim(repo: Path, text: str, output: str) -> None:
-    result = run(text, repo)
+def test_read_outputs_the_lines_verbatim(checks_repo: Path, text: str, output: str) -> None:
+    result = run(text, checks_repo)
     assert result.ran and result.passed
     assert result.output == output
     assert result.quoted_from is not None and result.quoted_from.startswith("docs/a.md:")
 
 
-def test_read_keeps_crlf_out_of_the_output_and_reports_missing_files(repo: Path) -> None:
-    (repo / "docs" / "crlf.md").write_bytes(b"one\r\ntwo\r\n")
-    assert run("read docs/crlf.md:2 → equals two", repo).output == "two\n"
-    missing = run("read docs/gone.md:1 → empty", repo)
+def test_read_keeps_crlf_out_of_the_output_and_reports_missing_files(checks_repo: Path) -> None:
+    (checks_repo / "docs" / "crlf.md").write_bytes(b"one\r\ntwo\r\n")
+    assert run("read docs/crlf.md:2 → equals two", checks_repo).output == "two\n"
+    missing = run("read docs/gone.md:1 → empty", checks_repo)
     assert missing.ran and missing.passed
     assert missing.error is not None and "no such file" in missing.error
 
 
-def test_grep_output_is_what_grep_rn_prints(repo: Path) -> None:
-    (repo / "docs" / "sub").mkdir()
-    (repo / "docs" / "sub" / "c.md").write_text("beta in sub\n")
-    result = run("grep beta docs → lines 2", repo)
+def test_grep_output_is_what_grep_rn_prints(checks_repo: Path) -> None:
+    (checks_repo / "docs" / "sub").mkdir()
+    (checks_repo / "docs" / "sub" / "c.md").write_text("beta in sub\n")
+    result = run("grep beta docs → lines 2", checks_repo)
     assert result.ran and result.passed
     if shutil.which("grep"):
-        real = subprocess.run(["grep", "-rn", "beta", "docs"], cwd=repo, capture_output=True, check=False)
+        real = subprocess.run(
+            ["grep", "-rn", "beta", "docs"], cwd=checks_repo, capture_output=True, check=False
+        )
         assert sorted(result.output.splitlines()) == sorted(real.stdout.decode().splitlines())
     assert result.output == "docs/a.md:2:beta gamma\ndocs/sub/c.md:1:beta in sub\n"
 
@@ -379,8 +343,8 @@ def test_grep_output_is_what_grep_rn_prints(repo: Path) -> None:
         ("grep alpha docs/a.md src → lines 1", "docs/a.md:1:alpha\n"),
     ],
 )
-def test_grep_flags_and_operands(repo: Path, text: str, output: str) -> None:
-    result = run(text, repo)
+def test_grep_flags_and_operands(checks_repo: Path, text: str, output: str) -> None:
+    result = run(text, checks_repo)
     assert result.output == output
     assert result.passed
 
@@ -395,18 +359,18 @@ def test_grep_never_reads_outside_the_tree(links: Path) -> None:
     assert gitdir.output == ""
 
 
-def test_a_missing_grep_operand_is_an_error_not_a_refusal(repo: Path) -> None:
-    result = run("grep x docs/gone.md → empty", repo)
+def test_a_missing_grep_operand_is_an_error_not_a_refusal(checks_repo: Path) -> None:
+    result = run("grep x docs/gone.md → empty", checks_repo)
     assert result.ran and result.passed
     assert "No such file" in (result.error or "")
 
 
-def test_catastrophic_regex_is_cut_off(repo: Path) -> None:
-    (repo / "docs" / "slow.md").write_text("a" * 40 + "b\n")
-    result = run("grep '(a+)+$' docs/slow.md → empty", repo, regex_timeout=0.5)
+def test_catastrophic_regex_is_cut_off(checks_repo: Path) -> None:
+    (checks_repo / "docs" / "slow.md").write_text("a" * 40 + "b\n")
+    result = run("grep '(a+)+$' docs/slow.md → empty", checks_repo, regex_timeout=0.5)
     assert not result.ran
     assert "timed out" in (result.why_not_run or "")
-    expectation = run("read docs/slow.md:1 → matches '(a+)+$'", repo, regex_timeout=0.5)
+    expectation = run("read docs/slow.md:1 → matches '(a+)+$'", checks_repo, regex_timeout=0.5)
     assert not expectation.ran
 
 
@@ -439,10 +403,10 @@ def test_glob_lists_contained_paths_one_per_line(links: Path) -> None:
     assert run("glob to-evil/* → empty", links).output == ""
 
 
-def test_glob_lists_directories_too(repo: Path) -> None:
-    assert run("glob docs → equals docs", repo).passed
-    assert run("glob gone → empty", repo).passed
-    assert run("glob docs/** → lines 2", repo).output == "docs/a.md\ndocs/b.md\n"
+def test_glob_lists_directories_too(checks_repo: Path) -> None:
+    assert run("glob docs → equals docs", checks_repo).passed
+    assert run("glob gone → empty", checks_repo).passed
+    assert run("glob docs/** → lines 2", checks_repo).output == "docs/a.md\ndocs/b.md\n"
 
 
 @pytest.mark.parametrize(
@@ -455,20 +419,20 @@ def test_glob_lists_directories_too(repo: Path) -> None:
         ("run cat docs/a.md → empty", []),
     ],
 )
-def test_path_operands(repo: Path, text: str, paths: list[str]) -> None:
-    assert Check.parse(text).path_operands(exists_in(repo)) == paths
+def test_path_operands(checks_repo: Path, text: str, paths: list[str]) -> None:
+    assert Check.parse(text).path_operands(exists_in(checks_repo)) == paths
 
 
-def test_git_checks_print_gits_own_output(repo: Path) -> None:
-    result = run("git log --oneline → lines 1", repo)
+def test_git_checks_print_gits_own_output(checks_repo: Path) -> None:
+    result = run("git log --oneline → lines 1", checks_repo)
     assert result.passed
-    assert result.output == git(repo, "log", "--oneline")
-    (repo / "docs" / "a.md").write_text("changed\n")
-    status = run("git status --porcelain → contains docs/a.md", repo)
-    assert status.passed and status.output == git(repo, "status", "--porcelain")
-    blame = run("git blame -L 1,1 docs/b.md → contains nothing", repo)
+    assert result.output == git(checks_repo, "log", "--oneline")
+    (checks_repo / "docs" / "a.md").write_text("changed\n")
+    status = run("git status --porcelain → contains docs/a.md", checks_repo)
+    assert status.passed and status.output == git(checks_repo, "status", "--porcelain")
+    blame = run("git blame -L 1,1 docs/b.md → contains nothing", checks_repo)
     assert blame.passed and "nothing" in blame.output
-    bad = run("git show no-such-rev → empty", repo)
+    bad = run("git show no-such-rev → empty", checks_repo)
     assert bad.ran and bad.error and "exit status" in bad.error
     assert bad.passed  # decided on output, never on the exit status
 
@@ -481,24 +445,24 @@ def _marker_script(tmp_path: Path, name: str) -> tuple[Path, Path]:
     return script, marker
 
 
-def test_repository_config_cannot_turn_a_read_into_a_run(repo: Path, tmp_path: Path) -> None:
+def test_repository_config_cannot_turn_a_read_into_a_run(checks_repo: Path, tmp_path: Path) -> None:
     external, external_ran = _marker_script(tmp_path, "external")
     textconv, textconv_ran = _marker_script(tmp_path, "textconv")
     fsmonitor, fsmonitor_ran = _marker_script(tmp_path, "fsmonitor")
-    git(repo, "config", "diff.external", str(external))
-    git(repo, "config", "diff.evil.textconv", str(textconv))
-    (repo / ".gitattributes").write_text("*.md diff=evil\n")
-    git(repo, "add", ".gitattributes")
-    git(repo, "commit", "-qm", "attrs")
-    (repo / "docs" / "a.md").write_text("edited\n")
+    git(checks_repo, "config", "diff.external", str(external))
+    git(checks_repo, "config", "diff.evil.textconv", str(textconv))
+    (checks_repo / ".gitattributes").write_text("*.md diff=evil\n")
+    git(checks_repo, "add", ".gitattributes")
+    git(checks_repo, "commit", "-qm", "attrs")
+    (checks_repo / "docs" / "a.md").write_text("edited\n")
     # Sanity: plain git does run them, so the assertions below can fail.
-    subprocess.run(["git", "diff"], cwd=repo, capture_output=True, check=False)
-    subprocess.run(["git", "diff", "--no-ext-diff"], cwd=repo, capture_output=True, check=False)
+    subprocess.run(["git", "diff"], cwd=checks_repo, capture_output=True, check=False)
+    subprocess.run(["git", "diff", "--no-ext-diff"], cwd=checks_repo, capture_output=True, check=False)
     assert external_ran.exists() and textconv_ran.exists()
     external_ran.unlink()
     textconv_ran.unlink()
-    git(repo, "config", "core.fsmonitor", str(fsmonitor))
-    subprocess.run(["git", "status"], cwd=repo, capture_output=True, check=False)
+    git(checks_repo, "config", "core.fsmonitor", str(fsmonitor))
+    subprocess.run(["git", "status"], cwd=checks_repo, capture_output=True, check=False)
     assert fsmonitor_ran.exists()
     fsmonitor_ran.unlink()
     for text in (
@@ -507,7 +471,7 @@ def test_repository_config_cannot_turn_a_read_into_a_run(repo: Path, tmp_path: P
         "git show HEAD → contains diff",
         "git status → contains a.md",
     ):
-        assert run(text, repo).ran
+        assert run(text, checks_repo).ran
     assert not external_ran.exists()
     assert not textconv_ran.exists()
     assert not fsmonitor_ran.exists()
@@ -520,41 +484,41 @@ def test_git_path_operands_are_contained_at_run_time(links: Path) -> None:
 
 # --- outside the boundary -------------------------------------------------------------------
 def test_run_checks_need_approval_and_scrub_the_environment(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
+    checks_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-1234567890")
     check = Check.parse("run env → contains PATH=")
-    refused = run_check(check, repo)
+    refused = run_check(check, checks_repo)
     assert not refused.ran and "not approved" in (refused.why_not_run or "")
-    approved = run_check(check, repo, approved=True)
+    approved = run_check(check, checks_repo, approved=True)
     assert approved.ran and approved.passed
     assert "tok-1234567890" not in approved.output
 
 
-def test_run_checks_pass_on_output_not_exit_status(repo: Path) -> None:
-    failing_exit = run("run sh -c 'echo ok && exit 3' → contains ok", repo, approved=True)
+def test_run_checks_pass_on_output_not_exit_status(checks_repo: Path) -> None:
+    failing_exit = run("run sh -c 'echo ok && exit 3' → contains ok", checks_repo, approved=True)
     assert failing_exit.passed and failing_exit.error == "exit status 3"
-    clean_exit = run("run sh -c 'echo nope' → contains ok", repo, approved=True)
+    clean_exit = run("run sh -c 'echo nope' → contains ok", checks_repo, approved=True)
     assert not clean_exit.passed and clean_exit.error is None
-    missing = run("run no-such-binary-xyz → empty", repo, approved=True)
+    missing = run("run no-such-binary-xyz → empty", checks_repo, approved=True)
     assert not missing.ran
 
 
-def test_run_never_goes_through_a_shell(repo: Path, tmp_path: Path) -> None:
+def test_run_never_goes_through_a_shell(checks_repo: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    result = run(f"run echo 'hi && touch {marker}' → contains touch", repo, approved=True)
+    result = run(f"run echo 'hi && touch {marker}' → contains touch", checks_repo, approved=True)
     assert result.passed
     assert not marker.exists()
 
 
-def test_run_plan_respects_approvals_and_inside_only(repo: Path) -> None:
+def test_run_plan_respects_approvals_and_inside_only(checks_repo: Path) -> None:
     checks = parse_plan("read docs/a.md:1 → equals alpha; run echo yes → contains yes")
-    none = run_plan(checks, repo)
+    none = run_plan(checks, checks_repo)
     assert [r.ran for r in none.results] == [True, False]
     assert none.passed  # every check that ran passed
-    approved = run_plan(checks, repo, approved=lambda c: c.kind == "run")
+    approved = run_plan(checks, checks_repo, approved=lambda c: c.kind == "run")
     assert [r.ran for r in approved.results] == [True, True]
-    gate = run_plan(checks, repo, approved=lambda c: True, inside_only=True)
+    gate = run_plan(checks, checks_repo, approved=lambda c: True, inside_only=True)
     assert [r.ran for r in gate.results] == [True, False]
     assert not PlanResult(()).passed
 
@@ -574,15 +538,15 @@ def test_run_plan_respects_approvals_and_inside_only(repo: Path) -> None:
         ("run pytest -q → contains passed", (0,), True),
     ],
 )
-def test_plan_rejection(repo: Path, plan: str, marked: tuple[int, ...], rejected: bool) -> None:
-    verdict = plan_rejection(parse_plan(plan), repo, absent_text_only=marked)
+def test_plan_rejection(checks_repo: Path, plan: str, marked: tuple[int, ...], rejected: bool) -> None:
+    verdict = plan_rejection(parse_plan(plan), checks_repo, absent_text_only=marked)
     assert verdict.rejected is rejected, verdict.why
 
 
-def test_plan_rejection_never_runs_outside_the_boundary(repo: Path, tmp_path: Path) -> None:
+def test_plan_rejection_never_runs_outside_the_boundary(checks_repo: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     plan = parse_plan(f"run touch {marker} → empty")
-    assert not plan_rejection(plan, repo).rejected
+    assert not plan_rejection(plan, checks_repo).rejected
     assert not marker.exists()
 
 
@@ -600,12 +564,9 @@ def test_approvals_are_bound_to_finding_plan_and_argv() -> None:
     assert not mine.is_approved(plan, ["pytest"])
     other_plan = parse_plan("grep -F y docs → empty; run pytest -q → contains passed")
     assert not mine.is_approved(other_plan, ["pytest", "-q"])
-    assert not Approvals(FindingsStore(client), "repo1", "review.md#DOC-2").is_approved(
-        plan, ["pytest", "-q"]
-    )
-    assert not Approvals(FindingsStore(client), "repo2", "review.md#DOC-1").is_approved(
-        plan, ["pytest", "-q"]
-    )
+    findings = FindingsStore(client)
+    assert not Approvals(findings, "repo1", "review.md#DOC-2").is_approved(plan, ["pytest", "-q"])
+    assert not Approvals(findings, "repo2", "review.md#DOC-1").is_approved(plan, ["pytest", "-q"])
     with pytest.raises(CheckError, match="not a `run` check"):
         mine.approve(plan, ["rm", "-rf", "/"], who="alice", at="now")
     mine.revoke_all()

@@ -19,66 +19,25 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dispatchq.launcher.releases import OLDEST, RELEASES, installed_claude
-from dispatchq.process.wiring import set_runtime
-from dispatchq.storage import keys
-from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply, Seen
+from dispatchq.launcher.releases import OLDEST
+from dispatchq.testing.anthropic import Reply, Seen
 from dispatchq.window.limits import GENERAL_SCOPE
-from tests.conftest import REPO
-from tests.integration.test_session_tier import Harness, iso_epoch
+from tests.support.real_client import (
+    RealHarness,
+    path_without_bwrap,
+    refuse_a_missing_cli_under_ci,
+    release_params,
+)
+from tests.support.session import iso_epoch
 
-
-def claude_of(version: str) -> Path:
-    """The release's own CLI, in its own folder (ops/dev.py installs each)."""
-    return installed_claude(REPO, version)
-
-
-def command_of(version: str) -> str:
-    return f"{claude_of(version)} -p --output-format stream-json --verbose"
-
-
-def _claude_ready(version: str) -> str | None:
-    """None when the release's CLI runs here, else why not."""
-    claude = claude_of(version)
-    if not sys.platform.startswith("linux"):
-        return "the real-client layer runs on Linux"
-    if not claude.exists():
-        return f"Claude Code {version} is not at {claude} (`python3 ops/dev.py test` installs it with npm)"
-    done = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0 or version not in done.stdout:
-        printed = done.stdout.strip() or done.stderr.strip()[-200:]
-        return f"{claude} --version printed {printed!r} (want {version})"
-    return None
-
-
-WHY_NOT = {version: _claude_ready(version) for version in RELEASES}
-_MISSING = {version: why for version, why in WHY_NOT.items() if why is not None}
-if _MISSING and os.environ.get("CI") == "true":
-    raise RuntimeError(f"CI=true and the real-client layer cannot run: {'; '.join(_MISSING.values())}")
-
-
-def release_params(versions: tuple[str, ...] = RELEASES) -> list[Any]:
-    """One pytest param per release, skipped loudly where that release cannot run here."""
-    return [
-        pytest.param(
-            version,
-            id=f"cc{version}",
-            marks=pytest.mark.skipif(
-                WHY_NOT[version] is not None,
-                reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {WHY_NOT[version]}",
-            ),
-        )
-        for version in versions
-    ]
+refuse_a_missing_cli_under_ci()
 
 
 #: For a case that checks a wording only the oldest release prints (the newest prints another
@@ -100,108 +59,6 @@ needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
 )
-
-
-class RealHarness(Harness):
-    """The session tier's harness with one release of the real CLI as the session command."""
-
-    def __init__(
-        self, env: dict[str, str], tmp: Path, client: Any, api: FakeAnthropicAPI, version: str
-    ) -> None:
-        super().__init__(env, tmp, client)
-        home = tmp / "home"
-        home.mkdir()
-        self.api = api
-        self.version = version
-        self.node: Any = None  # the running case's pytest item (for newest_gap)
-        self.claude = claude_of(version)
-        self.command = command_of(version)
-        self.env.update(
-            DISPATCHQ_SESSION_COMMAND=self.command,
-            ANTHROPIC_BASE_URL=api.url,
-            CLAUDE_CODE_OAUTH_TOKEN="stand-in-token",
-            DISABLE_TELEMETRY="1",
-            DISABLE_ERROR_REPORTING="1",
-            DISABLE_AUTOUPDATER="1",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            CLAUDE_CODE_MAX_RETRIES="1",
-            HOME=str(home),
-            TZ="UTC",
-            # The fake session shows the window in a second; the real CLI takes seconds to reach
-            # the API, and a probe must not be taken as open before its refusal arrives.
-            DISPATCHQ_PROBE_GRACE="60",
-            # The real CLI runs as deployed: confined, reaching the stand-in only through the
-            # sandbox's egress proxy (HTTP_PROXY), with its non-secret settings allowed by name.
-            DISPATCHQ_SESSION_SANDBOX="on",
-        )
-
-    def use_api_key(self) -> None:
-        """Authenticate as an API-key user (the CLI then has no usage window, only API limits)."""
-        self.env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
-        self.env.update(
-            DISPATCHQ_SESSION_CREDENTIAL_VAR="ANTHROPIC_API_KEY", ANTHROPIC_API_KEY="sk-ant-stand-in"
-        )
-
-    def window_markers(self) -> list[Any]:
-        return self.rt.window.markers()
-
-    def add_kinds(self, text: str) -> None:
-        config = self.tmp / "dispatchq.yaml"
-        config.write_text(config.read_text() + text)
-
-    def bursts(self, count: int = 1, **env: str) -> None:
-        """`count` burst workers at once; each must exit by itself, 0."""
-        procs = [self.start("worker", "session", "--burst", **env) for _ in range(count)]
-        for proc in procs:
-            try:
-                assert proc.wait(timeout=120) == 0, self.logs()
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"a burst worker did not exit\n{self.logs()}")
-
-    def spawns(self) -> int:
-        """Sessions dispatchq spawned (its own counter: the CLI is not ours to instrument)."""
-        return int(self.redis.get(keys.STATS_SESSIONS_SPAWNED) or 0)
-
-    def figure(self, case: str, judgements: int, **counts: int) -> None:
-        """For bench/sessions.py: one line of spawn counts per case, when it asks for them."""
-        path = os.environ.get("BENCH_SPAWN_FIGURES")
-        if path:
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"case": case, "judgements": judgements, **counts}) + "\n")
-
-
-@pytest.fixture(params=release_params())
-def release(request: pytest.FixtureRequest) -> str:
-    """The Claude Code release a case runs against (every one, unless the case narrows it)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def real(
-    dq_env: dict[str, str], redis_client: Any, tmp_path: Path, release: str, request: pytest.FixtureRequest
-) -> Iterator[RealHarness]:
-    with FakeAnthropicAPI() as api:
-        h = RealHarness(dq_env, tmp_path, redis_client, api, release)
-        h.node = request.node
-        try:
-            yield h
-        finally:
-            h.close()
-            set_runtime(None)
-
-
-def path_without_bwrap(tmp: Path, path: str) -> str:
-    """A PATH with every command of `path` but `bwrap` (symlinks in one folder)."""
-    folder = tmp / "no-bwrap-bin"
-    folder.mkdir()
-    for directory in path.split(os.pathsep):
-        if not directory or not Path(directory).is_dir():
-            continue
-        for entry in Path(directory).iterdir():
-            target = folder / entry.name
-            if entry.name != "bwrap" and not target.exists():
-                target.symlink_to(entry)
-    return str(folder)
 
 
 def run_jsonl(real: RealHarness, lines: list[str], **env: str) -> subprocess.CompletedProcess[str]:

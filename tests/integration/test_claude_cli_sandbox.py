@@ -1,8 +1,8 @@
 """The real Claude Code CLI inside the session sandbox: it answers, it resumes, it scrubs its tools.
 
-Each supported release of the CLI (tests/integration/test_claude_cli.py checks them and its
-`release` fixture, imported here, runs every case once per release; under `CI=true` a missing
-CLI fails that module's import, and so this one's) runs as the session command of a
+Each supported release of the CLI (the layer's `release` fixture, in
+tests/integration/conftest.py, runs every case once per release; under `CI=true` a missing
+CLI fails this module's import) runs as the session command of a
 real `dispatchq worker session` with `DISPATCHQ_SESSION_SANDBOX=on`, against the loopback
 Messages API stand-in, which a confined session reaches only through its proxy.
 
@@ -23,22 +23,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dispatchq.launcher.releases import OLDEST
-from dispatchq.process.wiring import set_runtime
-from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply
-from tests.conftest import REPO
-from tests.integration.test_claude_cli import RealHarness, release
+from dispatchq.testing.anthropic import Reply
+from tests.support.helpers import REPO
+from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
-# Importing test_claude_cli already fails under CI=true when a release cannot run there; the
-# `release` fixture skips, with the reason, a release that cannot run here otherwise.
+# Under CI=true a release that cannot run there fails this import; the `release` fixture
+# skips, with the reason, a release that cannot run here otherwise.
 pytestmark = [pytest.mark.slow]
-__all__ = ["release"]  # the fixture, shared: one param per supported release
+refuse_a_missing_cli_under_ci()
 
 PROBE = REPO / "tests" / "support" / "look_around.py"
 TOOLED = """
@@ -47,20 +44,6 @@ TOOLED = """
       prompt: "Answer {{ target }}"
       args: ["--allowedTools", "Bash"]
 """
-
-
-@pytest.fixture
-def confined(
-    dq_env: dict[str, str], redis_client: Any, tmp_path: Path, release: str
-) -> Iterator[RealHarness]:
-    with FakeAnthropicAPI() as api:
-        h = RealHarness(dq_env, tmp_path, redis_client, api, release)
-        h.env["DISPATCHQ_SESSION_SANDBOX"] = "on"
-        try:
-            yield h
-        finally:
-            h.close()
-            set_runtime(None)
 
 
 def test_the_real_cli_answers_inside_the_sandbox(confined: RealHarness) -> None:

@@ -25,12 +25,9 @@ import pytest
 
 from dispatchq.testing.anthropic import Reply
 from dispatchq.window.messages import ORG_PAUSED_SCOPE, PERSON_HOLD, SKEW_WINDOW
-from tests.integration.test_claude_cli import RealHarness, real, release
+from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
-__all__ = [
-    "real",
-    "release",
-]  # the real-client layer's fixtures, shared with test_claude_cli.py (every release)
+refuse_a_missing_cli_under_ci()
 
 pytestmark = [pytest.mark.slow]
 

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dispatchq.client import Client
-from dispatchq.process.wiring import set_runtime
-from dispatchq.testing.anthropic import FakeAnthropicAPI, Reply
-from tests.integration.test_claude_cli import RealHarness, release
+from dispatchq.testing.anthropic import Reply
+from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
 pytestmark = [pytest.mark.slow]
-__all__ = ["release"]  # the fixture, shared: one param per supported release
+refuse_a_missing_cli_under_ci()
 
 # A real spawn answers in seconds; one asleep until the reset would take ten minutes.
 SPAWN_BOUND = 120
@@ -37,17 +33,6 @@ WATCHDOG_ON = {
     "CLAUDE_CODE_RETRY_WATCHDOG_MAX_USAGE_LIMIT_WAIT_MS": "3600000",
     "CLAUDE_CODE_RETRY_WATCHDOG_MAX_WAIT_MS": "3600000",
 }
-
-
-@pytest.fixture
-def real(dq_env: dict[str, str], redis_client: Any, tmp_path: Path, release: str) -> Iterator[RealHarness]:
-    with FakeAnthropicAPI() as api:
-        h = RealHarness(dq_env, tmp_path, redis_client, api, release)
-        try:
-            yield h
-        finally:
-            h.close()
-            set_runtime(None)
 
 
 def _limit_reported_by_one_spawn(real: RealHarness, jid: str, **env: str) -> None:
@@ -67,19 +52,21 @@ def _limit_reported_by_one_spawn(real: RealHarness, jid: str, **env: str) -> Non
 
 
 def test_the_watchdog_in_the_workers_environment_even_allowed_by_glob_never_reaches_a_session(
-    real: RealHarness,
+    watchdog_real: RealHarness,
 ) -> None:
-    real.env.update(WATCHDOG_ON, DISPATCHQ_SESSION_ALLOW_ENV="CLAUDE_CODE_*")
-    jid = real.enqueue("ask", "q")
-    _limit_reported_by_one_spawn(real, jid)
+    watchdog_real.env.update(WATCHDOG_ON, DISPATCHQ_SESSION_ALLOW_ENV="CLAUDE_CODE_*")
+    jid = watchdog_real.enqueue("ask", "q")
+    _limit_reported_by_one_spawn(watchdog_real, jid)
 
 
-def test_a_checkout_whose_settings_turn_the_watchdog_on_still_reports_the_limit(real: RealHarness) -> None:
-    checkout = real.tmp / "checkout"
+def test_a_checkout_whose_settings_turn_the_watchdog_on_still_reports_the_limit(
+    watchdog_real: RealHarness,
+) -> None:
+    checkout = watchdog_real.tmp / "checkout"
     (checkout / ".claude").mkdir(parents=True)
     settings = {"env": {**WATCHDOG_ON, "CLAUDE_CODE_STARTUP_FAILURE_RESULTS": "0"}}
     (checkout / ".claude" / "settings.json").write_text(json.dumps(settings))
     (checkout / ".claude" / "settings.local.json").write_text(json.dumps(settings))
-    real.env.update(WATCHDOG_ON)
-    jid = Client(runtime=real.rt).enqueue("ask", "q", context={"checkout": str(checkout)})
-    _limit_reported_by_one_spawn(real, jid)
+    watchdog_real.env.update(WATCHDOG_ON)
+    jid = Client(runtime=watchdog_real.rt).enqueue("ask", "q", context={"checkout": str(checkout)})
+    _limit_reported_by_one_spawn(watchdog_real, jid)

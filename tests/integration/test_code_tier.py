@@ -20,7 +20,7 @@ from dispatchq.core.judgement import Judgement
 from dispatchq.core.kinds import Kind
 from dispatchq.launcher.environment import child_environment
 from dispatchq.tiers.code import TAIL_CHARS, produce_and_verify, run_check
-from tests.conftest import git, pid_alive, run_cli, tree_snapshot, wait_for, write_config
+from tests.support.helpers import git, pid_alive, run_cli, tree_snapshot, wait_for, write_config
 
 PY = sys.executable
 

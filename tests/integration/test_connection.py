@@ -9,37 +9,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dispatchq.errors import RedisUnavailable
 from dispatchq.settings import load_settings
-from dispatchq.storage.connection import MAX_SOCKET_PATH, SOCKET_RECORD, EmbeddedRedis, connect
-from tests.conftest import REPO, run_cli, wait_for
-
-
-def redis_pids(data_dir: Path) -> list[int]:
-    """The redis-server processes serving `data_dir` (a server's cwd is its data dir)."""
-    found = []
-    target = data_dir.resolve()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            cwd = Path(os.readlink(entry / "cwd"))
-        except OSError:
-            continue
-        if b"redis-server" in cmdline and cwd == target:
-            found.append(int(entry.name))
-    return found
+from dispatchq.storage.connection import MAX_SOCKET_PATH, EmbeddedRedis, connect
+from tests.support.connection import redis_pids
+from tests.support.helpers import REPO, run_cli, wait_for
 
 
 def alive(pid: int) -> bool:
@@ -52,21 +34,6 @@ def alive(pid: int) -> bool:
         if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
             return False
     return True
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[Path]]:
-    """Data dirs of servers a test starts; every server still serving one is stopped afterwards."""
-    started: list[Path] = []
-    yield started
-    for data_dir in started:
-        for pid in redis_pids(data_dir):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        # A deep data dir's socket folder is outside it, in /tmp: leave none behind.
-        record = data_dir / SOCKET_RECORD
-        if record.exists():
-            shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 def env_for(data_dir: Path, tmp_path: Path) -> dict[str, str]:
@@ -83,11 +50,13 @@ def env_for(data_dir: Path, tmp_path: Path) -> dict[str, str]:
 # --- the socket path ----------------------------------------------------------------------------
 
 
-def test_socket_path_stays_short_under_a_deep_data_dir(tmp_path: Path, servers: list[Path]) -> None:
+def test_socket_path_stays_short_under_a_deep_data_dir(
+    tmp_path: Path, connection_servers: list[Path]
+) -> None:
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
     assert len(str(deep / "redis.sock")) > MAX_SOCKET_PATH
     server = EmbeddedRedis(deep)
-    servers.append(deep)
+    connection_servers.append(deep)
     assert server.socket_path is None  # no folder before the first start: nothing to guess
     socket = server.ensure_running()
     assert socket == server.socket_path
@@ -98,12 +67,12 @@ def test_socket_path_stays_short_under_a_deep_data_dir(tmp_path: Path, servers: 
 
 
 def test_socket_path_stays_short_under_a_deep_tmpdir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: list[Path]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, connection_servers: list[Path]
 ) -> None:
     deep_tmp = tmp_path.joinpath(*(["a-rather-long-temporary-directory-name"] * 3))
     monkeypatch.setattr(tempfile, "tempdir", str(deep_tmp))
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
-    servers.append(deep)
+    connection_servers.append(deep)
     server = EmbeddedRedis(deep)
     socket = server.ensure_running()
     assert len(str(socket)) <= MAX_SOCKET_PATH
@@ -116,20 +85,22 @@ def test_a_short_data_dir_keeps_its_socket_inside(tmp_path: Path) -> None:
     assert server.socket_path == tmp_path / "d" / "redis.sock"
 
 
-def test_different_data_dirs_get_different_sockets(tmp_path: Path, servers: list[Path]) -> None:
+def test_different_data_dirs_get_different_sockets(tmp_path: Path, connection_servers: list[Path]) -> None:
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
     one, two = EmbeddedRedis(deep / "one"), EmbeddedRedis(deep / "two")
-    servers.extend([one.data_dir, two.data_dir])
+    connection_servers.extend([one.data_dir, two.data_dir])
     assert one.ensure_running() != two.ensure_running()
     one.client().set("which", "one")
     assert two.client().get("which") is None
     assert one.stop() and two.stop()
 
 
-def test_a_deep_data_dir_keeps_its_socket_folder_across_restarts(tmp_path: Path, servers: list[Path]) -> None:
+def test_a_deep_data_dir_keeps_its_socket_folder_across_restarts(
+    tmp_path: Path, connection_servers: list[Path]
+) -> None:
     """Every process finds the same socket: the folder is recorded in the data dir, and reused."""
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name-for-a-data-dir"] * 4))
-    servers.append(deep)
+    connection_servers.append(deep)
     server = EmbeddedRedis(deep)
     first = server.ensure_running()
     assert EmbeddedRedis(deep).socket_path == first  # another process's view of the same dir
@@ -141,9 +112,9 @@ def test_a_deep_data_dir_keeps_its_socket_folder_across_restarts(tmp_path: Path,
 # --- one server for many processes ------------------------------------------------------------------
 
 
-def test_processes_starting_at_once_share_one_server(tmp_path: Path, servers: list[Path]) -> None:
+def test_processes_starting_at_once_share_one_server(tmp_path: Path, connection_servers: list[Path]) -> None:
     data_dir = tmp_path / "fresh-data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     env = env_for(data_dir, tmp_path)
     code = (
         "from dispatchq.storage.connection import connect, embedded_for\n"
@@ -179,9 +150,9 @@ def test_processes_starting_at_once_share_one_server(tmp_path: Path, servers: li
     assert int(server.client().get("started-clients")) == 2
 
 
-def test_status_shows_the_embedded_server_in_use(tmp_path: Path, servers: list[Path]) -> None:
+def test_status_shows_the_embedded_server_in_use(tmp_path: Path, connection_servers: list[Path]) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     done = run_cli(["status", "--json"], env_for(data_dir, tmp_path))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["redis"] == f"embedded ({data_dir.resolve()})"
@@ -190,9 +161,11 @@ def test_status_shows_the_embedded_server_in_use(tmp_path: Path, servers: list[P
 # --- crashes and restarts ---------------------------------------------------------------------------
 
 
-def test_stale_socket_and_pid_file_after_kill_9_are_recovered(tmp_path: Path, servers: list[Path]) -> None:
+def test_stale_socket_and_pid_file_after_kill_9_are_recovered(
+    tmp_path: Path, connection_servers: list[Path]
+) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     server.ensure_running()
     old_pid = server.pid()
@@ -210,9 +183,11 @@ def test_stale_socket_and_pid_file_after_kill_9_are_recovered(tmp_path: Path, se
     assert server.client().ping()
 
 
-def test_a_stale_pid_file_naming_another_process_is_never_killed(tmp_path: Path, servers: list[Path]) -> None:
+def test_a_stale_pid_file_naming_another_process_is_never_killed(
+    tmp_path: Path, connection_servers: list[Path]
+) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     data_dir.mkdir()
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -227,9 +202,9 @@ def test_a_stale_pid_file_naming_another_process_is_never_killed(tmp_path: Path,
         bystander.wait()
 
 
-def test_a_graceful_restart_keeps_every_write(tmp_path: Path, servers: list[Path]) -> None:
+def test_a_graceful_restart_keeps_every_write(tmp_path: Path, connection_servers: list[Path]) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     server.ensure_running()
     client = server.client()
@@ -244,17 +219,17 @@ def test_a_graceful_restart_keeps_every_write(tmp_path: Path, servers: list[Path
     assert client.lrange("rq:queue:dispatchq-code", 0, -1) == [b"job-1"]
 
 
-def test_appendfsync_setting_reaches_the_server(tmp_path: Path, servers: list[Path]) -> None:
+def test_appendfsync_setting_reaches_the_server(tmp_path: Path, connection_servers: list[Path]) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     client = connect(load_settings({"DISPATCHQ_DATA_DIR": str(data_dir), "DISPATCHQ_APPENDFSYNC": "always"}))
     assert client.config_get("appendfsync")["appendfsync"] == "always"
     assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
 
 
-def test_redis_stop_command(tmp_path: Path, servers: list[Path]) -> None:
+def test_redis_stop_command(tmp_path: Path, connection_servers: list[Path]) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    connection_servers.append(data_dir)
     env = env_for(data_dir, tmp_path)
     server = EmbeddedRedis(data_dir)
     server.ensure_running()

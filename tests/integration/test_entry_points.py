@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,8 @@ from dispatchq.process.wiring import drain
 from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, DispatchqJob, DispatchqQueue, entry_module
 from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
-from tests.conftest import calls_of, counting_check, run_cli, write_config
+from tests.support.entry_points import user_project
+from tests.support.helpers import calls_of, run_cli
 
 HERE = __name__  # importable by RQ's `import_attribute` from the test process
 
@@ -39,38 +38,6 @@ def record(path: str, *rest: Any) -> None:
 
 def record_callback(job: Any, connection: Any, *rest: Any) -> None:
     Path(job.meta["mark"]).write_text("callback ran\n")
-
-
-def user_project(root: Path, mark: Path) -> None:
-    """A project with its own `jobs/` package beside its config: checks in `jobs.mychecks`,
-    and a `jobs/tiers.py` that marks and raises when imported."""
-    package = root / "jobs"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "tiers.py").write_text(
-        f"import pathlib\npathlib.Path({str(mark)!r}).write_text('imported')\n"
-        'raise RuntimeError("the user\'s own jobs.tiers was imported")\n'
-    )
-    (package / "mychecks.py").write_text(
-        textwrap.dedent(
-            """
-            def is_lockfile(judgement):
-                files = (judgement.state or {}).get("conflicts", [])
-                if files and all(f.endswith(".lock") for f in files):
-                    return {"value": "user-says-rebuild", "reason": "the user's own check"}
-                return None
-            """
-        )
-    )
-    write_config(
-        root / "dispatchq.yaml",
-        """
-        kinds:
-          lock:
-            check: jobs.mychecks:is_lockfile
-            escalate: needs-triage
-        """,
-    )
 
 
 def failed_jobs(redis_client: Any) -> list[str]:
@@ -114,28 +81,6 @@ def test_a_worker_run_from_a_project_with_its_own_jobs_package_answers_with_the_
     assert failed_jobs(redis_client) == []
 
 
-@pytest.fixture
-def users_jobs_imported(tmp_path: Path) -> Iterator[Path]:
-    """In this process, `jobs` is the user's package (their checks imported it), its folder
-    first on `sys.path`; dispatchq's own `jobs` modules are out of `sys.modules` meanwhile."""
-    saved_path = list(sys.path)
-    saved = {
-        name: sys.modules.pop(name)
-        for name in list(sys.modules)
-        if name == "jobs" or name.startswith("jobs.")
-    }
-    mark = tmp_path / "user-jobs-tiers-imported"
-    user_project(tmp_path, mark)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        yield mark
-    finally:
-        for name in [n for n in sys.modules if n == "jobs" or n.startswith("jobs.")]:
-            del sys.modules[name]
-        sys.modules.update(saved)
-        sys.path[:] = saved_path
-
-
 def test_in_process_the_users_jobs_package_in_sys_modules_does_not_replace_dispatchqs(
     users_jobs_imported: Path, make_runtime: Any, redis_client: Any
 ) -> None:
@@ -156,15 +101,6 @@ def test_in_process_the_users_jobs_package_in_sys_modules_does_not_replace_dispa
 
 
 # --- (b) a name outside the table is refused, by name, and nothing of it runs --------------------
-
-
-@pytest.fixture
-def code_queue(tmp_path: Path, make_runtime: Any, redis_client: Any) -> tuple[Any, DispatchqQueue, Path]:
-    """(runtime, the code queue, calls file of a counting check the kind `k` runs)."""
-    check, calls = counting_check(tmp_path, answer="'answered'")
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  k:\n    check: {check}\n")
-    rt = make_runtime(DISPATCHQ_RESULT_TTL="500")
-    return rt, DispatchqQueue(keys.queue_name("code"), connection=redis_client), calls
 
 
 def failure_of(redis_client: Any, job_id: str) -> str:

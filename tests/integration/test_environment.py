@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -437,16 +436,6 @@ def _read_environ_of(mark: bool, report_dir: Path) -> tuple[dict, str, str]:
         for pipe in (target.stdin, target.stdout):  # closed here, not left to the collector
             if pipe is not None:
                 pipe.close()
-
-
-@pytest.fixture
-def shared_dir() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="dq-environ-"))
-    path.chmod(0o1777)  # the unprivileged reader writes its report here
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl and /proc are Linux")

@@ -9,16 +9,11 @@ no process of the formation exited, every acknowledged judgement is answered exa
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,79 +24,17 @@ from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
 from dispatchq.testing.typesafe import FakeTypeSafeAPI
-from tests.conftest import blocking_check, pid_alive, run_cli, wait_for, write_check_module, write_config
+from tests.support.faults import Formation
+from tests.support.helpers import (
+    blocking_check,
+    pid_alive,
+    run_cli,
+    wait_for,
+    write_check_module,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
-
-
-class Formation:
-    """The long-running processes of one case; each must still be running at the end."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dispatchq.cli", *argv], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.procs[name] = proc
-        return proc
-
-    def output(self, name: str | None = None, *, tail: int | None = 4000) -> str:
-        names = [name] if name else sorted(self.procs)
-        return "\n".join(
-            f"--- {n}\n" + (self.logs / f"{n}.log").read_text(errors="replace")[-(tail or 0) :] for n in names
-        )
-
-    def exited(self) -> dict[str, int]:
-        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-
-    def wait_for(self, predicate: Any, timeout: float, what: str) -> None:
-        try:
-            wait_for(predicate, timeout=timeout, what=what)
-        except pytest.fail.Exception:
-            pytest.fail(
-                f"timed out after {timeout:g}s waiting for {what}; the formation said:\n{self.output()}"
-            )
-
-    def stop(self) -> dict[str, int]:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = {}
-        for name, proc in self.procs.items():
-            try:
-                codes[name] = proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes[name] = proc.wait()
-        return codes
-
-
-@pytest.fixture
-def formation(tmp_path: Path) -> Iterator[Formation]:
-    f = Formation(tmp_path)
-    yield f
-    f.stop()
-
-
-@pytest.fixture
-def own_redis() -> Iterator[EmbeddedRedis]:
-    """A redis-server of this case's own, with a short socket path under /tmp."""
-    data = Path(tempfile.mkdtemp(prefix="dq-fault-"))
-    server = EmbeddedRedis(data / "redis")
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(Exception):
-            server.stop()
-        pid = server.pid()
-        if pid is not None and pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def _kill_hard(server: EmbeddedRedis) -> None:
@@ -147,23 +80,23 @@ def _answered_once(store: Store, ids: list[str]) -> None:
 
 
 def test_a_worker_rides_out_a_hard_kill_of_the_embedded_redis(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_DATA_DIR": str(own_redis.data_dir), "DISPATCHQ_BATCH_SIZE": "1"}
+    env = {**dq_env, "DISPATCHQ_DATA_DIR": str(fault_redis.data_dir), "DISPATCHQ_BATCH_SIZE": "1"}
     _doubling_kind(tmp_path, delay=0.1)
     n = 30
     ids = _enqueue(env, n)
     time.sleep(1.5)  # appendfsync everysec: what was acknowledged a second ago is on disk
     worker = formation.start("code", ["worker", "code"], env)
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") >= 3, 60, "the batch to be under way")
 
-    _kill_hard(own_redis)
+    _kill_hard(fault_redis)
     # The worker finds Redis gone, says so once, and restarts the embedded server itself.
     formation.wait_for(
         lambda: "Redis back after" in formation.output("code"), 60, "the worker to see Redis back"
     )
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") == n, 90, "every judgement answered")
 
     assert worker.poll() is None, formation.output()
@@ -175,10 +108,10 @@ def test_a_worker_rides_out_a_hard_kill_of_the_embedded_redis(
 
 
 def test_a_worker_started_before_its_redis_waits_for_it(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     # An external server (a URL): dispatchq must wait for it, never start it.
-    url = own_redis.url()
+    url = fault_redis.url()
     env = {**dq_env, "DISPATCHQ_REDIS_URL": url}
     _doubling_kind(tmp_path)
     worker = formation.start("code", ["worker", "code"], env)
@@ -186,9 +119,9 @@ def test_a_worker_started_before_its_redis_waits_for_it(
     time.sleep(1.0)
     assert worker.poll() is None, formation.output()
 
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     ids = _enqueue(env, 5)
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") == 5, 60, "the judgements answered")
     assert "Redis back after" in formation.output("code")
     _answered_once(store, ids)
@@ -196,9 +129,9 @@ def test_a_worker_started_before_its_redis_waits_for_it(
 
 
 def test_a_stop_request_while_waiting_for_redis_exits_0(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": fault_redis.url()}
     _doubling_kind(tmp_path)
     formation.start("typed", ["worker", "typed"], env)
     formation.start("scheduler", ["scheduler"], env)
@@ -209,26 +142,26 @@ def test_a_stop_request_while_waiting_for_redis_exits_0(
 
 
 def test_the_scheduler_and_a_typed_worker_ride_out_a_graceful_restart(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    url = own_redis.url()
+    url = fault_redis.url()
     env = {**dq_env, "DISPATCHQ_REDIS_URL": url}
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     _doubling_kind(tmp_path)
     formation.start("scheduler", ["scheduler"], env)
     formation.start("typed", ["worker", "typed"], env)
-    client = own_redis.client()
+    client = fault_redis.client()
     formation.wait_for(
         lambda: client.exists("dispatchq:scheduler:heartbeat") == 1, 30, "the scheduler's beat"
     )
 
-    own_redis.stop()  # SHUTDOWN, AOF flushed
+    fault_redis.stop()  # SHUTDOWN, AOF flushed
     formation.wait_for(
         lambda: formation.output().count("Redis unreachable at") >= 2, 60, "both to notice Redis gone"
     )
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     formation.wait_for(lambda: formation.output().count("Redis back after") >= 2, 60, "both to see it back")
-    client = own_redis.client()
+    client = fault_redis.client()
     client.delete("dispatchq:scheduler:heartbeat")
     formation.wait_for(
         lambda: client.exists("dispatchq:scheduler:heartbeat") == 1, 30, "the scheduler beating"
@@ -253,7 +186,7 @@ def _blocking_kind(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_a_code_worker_killed_mid_job_leaves_no_phantom_failure(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """RQ re-runs the abandoned job; its success must not land in RQ's failed registry.
 
@@ -262,8 +195,8 @@ def test_a_code_worker_killed_mid_job_leaves_no_phantom_failure(
     Execution … not found in Redis`), filing an answered job as failed once its one retry
     was spent.
     """
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url(), "DISPATCHQ_JOB_RETRIES": "1"}
-    own_redis.ensure_running()
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": fault_redis.url(), "DISPATCHQ_JOB_RETRIES": "1"}
+    fault_redis.ensure_running()
     first, calls = _blocking_kind(tmp_path)
     ids = _enqueue(env, 3)
     doomed = formation.start("code-1", ["worker", "code"], env)
@@ -273,14 +206,14 @@ def test_a_code_worker_killed_mid_job_leaves_no_phantom_failure(
     del formation.procs["code-1"]  # killed on purpose; a supervisor starts the next one
     formation.start("code-2", ["worker", "code"], env)
 
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") == 3, 90, "every judgement answered")
     _answered_once(store, ids)
     assert [r.value for r in store.get_many(ids) if r is not None] == [0, 2, 4]
     assert [getattr(r, "deaths", 0) for r in store.get_many(ids)] == [1, 1, 1]  # one job, one death
     assert calls.read_text().splitlines()[0] == "t0"
     # RQ's bookkeeping of the re-run settles after the records do: wait for the worker to go idle.
-    client = own_redis.client()
+    client = fault_redis.client()
     formation.wait_for(
         lambda: all(q.count == 0 and q.started_job_registry.count == 0 for q in Queue.all(connection=client)),
         30,
@@ -302,7 +235,7 @@ def _nothing_stuck(store: Store) -> None:
 def test_a_typed_worker_killed_mid_job_loses_no_judgement(
     dq_env: dict[str, str],
     tmp_path: Path,
-    own_redis: EmbeddedRedis,
+    fault_redis: EmbeddedRedis,
     formation: Formation,
     typesafe_api: FakeTypeSafeAPI,
 ) -> None:
@@ -311,11 +244,11 @@ def test_a_typed_worker_killed_mid_job_loses_no_judgement(
     typesafe_api.slow(60, times=1)  # the first request hangs: the worker is killed while it waits
     env = {
         **dq_env,
-        "DISPATCHQ_REDIS_URL": own_redis.url(),
+        "DISPATCHQ_REDIS_URL": fault_redis.url(),
         "TYPESAFE_API_KEY": key,
         "TYPESAFE_BASE_URL": typesafe_api.url,
     }
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     write_config(
         tmp_path / "dispatchq.yaml",
         """
@@ -341,14 +274,14 @@ def test_a_typed_worker_killed_mid_job_loses_no_judgement(
     del formation.procs["typed-1"]
     formation.start("typed-2", ["worker", "typed"], env)
 
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") == 3, 90, "every judgement answered")
     _answered_once(store, ids)
     records = [r for r in store.get_many(ids) if r is not None]
     assert [r.tier for r in records] == ["typed"] * 3
     assert all(getattr(r, "deaths", 0) == 1 for r in records)
     _nothing_stuck(store)
-    client = own_redis.client()
+    client = fault_redis.client()
     formation.wait_for(
         lambda: all(q.started_job_registry.count == 0 for q in Queue.all(connection=client)),
         30,
@@ -360,12 +293,12 @@ def test_a_typed_worker_killed_mid_job_loses_no_judgement(
 
 @pytest.mark.parametrize("fsync", ["everysec", "always"])
 def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
-    fsync: str, dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    fsync: str, dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """`everysec` may lose the last second before the kill; `always` loses nothing acknowledged."""
     env = {
         **dq_env,
-        "DISPATCHQ_DATA_DIR": str(own_redis.data_dir),
+        "DISPATCHQ_DATA_DIR": str(fault_redis.data_dir),
         "DISPATCHQ_BATCH_SIZE": "1",
         "DISPATCHQ_APPENDFSYNC": fsync,
     }
@@ -373,7 +306,7 @@ def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
     early = _enqueue(env, 30)
     time.sleep(1.5)  # everysec: what was acknowledged over a second ago is on disk
     formation.start("code", ["worker", "code"], env)
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.wait_for(lambda: store.count("answered") >= 3, 60, "the load to be under way")
     late = [
         line.split("\t")[1]
@@ -387,12 +320,12 @@ def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
         ).stdout.splitlines()
     ]
     assert len(late) == 30
-    _kill_hard(own_redis)  # at once: the late ones were acknowledged within the last second
+    _kill_hard(fault_redis)  # at once: the late ones were acknowledged within the last second
 
     formation.wait_for(
         lambda: "Redis back after" in formation.output("code"), 60, "the worker to see Redis back"
     )
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     acknowledged = early + late if fsync == "always" else early
     survivors = [jid for jid, r in zip(late, store.get_many(late), strict=True) if r is not None]
     formation.wait_for(
@@ -406,15 +339,15 @@ def test_a_hard_kill_of_redis_mid_load_loses_nothing_acknowledged(
 
 
 def test_out_of_memory_refuses_in_one_line_and_heals_once_memory_is_raised(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url(), "DISPATCHQ_BATCH_SIZE": "1"}
-    own_redis.ensure_running()
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": fault_redis.url(), "DISPATCHQ_BATCH_SIZE": "1"}
+    fault_redis.ensure_running()
     _doubling_kind(tmp_path, delay=0.1)
     ids = _enqueue(env, 30)
     formation.start("code", ["worker", "code"], env)
     formation.start("scheduler", ["scheduler"], env)
-    client = own_redis.client()
+    client = fault_redis.client()
     store = Store(client)
     formation.wait_for(lambda: store.count("answered") >= 3, 60, "the load to be under way")
 
@@ -446,12 +379,12 @@ def test_out_of_memory_refuses_in_one_line_and_heals_once_memory_is_raised(
 
 
 def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was_up(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
-    own_redis.ensure_running()
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": fault_redis.url()}
+    fault_redis.ensure_running()
     write_config(tmp_path / "dispatchq.yaml", "kinds: {}\n")
-    client = own_redis.client()
+    client = fault_redis.client()
     doomed = formation.start("scheduler-1", ["scheduler"], env)
     formation.wait_for(lambda: client.exists(keys.SCHEDULER_HEARTBEAT) == 1, 30, "the scheduler's beat")
     closed = run_cli(["window", "close", "--until", "4s", "--reason", "fault suite"], env)
@@ -472,12 +405,12 @@ def test_the_retrigger_fires_after_the_scheduler_was_killed_while_the_marker_was
 
 
 def test_status_tells_the_truth_about_a_dead_worker_and_its_orphaned_judgements(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """A killed worker stops being counted within its heartbeat; its running judgements keep
     their status, are counted as orphaned, and say so (with when RQ will run them again)."""
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
-    own_redis.ensure_running()
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": fault_redis.url()}
+    fault_redis.ensure_running()
     first, _calls = _blocking_kind(tmp_path)
     ids = _enqueue(env, 3)
     doomed = formation.start("code-1", ["worker", "code"], env)
@@ -500,7 +433,7 @@ def test_status_tells_the_truth_about_a_dead_worker_and_its_orphaned_judgements(
     assert status()["judgements_orphaned"] == 3
     done = run_cli(["scheduler", "--burst"], env)  # one maintenance round: reconciliation
     assert done.returncode == 0, done.stderr
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     records = store.get_many(ids)
     assert [r.status for r in records if r is not None] == ["running"] * 3
     assert all((r.reason or "").startswith("orphaned: its worker died, retried at") for r in records if r)
@@ -545,7 +478,7 @@ def _enqueue_sessions(env: dict[str, str], targets: list[str]) -> list[str]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_a_session_worker_killed_again_and_again_on_one_judgement_fails_it_after_job_retries_deaths(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """Deaths are counted on the session judgement's record too: it cannot block the line forever."""
     retries = 2
@@ -553,15 +486,15 @@ def test_a_session_worker_killed_again_and_again_on_one_judgement_fails_it_after
     env = _session_env(
         {
             **dq_env,
-            "DISPATCHQ_REDIS_URL": own_redis.url(),
+            "DISPATCHQ_REDIS_URL": fault_redis.url(),
             "DISPATCHQ_JOB_RETRIES": str(retries),
         },
         tmp_path,
         *[hang] * (retries + 2),  # one more than it may take: a spawn after the failure would show
     )
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     doomed, *others = _enqueue_sessions(env, ["doomed", "next-1", "next-2"])
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     for kill in range(1, retries + 2):
         worker = formation.start(f"session-{kill}", ["worker", "session"], env)
         formation.wait_for(
@@ -635,10 +568,10 @@ def _requeued_uncharged_then_answered(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_sigterm_to_a_session_worker_and_its_sessions_group_requeues_it_uncharged(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """A unit stop with systemd's `KillMode=control-group` signals both: not the session's fault."""
-    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, own_redis, formation)
+    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, fault_redis, formation)
     pgid = seen["pgid"]
 
     worker.send_signal(signal.SIGTERM)
@@ -671,7 +604,7 @@ sys.exit(done.returncode)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawns(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """Exit status alone cannot tell a shutdown from the session's own SIGTERM: the worker,
     never asked to stop, counts it, so the judgement fails instead of requeueing forever."""
@@ -681,7 +614,7 @@ def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawn
     env = _session_env(
         {
             **dq_env,
-            "DISPATCHQ_REDIS_URL": own_redis.url(),
+            "DISPATCHQ_REDIS_URL": fault_redis.url(),
             "DISPATCHQ_JOB_RETRIES": str(retries),
         },
         tmp_path,
@@ -689,9 +622,9 @@ def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawn
     env["DISPATCHQ_SESSION_COMMAND"] = f"{sys.executable} {script} {FAKE_ARGS}"
     env["SELF_TERM_LOG"] = str(tmp_path / "self_term.log")
     env["DISPATCHQ_SESSION_ALLOW_ENV"] += ",SELF_TERM_LOG"  # the session's own setting
-    own_redis.ensure_running()
+    fault_redis.ensure_running()
     suicidal, after = _enqueue_sessions(env, ["suicidal", "after"])
-    store = Store(own_redis.client())
+    store = Store(fault_redis.client())
     formation.start("session", ["worker", "session"], env)
 
     formation.wait_for(
@@ -712,10 +645,10 @@ def test_a_session_that_sigterms_its_own_group_is_failed_after_job_retries_spawn
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_a_second_sigterm_while_a_session_runs_requeues_it_uncharged(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, formation: Formation
+    dq_env: dict[str, str], tmp_path: Path, fault_redis: EmbeddedRedis, formation: Formation
 ) -> None:
     """RQ's cold shutdown (a second signal) raises inside the session's job: a shutdown, not a death."""
-    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, own_redis, formation)
+    halted, after, store, worker, seen, env = _halted_session(dq_env, tmp_path, fault_redis, formation)
     session_pid = seen["pid"]
 
     worker.send_signal(signal.SIGTERM)  # warm: the session goes on

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 import pytest
 
@@ -15,11 +14,6 @@ from dispatchq.storage.store import LEGACY_CLAIM, NewRecord, Store, lease_key
 from dispatchq.storage.window import WindowStore
 
 LINE = keys.session_line()
-
-
-@pytest.fixture
-def store(redis_client: Any) -> Store:
-    return Store(redis_client)
 
 
 def enqueue(store: Store, jid: str) -> str:

@@ -18,14 +18,12 @@ worker makes each session's job itself), so it has no queue to push onto.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from rq import Callback, Queue
 from rq.job import JobStatus
 from rq_scheduler import Scheduler
@@ -34,7 +32,7 @@ from dispatchq.client import Client
 from dispatchq.core.entrypoints import CODE_JOB, DELIVERIES_JOB, RETRIGGER_JOB
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint
 from dispatchq.storage import keys
-from tests.conftest import calls_of, counting_check, run_cli, write_config
+from tests.support.helpers import calls_of, run_cli
 
 ROLES = ("on_success", "on_failure", "on_stopped")
 PICKLE = str(RefusedData("pickle"))
@@ -90,19 +88,10 @@ def assert_refused(redis_client: Any, want: dict[str, str]) -> None:
         assert job_id.encode() not in redis_client.lrange(f"rq:queue:{job.origin}", 0, -1)
 
 
-@pytest.fixture
-def world(tmp_path: Path, make_runtime: Any, redis_client: Any) -> tuple[Any, Path, Path]:
-    """(runtime, calls file of the code kind `k`'s check, canary), the store marked upgraded."""
-    check, calls = counting_check(tmp_path, answer="'answered'")
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  k:\n    check: {check}\n")
-    redis_client.set(keys.JOBS_UPGRADED, json.dumps({"at": time.time()}))
-    return make_runtime(), calls, tmp_path / "canary"
-
-
 def test_foreign_jobs_on_the_code_queues_fail_unrun_and_a_real_code_worker_goes_on(
-    world: Any, redis_client: Any, dq_env: dict[str, str]
+    foreign_world: Any, redis_client: Any, dq_env: dict[str, str]
 ) -> None:
-    rt, calls, canary = world
+    rt, calls, canary = foreign_world
     want: dict[str, str] = {}
     for queue in rt.dispatcher.queues_for("code"):  # the host's queue and the shared one
         want.update(push_foreign(redis_client, queue.name, CODE_JOB, canary))
@@ -120,9 +109,9 @@ def test_foreign_jobs_on_the_code_queues_fail_unrun_and_a_real_code_worker_goes_
 
 
 def test_foreign_jobs_on_the_typed_queue_fail_unrun_and_a_real_typed_worker_goes_on(
-    world: Any, redis_client: Any, dq_env: dict[str, str]
+    foreign_world: Any, redis_client: Any, dq_env: dict[str, str]
 ) -> None:
-    _, _, canary = world
+    _, _, canary = foreign_world
     name = keys.queue_name("typed")
     want = push_foreign(redis_client, name, DELIVERIES_JOB, canary)
     real = DispatchqQueue(name, connection=redis_client).enqueue_call(
@@ -141,9 +130,9 @@ def test_foreign_jobs_on_the_typed_queue_fail_unrun_and_a_real_typed_worker_goes
 
 
 def test_foreign_jobs_on_the_control_queue_and_in_the_schedule_fail_unrun_and_the_scheduler_goes_on(
-    world: Any, redis_client: Any, dq_env: dict[str, str]
+    foreign_world: Any, redis_client: Any, dq_env: dict[str, str]
 ) -> None:
-    rt, _, canary = world
+    rt, _, canary = foreign_world
     want = push_foreign(redis_client, keys.CONTROL_QUEUE, RETRIGGER_JOB, canary)
     # Due jobs rq-scheduler moves: pickled (its own default job class) and JSON, onto a tier
     # queue and onto the control queue.

@@ -38,14 +38,10 @@ ROLES = {"docs/guide.md": "edit", "scripts/old-tool.sh": "ref"}
 NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 
-@pytest.fixture
-def world_report() -> str:
-    return finding_block("DOC-1", "Guide cites a removed script")
+WORLD_REPORT = finding_block("DOC-1", "Guide cites a removed script")
 
 
-@pytest.fixture
-def world_env() -> dict[str, str]:
-    return {"DISPATCHQ_HEARTBEAT_GRACE": "600"}  # RQ alone would notice the dead job in ten minutes
+WORLD_ENV = {"DISPATCHQ_HEARTBEAT_GRACE": "600"}  # RQ alone would notice the dead job in ten minutes
 
 
 def test_a_rerun_after_a_killed_dispatch_recovers_its_session_at_once_and_says_whose(world: World) -> None:

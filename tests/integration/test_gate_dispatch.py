@@ -17,9 +17,9 @@ import pytest
 from dispatchq.findings.evidence.boundary import Approvals
 from dispatchq.findings.evidence.pins import repo_id
 from dispatchq.findings.grammar.plans import parse_plan
+from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.storage import keys
 from dispatchq.storage.findings import FindingsStore
-from tests.conftest import run_cli
 from tests.support.gate import (
     GONE,
     REMOVE,
@@ -28,6 +28,7 @@ from tests.support.gate import (
     finding_block,
     fixer_step,
 )
+from tests.support.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 
@@ -37,11 +38,10 @@ APPEND_CHECK = "grep -F See-also-notes docs/guide.md → lines 1"
 APPEND_EDIT = {"path": "docs/guide.md", "append": "See-also-notes\n"}
 
 
-@pytest.fixture
-def world_report() -> str:
-    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
-        "DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`"
-    )
+WORLD_REPORT = (
+    finding_block("DOC-1", "Guide cites a removed script")
+    + finding_block("DOC-2", "Guide should point at the notes", location="`docs/guide.md:2`")
+)
 
 
 def fixer_spawns(world: World) -> list[str]:
@@ -271,7 +271,6 @@ def test_fixer_judgements_are_bound_to_this_host_and_checkout(world: World) -> N
 
 def test_the_repository_lock_is_held_by_one_judgement_at_a_time(world: World) -> None:
     from dispatchq.findings.run.fixer import RepoLock
-    from dispatchq.queue.parts import QUEUE_PARTS
     from dispatchq.runtime import Runtime
     from dispatchq.settings import load_settings
 

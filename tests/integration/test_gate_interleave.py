@@ -26,11 +26,10 @@ TRIM_EDIT = {"path": "docs/guide.md", "replace": ["The rest of the guide.\n", ""
 TRIMMED = "grep -F rest docs → empty"
 
 
-@pytest.fixture
-def world_report() -> str:
-    return finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`") + finding_block(
-        "DOC-1", "Guide cites a removed script"
-    )
+WORLD_REPORT = (
+    finding_block("DOC-2", "Guide has a filler line", location="`docs/guide.md:2`")
+    + finding_block("DOC-1", "Guide cites a removed script")
+)
 
 
 def fixer_prompts(world: World) -> list[str]:

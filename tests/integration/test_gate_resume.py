@@ -40,11 +40,10 @@ ROLES = {"docs/guide.md": "edit", "scripts/old-tool.sh": "ref"}
 NEVER = {"wait_for": "/nonexistent/never", "wait_timeout": "600"}
 
 
-@pytest.fixture
-def world_report() -> str:
-    return finding_block("DOC-1", "Guide cites a removed script") + finding_block(
-        "DOC-2", "Second finding", location="`docs/notes.md:1`"
-    )
+WORLD_REPORT = (
+    finding_block("DOC-1", "Guide cites a removed script")
+    + finding_block("DOC-2", "Second finding", location="`docs/notes.md:1`")
+)
 
 
 # --- stages 0 and 2 ---------------------------------------------------------------------------

@@ -23,9 +23,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 ROLES = {"docs/guide.md": "edit", "scripts/old-tool.sh": "ref"}
 
 
-@pytest.fixture
-def world_report() -> str:
-    return finding_block("DOC-1", "Guide cites a removed script")
+WORLD_REPORT = finding_block("DOC-1", "Guide cites a removed script")
 
 
 # --- case 7: writes into .git/ are out-of-scope writes that fail the attempt ---------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +12,9 @@ from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.storage.store import Store
 from dispatchq.workers.identity import holder_elsewhere, machine_id
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
-
-@pytest.fixture(autouse=True)
-def _no_ghost_left(redis_client: Any) -> Iterator[None]:
-    """The store is shared with later tests: no other machine's worker may outlive this one."""
-    yield
-    Store(redis_client).forget_worker("ghost-worker")
+pytestmark = pytest.mark.usefixtures("no_ghost_left")
 
 
 def _ghost(redis_client: Any, host: str, machine: str, *, age: float = 0.0) -> None:

@@ -3,26 +3,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from tests.conftest import run_cli, write_config
-
-CONFIG = """
-kinds:
-  ask:
-    questions:
-      yes: {type: noul, instructions: "Does this comment ask for a change?"}
-    answer: yes
-    escalate: needs-triage
-"""
-
-
-@pytest.fixture
-def env(dq_env: dict[str, str], redis_client: object, tmp_path: Path) -> dict[str, str]:
-    write_config(tmp_path / "dispatchq.yaml", CONFIG)
-    return dq_env
+from tests.support.helpers import run_cli
 
 
 def cli(env: dict[str, str], *args: str) -> str:
@@ -31,17 +12,17 @@ def cli(env: dict[str, str], *args: str) -> str:
     return done.stdout.strip()
 
 
-def test_result_cancel_and_retry_take_a_unique_prefix(env: dict[str, str]) -> None:
-    jid = cli(env, "enqueue", "--kind", "ask", "--target", "acme/app#1", "--state", '{"body": "x"}')
+def test_result_cancel_and_retry_take_a_unique_prefix(prefix_env: dict[str, str]) -> None:
+    jid = cli(prefix_env, "enqueue", "--kind", "ask", "--target", "acme/app#1", "--state", '{"body": "x"}')
     short = jid[:12]
     assert short != jid
-    assert f'"id": "{jid}"' in cli(env, "result", short, "--json")
-    assert cli(env, "cancel", short) == f"cancelled {jid}"
-    assert cli(env, "retry", jid[:8]) == f"re-queued {jid}"
+    assert f'"id": "{jid}"' in cli(prefix_env, "result", short, "--json")
+    assert cli(prefix_env, "cancel", short) == f"cancelled {jid}"
+    assert cli(prefix_env, "retry", jid[:8]) == f"re-queued {jid}"
 
 
-def test_a_prefix_shorter_than_8_or_unknown_is_no_judgement(env: dict[str, str]) -> None:
-    jid = cli(env, "enqueue", "--kind", "ask", "--target", "acme/app#2", "--state", '{"body": "y"}')
+def test_a_prefix_shorter_than_8_or_unknown_is_no_judgement(prefix_env: dict[str, str]) -> None:
+    jid = cli(prefix_env, "enqueue", "--kind", "ask", "--target", "acme/app#2", "--state", '{"body": "y"}')
     for wrong in (jid[:7], "zzzzzzzzzzzz"):
-        done = run_cli(["result", wrong], env)
+        done = run_cli(["result", wrong], prefix_env)
         assert done.returncode == 2 and f"no judgement {wrong}" in done.stderr

@@ -17,40 +17,7 @@ from dispatchq.core.judgement import JudgementIn
 from dispatchq.errors import UserError
 from dispatchq.process.wiring import drain
 from dispatchq.storage import keys
-from tests.conftest import calls_of, counting_check, run_cli, write_check_module, write_config
-
-CONFIG = """
-kinds:
-  lock:
-    check: {check}
-  lock-then-typed:
-    check: {check}
-    questions:
-      ok: {{type: noul, instructions: "Is it fine?"}}
-    answer: ok
-    escalate: needs-triage
-  lock-then-session:
-    check: {check}
-    questions:
-      ok: {{type: noul, instructions: "Is it fine?"}}
-    answer: ok
-    session:
-      prompt: "Decide {{{{ target }}}} given {{{{ state }}}}"
-  typed-only:
-    questions:
-      ok: {{type: noul, instructions: "Is it fine?"}}
-    answer: ok
-    escalate: needs-triage
-"""
-
-
-@pytest.fixture
-def setup(tmp_path: Path, make_runtime: Any) -> tuple[Any, Client, Path]:
-    """(runtime, client, calls file) with CONFIG written and a counting check."""
-    check, calls = counting_check(tmp_path)
-    write_config(tmp_path / "dispatchq.yaml", CONFIG.format(check=check))
-    rt = make_runtime(DISPATCHQ_RESULT_TTL="500")
-    return rt, Client(runtime=rt), calls
+from tests.support.helpers import calls_of, counting_check, run_cli, write_check_module, write_config
 
 
 def statuses(rt: Any, ids: list[str]) -> list[tuple[str, str | None]]:

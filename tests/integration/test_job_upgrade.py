@@ -8,81 +8,21 @@ decoded (a `__reduce__` calling `os.system`) fails with the one line, unrun.
 
 from __future__ import annotations
 
-import os
 import pickle
 import threading
-import time
-import zlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rq import Queue
 from rq.job import JobStatus
-from rq_scheduler import Scheduler
 
-import dispatchq.queue.dispatch as dispatch_module
-from dispatchq.client import Client
-from dispatchq.core.entrypoints import CODE_JOB, DELIVERIES_JOB, RETRIGGER_JOB
+from dispatchq.core.entrypoints import CODE_JOB
 from dispatchq.queue.entrypoints import DispatchqJob, RefusedEntryPoint
 from dispatchq.queue.upgrade import NeedsGlobal, no_globals_loads, upgrade_jobs
 from dispatchq.storage import keys
-from tests.conftest import calls_of, counting_check, run_cli, write_config
-
-
-class Evil:
-    def __init__(self, canary: Path) -> None:
-        self.canary = canary
-
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (os.system, (f"touch {self.canary}",))
-
-
-def stored_data(redis_client: Any, job_id: str) -> bytes:
-    return bytes(zlib.decompress(redis_client.hget(f"rq:job:{job_id}", "data")))
-
-
-@pytest.fixture
-def previous_release(
-    tmp_path: Path, make_runtime: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, Any]:
-    """A store the previous release wrote: judgements enqueued through its dispatcher (RQ's own
-    pickling `Queue`), a typed job with a result, a retrigger rq-scheduler holds, and one
-    poisoned job. Returns what the test needs to find them."""
-    check, calls = counting_check(tmp_path, answer="'answered'")
-    write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  k:\n    check: {check}\n")
-    rt = make_runtime(DISPATCHQ_RESULT_TTL="600")
-    canary = tmp_path / "canary"
-    with monkeypatch.context() as patch:
-        patch.setattr(dispatch_module, "DispatchqQueue", Queue)  # the previous release's line
-        results = Client(runtime=rt).enqueue_many(
-            [{"kind": "k", "target": "old-1"}, {"kind": "k", "target": "old-2"}]
-        )
-    record = rt.store.get_many([results[0].id])[0]
-    assert record is not None and record.job
-    typed = Queue(keys.queue_name("typed"), connection=redis_client)
-    deliveries = typed.enqueue_call(DELIVERIES_JOB, args=(["gone"],), result_ttl=600, failure_ttl=600)
-    poisoned = typed.enqueue_call(DELIVERIES_JOB, args=(Evil(canary),), failure_ttl=600)
-    old_scheduler = Scheduler(queue_name=keys.CONTROL_QUEUE, connection=redis_client, interval=1)
-    retrigger = old_scheduler.enqueue_at(
-        datetime.now(UTC) - timedelta(seconds=5),
-        RETRIGGER_JOB,
-        "general",
-        time.time() - 5,
-        queue_name=keys.CONTROL_QUEUE,
-        timeout=60,
-        job_result_ttl=600,
-    )
-    jobs = {
-        "code": record.job,
-        "deliveries": deliveries.id,
-        "poisoned": poisoned.id,
-        "retrigger": retrigger.id,
-    }
-    for job_id in jobs.values():
-        assert stored_data(redis_client, job_id)[:1] == b"\x80"  # pickled, as it was
-    return {"rt": rt, "ids": [r.id for r in results], "calls": calls, "canary": canary, "jobs": jobs}
+from tests.support.helpers import calls_of, run_cli
+from tests.support.job_upgrade import Evil, stored_data
 
 
 def test_a_current_worker_upgrades_the_previous_releases_jobs_and_runs_them(

@@ -20,7 +20,7 @@ from dispatchq.storage.store import NewRecord, Store
 from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, spool_of, sweep_lapsed
 from dispatchq.tiers.session import run_claimed, worker_died
 from dispatchq.window.face import Window
-from tests.conftest import write_config
+from tests.support.leases import plan, spawns
 
 
 def enqueue(store: Store, jid: str, host: str = "") -> str:
@@ -54,12 +54,6 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-@pytest.fixture
-def host_b(make_runtime: Callable[..., Any]) -> Window:
-    """The window as a worker on host-b sees it, with a short lease."""
-    return make_runtime(DISPATCHQ_HOST="host-b", DISPATCHQ_SESSION_LEASE="2").window
 
 
 def test_another_host_takes_over_only_after_the_lease_lapsed_lost_contact_and_uncharged(
@@ -201,40 +195,6 @@ def test_a_host_bound_holder_runs_on_without_renewing(host_b: Window) -> None:
         assert not hold.cancel.is_set() and hold.fenced is None
     finally:
         hold.close()
-
-
-# --- a real (fake) session run in-process: the fence ends it, an unwritable answer is spooled -----
-FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"
-
-
-@pytest.fixture
-def session_window(
-    make_runtime: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Any, Window]:
-    """host-a's runtime, whose session command is the fake `claude` driven by tmp_path/plan.json."""
-    write_config(
-        tmp_path / "dispatchq.yaml", 'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
-    )
-    monkeypatch.setenv("FAKE_CLAUDE_PLAN", str(tmp_path / "plan.json"))
-    monkeypatch.setenv("FAKE_CLAUDE_SPAWN_LOG", str(tmp_path / "spawns.log"))
-    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
-    runtime = make_runtime(
-        DISPATCHQ_HOST="host-a",
-        DISPATCHQ_SESSION_LEASE="2",
-        DISPATCHQ_DATA_DIR=str(tmp_path / "data"),
-        DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {FAKE_CLAUDE} -p --output-format stream-json --verbose",
-        DISPATCHQ_TIMEZONE="UTC",
-    )
-    return runtime, runtime.window
-
-
-def plan(tmp_path: Path, *steps: dict[str, Any]) -> None:
-    (tmp_path / "plan.json").write_text(json.dumps(list(steps)))
-
-
-def spawns(tmp_path: Path) -> int:
-    log = tmp_path / "spawns.log"
-    return len(log.read_text().splitlines()) if log.exists() else 0
 
 
 def test_a_session_whose_holder_cannot_renew_is_ended_uncharged_and_left_for_the_lease(

@@ -7,13 +7,7 @@ the command runs, and not one key may have changed.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +15,12 @@ import pytest
 
 from dispatchq.storage import keys
 from dispatchq.storage.connection import EmbeddedRedis
-from tests.conftest import pid_alive, run_cli, write_config
+from tests.support.helpers import run_cli, write_config
 
 pytestmark = pytest.mark.slow
 
 MESSAGE = "error: Redis is out of memory (maxmemory "
 TAIL = ", policy noeviction): nothing was written"
-
-
-@pytest.fixture
-def own_redis() -> Iterator[EmbeddedRedis]:
-    data = Path(tempfile.mkdtemp(prefix="dq-oom-"))
-    server = EmbeddedRedis(data / "redis")
-    server.ensure_running()
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(Exception):
-            server.client().config_set("maxmemory", "0")
-            server.stop()
-        pid = server.pid()
-        if pid is not None and pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def _everything(client: Any) -> dict[bytes, Any]:
@@ -85,9 +61,9 @@ COMMANDS = {
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_a_write_command_under_maxmemory_is_refused_in_one_line_and_writes_nothing(
-    name: str, dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis
+    name: str, dq_env: dict[str, str], tmp_path: Path, oom_redis: EmbeddedRedis
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_REDIS_URL": own_redis.url()}
+    env = {**dq_env, "DISPATCHQ_REDIS_URL": oom_redis.url()}
     write_config(tmp_path / "dispatchq.yaml", "kinds:\n  k:\n    check: os.path:exists\n")
     line = json.dumps({"kind": "k", "target": "t"}) + "\n"
     assert _cli(env, "window", "close", "--until", "1h").returncode == 0  # a marker to replace/open
@@ -98,7 +74,7 @@ def test_a_write_command_under_maxmemory_is_refused_in_one_line_and_writes_nothi
         for i in (0, 1)
     )
     assert _cli(env, "cancel", cancelled).returncode == 0
-    client = own_redis.client()
+    client = oom_redis.client()
     before = _everything(client)
     used = int(client.info("memory")["used_memory"])
     client.config_set("maxmemory", str(max(1, used // 2)))  # reached: writes are refused now

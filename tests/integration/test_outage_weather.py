@@ -12,119 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from dispatchq.storage.connection import redis_server_binary
 from dispatchq.storage.store import Store
-from tests.conftest import run_cli, wait_for, write_check_module, write_config
+from tests.support.helpers import run_cli, wait_for, write_check_module, write_config
+from tests.support.weather import WeatherServer, WeatherWorker
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Server:
-    """One `redis-server` on a loopback port, its config given on stdin (never on argv)."""
-
-    def __init__(self, folder: Path, extra: str = "") -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
-        config = f'port {self.port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {folder}\n{extra}'
-        self.proc = subprocess.Popen(
-            [redis_server_binary(), "-"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=folder,
-        )
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(config.encode())
-        self.proc.stdin.close()
-        self.password = re.search(r"requirepass (\S+)", extra)
-        self.admin = redis.Redis(port=self.port, password=self.password.group(1) if self.password else None)
-        wait_for(self._answers, what=f"redis-server on port {self.port}")
-
-    def _answers(self) -> bool:
-        try:
-            return bool(self.admin.ping())
-        except redis.ConnectionError:
-            return False
-
-    def rejected_writes(self) -> dict[str, int]:
-        """Per command, how many calls this server refused (READONLY, NOREPLICAS, …) since the
-        last `CONFIG RESETSTAT`: what a worker spinning on a replica would drive up."""
-        stats = self.admin.info("commandstats")
-        return {
-            name.removeprefix("cmdstat_"): int(values.get("rejected_calls", 0))
-            for name, values in stats.items()
-            if int(values.get("rejected_calls", 0))
-        }
-
-    def stop(self) -> None:
-        self.admin.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[Server]]:
-    made: list[Server] = []
-    yield made
-    for server in made:
-        server.stop()
-
-
-class Worker:
-    """A `dispatchq worker code` process whose combined output goes to a file."""
-
-    def __init__(self, env: dict[str, str], log: Path, tier: str = "code") -> None:
-        self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dispatchq.cli", "worker" if tier != "scheduler" else "scheduler"]
-                + ([tier] if tier != "scheduler" else []),
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def lines(self) -> list[str]:
-        return self.log.read_text(errors="replace").splitlines()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    made: list[Worker] = []
-    yield made
-    for worker in made:
-        worker.stop()
 
 
 def _env(dq_env: dict[str, str], tmp_path: Path, url: str) -> dict[str, str]:
@@ -145,7 +41,7 @@ def _enqueue(env: dict[str, str], n: int) -> str:
     return done.stdout.split("\t")[1].strip()
 
 
-def _answered(store: Store, jid: str, worker: Worker, what: str) -> None:
+def _answered(store: Store, jid: str, worker: WeatherWorker, what: str) -> None:
     def answered() -> bool:
         assert worker.proc.poll() is None, "\n".join(worker.lines()[-40:])
         record = store.get(jid)
@@ -157,7 +53,7 @@ def _answered(store: Store, jid: str, worker: Worker, what: str) -> None:
         pytest.fail(f"{what}: not answered; the worker said:\n" + "\n".join(worker.lines()[-40:]))
 
 
-def _started(worker: Worker) -> None:
+def _started(worker: WeatherWorker) -> None:
     wait_for(
         lambda: any("Listening on" in line for line in worker.lines()) or worker.proc.poll() is not None,
         timeout=60,
@@ -166,7 +62,7 @@ def _started(worker: Worker) -> None:
     assert worker.proc.poll() is None, "\n".join(worker.lines())
 
 
-def _since(worker: Worker, mark: int) -> list[str]:
+def _since(worker: WeatherWorker, mark: int) -> list[str]:
     return worker.lines()[mark:]
 
 
@@ -174,13 +70,16 @@ def _since(worker: Worker, mark: int) -> list[str]:
 
 
 def test_a_demoted_master_is_waited_on_by_write_probes_without_spinning_or_flooding_the_log(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server], workers: list[Worker]
+    dq_env: dict[str, str],
+    tmp_path: Path,
+    weather_servers: list[WeatherServer],
+    weather_workers: list[WeatherWorker],
 ) -> None:
-    primary, other = Server(tmp_path / "a"), Server(tmp_path / "b")
-    servers += [primary, other]
+    primary, other = WeatherServer(tmp_path / "a"), WeatherServer(tmp_path / "b")
+    weather_servers += [primary, other]
     env = _env(dq_env, tmp_path, f"redis://127.0.0.1:{primary.port}/0")
-    worker = Worker(env, tmp_path / "worker.log")
-    workers.append(worker)
+    worker = WeatherWorker(env, tmp_path / "worker.log")
+    weather_workers.append(worker)
     _started(worker)
     store = Store(primary.admin)
     _answered(store, _enqueue(env, 1), worker, "a judgement before the demotion")
@@ -223,14 +122,17 @@ def test_a_demoted_master_is_waited_on_by_write_probes_without_spinning_or_flood
 
 
 def test_noreplicas_is_weather_for_the_worker_and_the_scheduler(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server], workers: list[Worker]
+    dq_env: dict[str, str],
+    tmp_path: Path,
+    weather_servers: list[WeatherServer],
+    weather_workers: list[WeatherWorker],
 ) -> None:
-    primary = Server(tmp_path / "a")
-    servers.append(primary)
+    primary = WeatherServer(tmp_path / "a")
+    weather_servers.append(primary)
     env = _env(dq_env, tmp_path, f"redis://127.0.0.1:{primary.port}/0")
-    worker = Worker(env, tmp_path / "worker.log")
-    scheduler = Worker(env, tmp_path / "scheduler.log", tier="scheduler")
-    workers += [worker, scheduler]
+    worker = WeatherWorker(env, tmp_path / "worker.log")
+    scheduler = WeatherWorker(env, tmp_path / "scheduler.log", tier="scheduler")
+    weather_workers += [worker, scheduler]
     _started(worker)
     store = Store(primary.admin)
     _answered(store, _enqueue(env, 1), worker, "a judgement before min-replicas-to-write")
@@ -262,10 +164,13 @@ def test_noreplicas_is_weather_for_the_worker_and_the_scheduler(
 
 
 def test_an_acl_user_without_dangerous_commands_runs_a_worker_and_a_status_that_says_what_it_missed(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server], workers: list[Worker]
+    dq_env: dict[str, str],
+    tmp_path: Path,
+    weather_servers: list[WeatherServer],
+    weather_workers: list[WeatherWorker],
 ) -> None:
-    primary = Server(tmp_path / "a")
-    servers.append(primary)
+    primary = WeatherServer(tmp_path / "a")
+    weather_servers.append(primary)
     primary.admin.acl_setuser(
         "dq",
         enabled=True,
@@ -275,8 +180,8 @@ def test_an_acl_user_without_dangerous_commands_runs_a_worker_and_a_status_that_
         commands=["+@all", "-@dangerous"],
     )
     env = _env(dq_env, tmp_path, f"redis://dq:pw-dq@127.0.0.1:{primary.port}/0")
-    worker = Worker(env, tmp_path / "worker.log")
-    workers.append(worker)
+    worker = WeatherWorker(env, tmp_path / "worker.log")
+    weather_workers.append(worker)
     _started(worker)
     _answered(Store(primary.admin), _enqueue(env, 1), worker, "a judgement for the ACL user's worker")
     assert "Traceback" not in "\n".join(worker.lines())
@@ -291,10 +196,10 @@ def test_an_acl_user_without_dangerous_commands_runs_a_worker_and_a_status_that_
 
 
 def test_a_user_that_may_not_write_the_probe_key_is_a_one_line_configuration_error(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server]
+    dq_env: dict[str, str], tmp_path: Path, weather_servers: list[WeatherServer]
 ) -> None:
-    primary = Server(tmp_path / "a")
-    servers.append(primary)
+    primary = WeatherServer(tmp_path / "a")
+    weather_servers.append(primary)
     primary.admin.acl_setuser(
         "ro", enabled=True, passwords=["+pw-ro"], keys=["*"], channels=["*"], commands=["+@all", "-@write"]
     )
@@ -310,14 +215,17 @@ def test_a_user_that_may_not_write_the_probe_key_is_a_one_line_configuration_err
 
 
 def test_a_password_rotated_under_a_running_worker_is_said_once_waited_on_and_shown_in_status(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server], workers: list[Worker]
+    dq_env: dict[str, str],
+    tmp_path: Path,
+    weather_servers: list[WeatherServer],
+    weather_workers: list[WeatherWorker],
 ) -> None:
     old, new = "op-" + os.urandom(8).hex(), "op-" + os.urandom(8).hex()
-    primary = Server(tmp_path / "a", f"requirepass {old}\n")
-    servers.append(primary)
+    primary = WeatherServer(tmp_path / "a", f"requirepass {old}\n")
+    weather_servers.append(primary)
     env = _env(dq_env, tmp_path, f"redis://:{old}@127.0.0.1:{primary.port}/0")
-    worker = Worker(env, tmp_path / "worker.log")
-    workers.append(worker)
+    worker = WeatherWorker(env, tmp_path / "worker.log")
+    weather_workers.append(worker)
     _started(worker)
     store = Store(primary.admin)
     _answered(store, _enqueue(env, 1), worker, "a judgement before the rotation")
@@ -360,10 +268,10 @@ def test_a_password_rotated_under_a_running_worker_is_said_once_waited_on_and_sh
 
 
 def test_a_wrong_password_at_start_is_still_a_one_line_exit_2_for_a_worker(
-    dq_env: dict[str, str], tmp_path: Path, servers: list[Server]
+    dq_env: dict[str, str], tmp_path: Path, weather_servers: list[WeatherServer]
 ) -> None:
-    primary = Server(tmp_path / "a", "requirepass right-one\n")
-    servers.append(primary)
+    primary = WeatherServer(tmp_path / "a", "requirepass right-one\n")
+    weather_servers.append(primary)
     env = _env(dq_env, tmp_path, f"redis://:wrong-one@127.0.0.1:{primary.port}/0")
     done = run_cli(["worker", "code"], env, timeout=60)
     assert done.returncode == 2, done.stderr

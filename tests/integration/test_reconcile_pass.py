@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dispatchq.client import Client
 from dispatchq.process.wiring import drain
 from dispatchq.queue.scheduler import reconcile
 from dispatchq.storage.store import NewRecord, Store
-from tests.conftest import write_check_module, write_config
+from tests.support.helpers import write_check_module, write_config
 
 
 def _entry(jid: str, tier: str) -> NewRecord:
@@ -32,11 +30,6 @@ def _entry(jid: str, tier: str) -> NewRecord:
         "effect": "local",
     }
     return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
-
-
-@pytest.fixture
-def store(redis_client: Any) -> Store:
-    return Store(redis_client)
 
 
 def test_stale_gives_one_record_per_job_then_every_record_of_the_jobs_asked_for(store: Store) -> None:

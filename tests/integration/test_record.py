@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-import fakeredis
 import pytest
 
 from dispatchq.errors import TamperError, UnsafeToken, UserError
@@ -72,48 +70,14 @@ from dispatchq.findings.grammar.lines import (
 from dispatchq.findings.grammar.plans import Check, parse_plan
 from dispatchq.findings.grammar.report import FindingEditor, Report, finding_violations, lock_path
 from dispatchq.findings.grammar.tokens import path_tokens, sanitize
-from dispatchq.storage.findings import FindingsStore
+from tests.support.repos import record_git
 
 DAY = dt.date(2026, 8, 27)
 H1, H2, H3 = "1" * 40, "2" * 40, "3" * 40
 
 
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode()
-
-
 def blob(root: Path, path: str) -> str:
-    return git(root, "hash-object", "--no-filters", "--", path).strip()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """`<tmp>/root` (committed docs, an ignored file, an assume-unchanged file) and a
-    sibling `<tmp>/root-evil`, with symlinks out of the tree."""
-    root = tmp_path / "root"
-    (root / "docs").mkdir(parents=True)
-    (root / "docs" / "a.md").write_text("alpha\nscripts/example-tool.sh is cited here\n")
-    (root / "docs" / "b.md").write_text("bravo\n")
-    (root / "docs" / "pinned.md").write_text("assumed\n")
-    (root / ".gitignore").write_text("local.env\n")
-    (root / "local.env").write_text("IGNORED=1\n")
-    git(root, "init", "-q")
-    git(root, "add", ".")
-    git(root, "commit", "-qm", "init")
-    git(root, "update-index", "--assume-unchanged", "docs/pinned.md")
-    evil = tmp_path / "root-evil"
-    evil.mkdir()
-    (evil / "secret.md").write_text("one\ntwo\n")
-    (root / "out").symlink_to(evil)
-    (root / "docs" / "escape.md").symlink_to(evil / "secret.md")
-    (root / "docs" / "alias.md").symlink_to(root / "docs" / "a.md")
-    return root
+    return record_git(root, "hash-object", "--no-filters", "--", path).strip()
 
 
 # --- rules 1-2: Location --------------------------------------------------------------------
@@ -145,16 +109,16 @@ def repo(tmp_path: Path) -> Path:
     ],
 )
 def test_location_usability(
-    repo: Path, value: str | None, usable: bool, path: str | None, line: int | None, why: str | None
+    record_repo: Path, value: str | None, usable: bool, path: str | None, line: int | None, why: str | None
 ) -> None:
-    result = check_location(repo, value)
+    result = check_location(record_repo, value)
     assert (result.usable, result.path, result.line, result.why) == (usable, path, line, why)
     assert result.to_json() == {"usable": usable, "path": path, "line": line, "why": why}
 
 
-def test_a_contained_but_missing_path_is_missing_and_an_escape_never_is(repo: Path) -> None:
-    assert check_location(repo, "`docs/nope.md:1`").why == "missing"
-    assert check_location(repo, "`out/nope.md:1`").why == "symlink escape"
+def test_a_contained_but_missing_path_is_missing_and_an_escape_never_is(record_repo: Path) -> None:
+    assert check_location(record_repo, "`docs/nope.md:1`").why == "missing"
+    assert check_location(record_repo, "`out/nope.md:1`").why == "symlink escape"
 
 
 # --- rule 9: sanitisation -----------------------------------------------------------------------
@@ -268,11 +232,11 @@ def test_rejected_tokens_are_named_with_the_reason() -> None:
 
 
 # --- hashing and pins ---------------------------------------------------------------------------
-def test_hash_paths_match_git_and_never_follow_out(repo: Path) -> None:
-    (repo / "docs" / "pinned.md").write_text("changed under assume-unchanged\n")
-    (repo / "local.env").write_text("IGNORED=2\n")
+def test_hash_paths_match_git_and_never_follow_out(record_repo: Path) -> None:
+    (record_repo / "docs" / "pinned.md").write_text("changed under assume-unchanged\n")
+    (record_repo / "local.env").write_text("IGNORED=2\n")
     values = hash_paths(
-        repo,
+        record_repo,
         [
             "docs/a.md",
             "docs/pinned.md",
@@ -283,26 +247,26 @@ def test_hash_paths_match_git_and_never_follow_out(repo: Path) -> None:
             "docs/alias.md",
         ],
     )
-    assert values["docs/a.md"] == blob(repo, "docs/a.md")
-    assert values["docs/pinned.md"] == blob(repo, "docs/pinned.md")
-    assert values["docs/pinned.md"] != git(repo, "ls-files", "-s", "docs/pinned.md").split()[1]
-    assert values["local.env"] == blob(repo, "local.env")
+    assert values["docs/a.md"] == blob(record_repo, "docs/a.md")
+    assert values["docs/pinned.md"] == blob(record_repo, "docs/pinned.md")
+    assert values["docs/pinned.md"] != record_git(record_repo, "ls-files", "-s", "docs/pinned.md").split()[1]
+    assert values["local.env"] == blob(record_repo, "local.env")
     assert values["docs/gone.md"] == ABSENT
     assert values["docs/escape.md"] == "!symlink escape"
     assert values["docs"] == "!not a regular file"
     assert values["docs/alias.md"] == values["docs/a.md"]
-    assert "docs/pinned.md" not in porcelain(repo)  # porcelain cannot see it; the hash can
-    assert "local.env" not in porcelain(repo)
+    assert "docs/pinned.md" not in porcelain(record_repo)  # porcelain cannot see it; the hash can
+    assert "local.env" not in porcelain(record_repo)
 
 
-def test_hash_paths_handle_many_and_odd_names(repo: Path) -> None:
+def test_hash_paths_handle_many_and_odd_names(record_repo: Path) -> None:
     names = [f"many/f{i}.txt" for i in range(230)] + ["many/-dash.txt", "many/sp ace.txt"]
-    (repo / "many").mkdir()
+    (record_repo / "many").mkdir()
     for name in names:
-        (repo / name).write_text(name)
-    values = hash_paths(repo, names)
+        (record_repo / name).write_text(name)
+    values = hash_paths(record_repo, names)
     assert all(len(values[n]) == 40 for n in names)
-    assert values["many/-dash.txt"] == blob(repo, "many/-dash.txt")
+    assert values["many/-dash.txt"] == blob(record_repo, "many/-dash.txt")
 
 
 BLOCK_TEXT = (
@@ -344,17 +308,17 @@ def test_block_hash_excludes_loop_lines_and_canonicalises() -> None:
         assert block_hash(Report.parse(text).findings[0]) != digest, text
 
 
-def test_compute_pin_against_a_real_tree(repo: Path) -> None:
+def test_compute_pin_against_a_real_tree(record_repo: Path) -> None:
     finding = Report.parse(BLOCK_TEXT).findings[0]
     specs = pin_specs(
         "docs/a.md",
         "delete the line citing scripts/example-tool.sh at docs/a.md:2, see docs/escape.md and docs/a.md;id",
     )
-    result = compute_pin(finding, specs, repo)
+    result = compute_pin(finding, specs, record_repo)
     assert result.pin is not None
     values = {e.path: (e.value, e.role) for e in result.pin.entries}
     assert values == {
-        "docs/a.md": (blob(repo, "docs/a.md"), "edit"),
+        "docs/a.md": (blob(record_repo, "docs/a.md"), "edit"),
         "scripts/example-tool.sh": (ABSENT, "ref"),
         "docs/escape.md": (UNPINNABLE, "ref"),
         "docs/a.md;id": (UNPINNABLE, "ref"),
@@ -368,30 +332,32 @@ def test_compute_pin_against_a_real_tree(repo: Path) -> None:
     assert result.line is not None and result.line.startswith("**Decision-pin:** block=")
 
 
-def test_pin_is_cut_from_the_file_on_disk(repo: Path) -> None:
-    report = repo / "review.md"
+def test_pin_is_cut_from_the_file_on_disk(record_repo: Path) -> None:
+    report = record_repo / "review.md"
     report.write_text(BLOCK_TEXT)
     specs = pin_specs("docs/a.md", "edit docs/a.md:2")
-    first = pin_from_disk(report, "DOC-004", specs, repo)
+    first = pin_from_disk(report, "DOC-004", specs, record_repo)
     report.write_text(BLOCK_TEXT.replace("cites", "cited"))
-    second = pin_from_disk(report, "DOC-004", specs, repo)
+    second = pin_from_disk(report, "DOC-004", specs, record_repo)
     assert first.pin and second.pin and first.pin.block != second.pin.block
 
 
-def test_no_git_means_unpinned(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(repo / "no-such-bin"))
-    result = compute_pin(Report.parse(BLOCK_TEXT).findings[0], pin_specs("docs/a.md", "x"), repo)
+def test_no_git_means_unpinned(record_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(record_repo / "no-such-bin"))
+    result = compute_pin(Report.parse(BLOCK_TEXT).findings[0], pin_specs("docs/a.md", "x"), record_repo)
     assert result.pin is None and result.why_unpinned == "git is not installed"
 
 
 # --- rule 10: observations -------------------------------------------------------------------------
-def test_a_path_already_modified_is_still_seen_to_change(repo: Path) -> None:
-    (repo / "docs" / "b.md").write_text("bravo, first edit\n")
-    assert " M docs/b.md" in git(repo, "status", "--porcelain")
-    before = observe(repo, ["docs/a.md"])
-    (repo / "docs" / "b.md").write_text("bravo, second edit\n")
-    after = observe(repo, ["docs/a.md"], carry=before)
-    assert git(repo, "status", "--porcelain").count("docs/b.md") == 1  # porcelain alone cannot tell
+def test_a_path_already_modified_is_still_seen_to_change(record_repo: Path) -> None:
+    (record_repo / "docs" / "b.md").write_text("bravo, first edit\n")
+    assert " M docs/b.md" in record_git(record_repo, "status", "--porcelain")
+    before = observe(record_repo, ["docs/a.md"])
+    (record_repo / "docs" / "b.md").write_text("bravo, second edit\n")
+    after = observe(record_repo, ["docs/a.md"], carry=before)
+    assert (
+        record_git(record_repo, "status", "--porcelain").count("docs/b.md") == 1
+    )  # porcelain alone cannot tell
     assert changed_paths(before, after) == ["docs/b.md"]
 
 
@@ -407,33 +373,33 @@ def test_a_path_already_modified_is_still_seen_to_change(repo: Path) -> None:
         ("symlink-out", ["docs/evil-link.md"]),
     ],
 )
-def test_observable_changes(repo: Path, action: str, changed: list[str]) -> None:
+def test_observable_changes(record_repo: Path, action: str, changed: list[str]) -> None:
     pinned = ["docs/a.md", "local.env", "docs/pinned.md"]
     if action == "revert":
-        (repo / "docs" / "b.md").write_text("dirty\n")
-    before = observe(repo, pinned)
+        (record_repo / "docs" / "b.md").write_text("dirty\n")
+    before = observe(record_repo, pinned)
     if action == "create":
-        (repo / "docs" / "new.md").write_text("new\n")
+        (record_repo / "docs" / "new.md").write_text("new\n")
     elif action == "delete":
-        (repo / "docs" / "b.md").unlink()
+        (record_repo / "docs" / "b.md").unlink()
     elif action == "revert":
-        git(repo, "checkout", "--", "docs/b.md")
+        record_git(record_repo, "checkout", "--", "docs/b.md")
     elif action == "ignored":
-        (repo / "local.env").write_text("IGNORED=3\n")
+        (record_repo / "local.env").write_text("IGNORED=3\n")
     elif action == "assumed":
-        (repo / "docs" / "pinned.md").write_text("edited behind the index\n")
+        (record_repo / "docs" / "pinned.md").write_text("edited behind the index\n")
     elif action == "symlink-out":
-        (repo / "docs" / "evil-link.md").symlink_to(repo.parent / "root-evil" / "secret.md")
-    after = observe(repo, pinned, carry=before)
+        (record_repo / "docs" / "evil-link.md").symlink_to(record_repo.parent / "root-evil" / "secret.md")
+    after = observe(record_repo, pinned, carry=before)
     assert changed_paths(before, after) == changed
     if action == "symlink-out":
         assert after.values["docs/evil-link.md"] == "!symlink escape"
 
 
-def test_the_loops_own_report_writes_are_never_changes(repo: Path) -> None:
-    report = repo / "review.md"
+def test_the_loops_own_report_writes_are_never_changes(record_repo: Path) -> None:
+    report = record_repo / "review.md"
     report.write_text(BLOCK_TEXT)
-    record = DecisionRecord(report, repo)
+    record = DecisionRecord(report, record_repo)
     before = record.observe(["docs/a.md"])
     assert before.values["review.md"].startswith("report:")
     record.update("DOC-004", lambda e: e.set(STATUS, "✅ Fixed (2026-08-27)"))
@@ -446,8 +412,8 @@ def test_the_loops_own_report_writes_are_never_changes(repo: Path) -> None:
     assert changed_paths(after, fixer) == ["review.md"]
 
 
-def test_observation_round_trips_through_json(repo: Path) -> None:
-    obs = observe(repo, ["docs/a.md", "docs/escape.md"])
+def test_observation_round_trips_through_json(record_repo: Path) -> None:
+    obs = observe(record_repo, ["docs/a.md", "docs/escape.md"])
     assert Observation.from_json(obs.to_json()) == obs
     assert obs.failed["docs/escape.md"] == "symlink escape"
     assert obs.failed["out"] == "symlink escape"  # an untracked symlink out of the tree: never followed
@@ -534,13 +500,13 @@ def test_an_unobservable_dispatch_is_never_no_edit() -> None:
     assert graded.case == "unverified" and graded.unobservable
 
 
-def test_unpinned_findings_are_graded_from_the_resolution_text(repo: Path) -> None:
+def test_unpinned_findings_are_graded_from_the_resolution_text(record_repo: Path) -> None:
     specs = pin_specs("docs/a.md", "remove the citation of scripts/example-tool.sh at docs/a.md:2")
     assert expected_set(specs) == ["docs/a.md"]
     paths = [s.path for s in specs if s.rejected is None]
-    before = observe(repo, paths)
-    (repo / "docs" / "a.md").write_text("alpha\n")
-    after = observe(repo, paths, carry=before)
+    before = observe(record_repo, paths)
+    (record_repo / "docs" / "a.md").write_text("alpha\n")
+    after = observe(record_repo, paths, carry=before)
     graded = grade(entries=specs, before=before, after=after, plan=FAIL, errored=False, attempt=1, today=DAY)
     assert graded.case == "partially-fixed"
     untouched = grade(
@@ -855,33 +821,6 @@ def test_dispatch_copy_needs_a_live_decision() -> None:
         dispatch_copy(Report.parse(BLOCK_TEXT).findings[0], status_at_run_start=None)
 
 
-# --- rule 14 and rule 12 against a store -----------------------------------------------------------------
-REPORT = """# Review
-
-### [MEDIUM] F-1: first
-**Location:** `docs/a.md:2`
-**Fix:** needs-decision
-**Problem:** one
-
-### [MEDIUM] F-2: second
-**Location:** `docs/a.md:1`
-**Fix:** needs-decision
-**Problem:** two
-
-### [LOW] F-3: third
-**Location:** `docs/b.md:1`
-**Fix:** needs-decision
-**Problem:** three
-"""
-
-
-@pytest.fixture
-def record(repo: Path) -> DecisionRecord:
-    report = repo / "review.md"
-    report.write_text(REPORT)
-    return DecisionRecord(report, repo, RecordStore(FindingsStore(fakeredis.FakeRedis()), repo))
-
-
 def verdict(record: DecisionRecord, finding_id: str) -> str | None:
     comparison = record.check_pin(finding_id)
     return comparison.verdict if comparison else None
@@ -896,34 +835,36 @@ def dispatch(record: DecisionRecord, finding_id: str, edit: Path, content: str, 
     return record.store.log_dispatch(record.ref(finding_id), 1, before, after, at="2026-08-27T00:00:00Z")
 
 
-def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(record: DecisionRecord, repo: Path) -> None:
+def test_a_mismatch_caused_by_a_logged_dispatch_re_pins_silently(
+    record: DecisionRecord, record_repo: Path
+) -> None:
     a = Decision("A", "rewrite docs/a.md:2", "user", DAY)
     b = Decision("A", "tweak docs/a.md:1", "user", DAY)
     assert record.write_decision("F-1", a, plan=None).pin is not None
     record.write_decision("F-2", b, plan=None)
     assert verdict(record, "F-2") == "match"
-    dispatch(record, "F-1", repo / "docs" / "a.md", "alpha\nfixed\n", ["docs/a.md", "docs/b.md"])
+    dispatch(record, "F-1", record_repo / "docs" / "a.md", "alpha\nfixed\n", ["docs/a.md", "docs/b.md"])
     # Another process, same store: the log is shared.
     assert record.store is not None
-    other = DecisionRecord(record.report, repo, RecordStore(record.store.store, repo))
+    other = DecisionRecord(record.report, record_repo, RecordStore(record.store.store, record_repo))
     comparison = other.check_pin("F-2")
     assert comparison is not None and comparison.verdict == "attributable"
     other.repin("F-2")
     assert verdict(other, "F-2") == "match"
-    (repo / "docs" / "a.md").write_text("someone else\n")
+    (record_repo / "docs" / "a.md").write_text("someone else\n")
     assert verdict(other, "F-2") == "unattributable"
 
 
-def test_dispatches_before_the_pin_never_explain_it(record: DecisionRecord, repo: Path) -> None:
+def test_dispatches_before_the_pin_never_explain_it(record: DecisionRecord, record_repo: Path) -> None:
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
-    dispatch(record, "F-1", repo / "docs" / "a.md", "v2\n", ["docs/a.md"])
+    dispatch(record, "F-1", record_repo / "docs" / "a.md", "v2\n", ["docs/a.md"])
     record.write_decision("F-2", Decision("A", "tweak docs/a.md:1", "user", DAY), plan=None)
     assert verdict(record, "F-2") == "match"
-    (repo / "docs" / "a.md").write_text("v1\n")  # back to a value an old log entry saw, by hand
+    (record_repo / "docs" / "a.md").write_text("v1\n")  # back to a value an old log entry saw, by hand
     assert verdict(record, "F-2") == "unattributable"
 
 
-def test_lines_changed_by_anyone_else_are_tamper(record: DecisionRecord, repo: Path) -> None:
+def test_lines_changed_by_anyone_else_are_tamper(record: DecisionRecord, record_repo: Path) -> None:
     record.write_decision(
         "F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=parse_plan("glob x → empty")
     )
@@ -971,7 +912,7 @@ def test_a_fixer_write_to_a_status_line_is_caught(record: DecisionRecord) -> Non
 
 
 def test_a_fixers_write_to_the_report_is_out_of_scope_and_the_loops_is_not(
-    record: DecisionRecord, repo: Path
+    record: DecisionRecord, record_repo: Path
 ) -> None:
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
     before = record.observe(["docs/a.md"])
@@ -987,7 +928,7 @@ def test_a_fixers_write_to_the_report_is_out_of_scope_and_the_loops_is_not(
     forged = record.observe(["docs/a.md"], carry=loop_only)
     assert changed_paths(loop_only, forged) == ["review.md"]
     graded = grade(
-        entries=[PinEntry("docs/a.md", blob(repo, "docs/a.md"), "edit")],
+        entries=[PinEntry("docs/a.md", blob(record_repo, "docs/a.md"), "edit")],
         before=loop_only,
         after=forged,
         plan=None,
@@ -998,11 +939,11 @@ def test_a_fixers_write_to_the_report_is_out_of_scope_and_the_loops_is_not(
     assert graded.out_of_scope == ("review.md",) and graded.case == "failed"
 
 
-def test_store_keeps_the_pin_position(record: DecisionRecord, repo: Path) -> None:
+def test_store_keeps_the_pin_position(record: DecisionRecord, record_repo: Path) -> None:
     assert record.store is not None
     record.write_decision("F-1", Decision("A", "rewrite docs/a.md:2", "user", DAY), plan=None)
     assert record.store.pin_position(record.ref("F-1")) == 0
-    dispatch(record, "F-1", repo / "docs" / "a.md", "v2\n", ["docs/a.md"])
+    dispatch(record, "F-1", record_repo / "docs" / "a.md", "v2\n", ["docs/a.md"])
     record.write_decision("F-2", Decision("A", "tweak docs/a.md:1", "user", DAY), plan=None)
     assert record.store.pin_position(record.ref("F-2")) == 1
     assert len(record.store.log_since(0)) == 1
@@ -1012,7 +953,7 @@ def test_store_keeps_the_pin_position(record: DecisionRecord, repo: Path) -> Non
     assert logged.finding == "review.md#F-1"
 
 
-def test_write_decision_pins_the_target_and_the_resolution(record: DecisionRecord, repo: Path) -> None:
+def test_write_decision_pins_the_target_and_the_resolution(record: DecisionRecord, record_repo: Path) -> None:
     result = record.write_decision(
         "F-1",
         Decision(
@@ -1028,28 +969,28 @@ def test_write_decision_pins_the_target_and_the_resolution(record: DecisionRecor
     pin = finding.pin()
     assert pin is not None and result.pin == pin
     assert [(e.path, e.value, e.role) for e in pin.entries] == [
-        ("docs/a.md", blob(repo, "docs/a.md"), "edit"),
+        ("docs/a.md", blob(record_repo, "docs/a.md"), "edit"),
         ("scripts/example-tool.sh", ABSENT, "ref"),
         ("docs/a.md$(id)", UNPINNABLE, "ref"),
     ]
     assert pin.block == block_hash(finding)
     assert finding.value(PLAN) == "grep -F example-tool.sh docs → empty"
     assert finding_violations(finding) == []
-    assert specs_for(finding, repo) == [
+    assert specs_for(finding, record_repo) == [
         PinSpec("docs/a.md", "edit"),
         PinSpec("scripts/example-tool.sh", "ref"),
-        PinSpec("docs/a.md$(id)", "ref", specs_for(finding, repo)[2].rejected),
+        PinSpec("docs/a.md$(id)", "ref", specs_for(finding, record_repo)[2].rejected),
     ]
 
 
-def test_identities(repo: Path, tmp_path: Path) -> None:
-    assert git_toplevel(repo / "docs") == repo.resolve()
+def test_identities(record_repo: Path, tmp_path: Path) -> None:
+    assert git_toplevel(record_repo / "docs") == record_repo.resolve()
     with pytest.raises(UserError, match="not inside a git repository"):
         git_toplevel(tmp_path / "root-evil")
-    assert repo_id(repo) == repo_id(repo / ".") != repo_id(tmp_path / "root-evil")
-    assert finding_ref(repo / "review.md", repo, "F-1") == "review.md#F-1"
+    assert repo_id(record_repo) == repo_id(record_repo / ".") != repo_id(tmp_path / "root-evil")
+    assert finding_ref(record_repo / "review.md", record_repo, "F-1") == "review.md#F-1"
     outside = tmp_path / "elsewhere.md"
-    assert finding_ref(outside, repo, "F-1") == f"{outside.resolve()}#F-1"
+    assert finding_ref(outside, record_repo, "F-1") == f"{outside.resolve()}#F-1"
 
 
 def test_a_location_write_is_remembered_as_dispatchqs_own(record: DecisionRecord) -> None:

@@ -6,15 +6,8 @@ real `dispatchq worker code` processes (not burst) and poll the records with dea
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,68 +17,17 @@ from dispatchq.client import Client
 from dispatchq.process.wiring import drain
 from dispatchq.storage.connection import EmbeddedRedis
 from dispatchq.storage.store import Store
-from tests.conftest import (
+from tests.support.helpers import (
     blocking_check,
     counting_check,
-    pid_alive,
     run_cli,
     wait_for,
     write_check_module,
     write_config,
 )
+from tests.support.recovery import Workers
 
 pytestmark = pytest.mark.slow
-
-
-class Workers:
-    """Worker processes a test starts; every one still running is stopped afterwards."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs = tmp_path
-
-    def start(self, env: dict[str, str], tier: str = "code") -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dispatchq.cli", "worker", tier],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def output(self) -> str:
-        return "\n".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.logs.glob("worker-*.log"))
-        )
-
-    def wait_for(self, predicate: Any, timeout: float, what: str) -> None:
-        """`wait_for`, failing with the workers' logs."""
-        try:
-            wait_for(predicate, timeout=timeout, what=what)
-        except pytest.fail.Exception:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}; workers said:\n{self.output()}")
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                print("worker did not stop on SIGTERM:", proc.args, self.output())
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(tmp_path)
-    yield w
-    w.stop_all()
 
 
 def enqueue_lines(env: dict[str, str], judgements: list[dict[str, Any]]) -> list[str]:
@@ -95,14 +37,14 @@ def enqueue_lines(env: dict[str, str], judgements: list[dict[str, Any]]) -> list
 
 
 def test_a_worker_killed_mid_job_loses_no_judgement(
-    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, recovery_workers: Workers
 ) -> None:
     check, first_call, calls = blocking_check(tmp_path, answer='"answered " + judgement.target')
     write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  slow:\n    check: {check}\n")
     store = Store(redis_client)
     ids = enqueue_lines(dq_env, [{"kind": "slow", "target": f"t{i}"} for i in range(3)])
 
-    doomed = workers.start(dq_env)
+    doomed = recovery_workers.start(dq_env)
     wait_for(first_call.exists, timeout=60, what="the first job to start running")
     assert [r.status for r in store.get_many(ids)] == ["running"] * 3
     doomed.send_signal(signal.SIGKILL)
@@ -110,8 +52,8 @@ def test_a_worker_killed_mid_job_loses_no_judgement(
 
     # A fresh worker, started at once (before the dead one's heartbeat has lapsed), notices the
     # abandoned job at its next recovery round and runs it again.
-    workers.start(dq_env)
-    workers.wait_for(
+    recovery_workers.start(dq_env)
+    recovery_workers.wait_for(
         lambda: all(s == "answered" for s in store.statuses(ids)), 90, "every judgement answered"
     )
     records = store.get_many(ids)
@@ -120,27 +62,10 @@ def test_a_worker_killed_mid_job_loses_no_judgement(
     assert calls.read_text().splitlines()[0] == "t0"  # the first attempt died holding t0
 
 
-@pytest.fixture
-def own_redis() -> Iterator[EmbeddedRedis]:
-    """A dedicated embedded server (never the session's shared one): this test restarts it."""
-    data = Path(tempfile.mkdtemp(prefix="dq-restart-"))
-    server = EmbeddedRedis(data / "redis")
-    server.ensure_running()
-    try:
-        yield server
-    finally:
-        server.stop()
-        pid = server.pid()
-        if pid is not None and pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(data, ignore_errors=True)
-
-
 def test_a_graceful_redis_restart_mid_batch_loses_no_judgement(
-    dq_env: dict[str, str], tmp_path: Path, own_redis: EmbeddedRedis, workers: Workers
+    dq_env: dict[str, str], tmp_path: Path, restart_redis: EmbeddedRedis, recovery_workers: Workers
 ) -> None:
-    env = {**dq_env, "DISPATCHQ_DATA_DIR": str(own_redis.data_dir), "DISPATCHQ_BATCH_SIZE": "1"}
+    env = {**dq_env, "DISPATCHQ_DATA_DIR": str(restart_redis.data_dir), "DISPATCHQ_BATCH_SIZE": "1"}
     module = write_check_module(
         tmp_path,
         """
@@ -156,34 +81,37 @@ def test_a_graceful_redis_restart_mid_batch_loses_no_judgement(
     ids = enqueue_lines(env, [{"kind": "double", "target": f"t{i}", "state": {"n": i}} for i in range(n)])
     assert len(set(ids)) == n
 
-    workers.start(env)
-    store = Store(own_redis.client())
+    recovery_workers.start(env)
+    store = Store(restart_redis.client())
     wait_for(lambda: store.count("answered") >= 3, timeout=60, what="the batch to be under way")
     assert store.count("answered") < n  # mid-batch
 
-    assert own_redis.stop()  # SHUTDOWN: the AOF is flushed
-    assert not own_redis.is_running()
+    assert restart_redis.stop()  # SHUTDOWN: the AOF is flushed
+    assert not restart_redis.is_running()
     # The worker notices (one line), and brings the embedded server back itself.
-    workers.wait_for(
-        lambda: "Redis unreachable at" in workers.output() or workers.procs[0].poll() is not None,
+    recovery_workers.wait_for(
+        lambda: (
+            "Redis unreachable at" in recovery_workers.output()
+            or recovery_workers.procs[0].poll() is not None
+        ),
         30,
         "the worker to notice that Redis is gone",
     )
-    own_redis.ensure_running()
-    store = Store(own_redis.client())
+    restart_redis.ensure_running()
+    store = Store(restart_redis.client())
 
     assert sorted(store.ids()) == sorted(ids)  # every record survived the restart
     assert all(s is not None for s in store.statuses(ids))
 
-    workers.wait_for(
+    recovery_workers.wait_for(
         lambda: all(s == "answered" for s in store.statuses(ids)), 120, "every judgement answered"
     )
     assert [r.value for r in store.get_many(ids)] == [i * 2 for i in range(n)]
-    assert workers.procs[0].poll() is None, workers.output()  # it rode the restart out
+    assert recovery_workers.procs[0].poll() is None, recovery_workers.output()  # it rode the restart out
 
 
 def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
-    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, recovery_workers: Workers
 ) -> None:
     """Failures are per judgement: a check that kills its worker every time fails only itself."""
     env = {**dq_env, "DISPATCHQ_JOB_RETRIES": "0"}
@@ -205,12 +133,12 @@ def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
     def settled() -> bool:
         if all(s in ("answered", "failed") for s in store.statuses(ids)):
             return True
-        if all(p.poll() is not None for p in workers.procs):
-            workers.start(env)  # the next worker's maintenance finds what the dead one left
+        if all(p.poll() is not None for p in recovery_workers.procs):
+            recovery_workers.start(env)  # the next worker's maintenance finds what the dead one left
         return False
 
-    workers.start(env)
-    workers.wait_for(settled, 120, "every judgement to settle")
+    recovery_workers.start(env)
+    recovery_workers.wait_for(settled, 120, "every judgement to settle")
     before, killer, after = store.get_many(ids)
     assert before is not None and after is not None and killer is not None
     assert (before.status, before.value, after.status, after.value) == (
@@ -227,7 +155,7 @@ def test_a_poison_judgement_fails_alone_and_its_batch_mates_are_answered(
 
 
 def test_a_judgement_that_kills_its_worker_every_time_fails_after_job_retries_deaths(
-    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, workers: Workers
+    dq_env: dict[str, str], tmp_path: Path, redis_client: Any, recovery_workers: Workers
 ) -> None:
     """Deaths are counted on the record, so a judgement cannot take workers down forever."""
     env = {**dq_env, "DISPATCHQ_JOB_RETRIES": "2"}
@@ -247,12 +175,12 @@ def test_a_judgement_that_kills_its_worker_every_time_fails_after_job_retries_de
     def settled() -> bool:
         if store.statuses([jid]) == ["failed"]:
             return True
-        if all(p.poll() is not None for p in workers.procs):
-            workers.start(env)
+        if all(p.poll() is not None for p in recovery_workers.procs):
+            recovery_workers.start(env)
         return False
 
-    workers.start(env)
-    workers.wait_for(settled, 150, "the judgement to fail")
+    recovery_workers.start(env)
+    recovery_workers.wait_for(settled, 150, "the judgement to fail")
     record = store.get(jid)
     assert record is not None
     assert getattr(record, "deaths", 0) == 3  # the first run and two retries

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import counting_check, run_cli, wait_for
+from tests.support.helpers import counting_check, run_cli, wait_for
 from tests.support.serve import Server, free_port, module_env, request
 
 SENTINEL_PASSWORD = "sentinel-pw-5d1e0c"

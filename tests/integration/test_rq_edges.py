@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchq.workers.base import DispatchqWorker, build_worker
-from tests.conftest import wait_for, write_config
+from tests.support.helpers import wait_for, write_config
 
 
 def test_a_cleaning_lock_left_by_a_killed_worker_holds_for_two_rounds_not_15_minutes(

@@ -14,11 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -170,30 +167,6 @@ print(json.dumps(out))
     assert json.loads(plain.stdout.splitlines()[-1]) == {"tcp": True, "abstract": True}
 
 
-class _Echo(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = json.dumps({"path": self.path, "connection": self.headers.get("Connection")}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-@pytest.fixture
-def echo_server() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_the_proxy_is_the_only_way_out_and_leads_only_to_the_api_host(
     tmp_path: Path, echo_server: int
 ) -> None:
@@ -337,72 +310,65 @@ launch([sys.executable, "-c", {TRAP!r}, {token!r}], "", cwd=work, env={{"PATH": 
 
 
 # --- through a real session worker ---------------------------------------------------------------
-@pytest.fixture
-def harness(dq_env: dict[str, str], redis_client: Any, tmp_path: Path) -> Iterator[Any]:
-    from tests.integration.test_session_tier import Harness
-
-    h = Harness(dq_env, tmp_path, redis_client)
-    try:
-        yield h
-    finally:
-        h.close()
-
-
 def _path_without_bwrap(tmp: Path) -> str:
-    from tests.integration.test_claude_cli import path_without_bwrap
+    from tests.support.real_client import path_without_bwrap
 
     return path_without_bwrap(tmp, PATH)
 
 
-def test_a_host_that_cannot_start_the_sandbox_is_blocked_and_spawns_nothing(harness: Any) -> None:
+def test_a_host_that_cannot_start_the_sandbox_is_blocked_and_spawns_nothing(sandbox_harness: Any) -> None:
     from dispatchq.storage import keys
 
-    jid = harness.enqueue("ask", "confined or not at all")
-    done = harness.cli(
-        "worker", "session", "--burst", DISPATCHQ_SESSION_SANDBOX="on", PATH=_path_without_bwrap(harness.tmp)
-    )
-    assert done.returncode == 0, done.stderr
-    assert "sessions cannot start on this host: the session sandbox needs bubblewrap" in done.stderr
-    assert "DISPATCHQ_SESSION_SANDBOX=off" in done.stderr  # the hint names the way out
-    assert int(harness.redis.get(keys.STATS_SESSIONS_SPAWNED) or 0) == 0
-    record = harness.record(jid)
-    assert record.status in {"queued", "waiting"} and record.attempts == 0, record
-    status = harness.status()
-    assert "bubblewrap" in status["sessions"]["blocked"][harness.rt.settings.host]
-
-
-def test_a_session_that_the_sandbox_admits_answers_through_the_worker(harness: Any) -> None:
-    """The fake session, confined: its script folder bound read-only, the rest hidden."""
-    from tests.integration.test_session_tier import FAKE
-
-    jid = harness.enqueue("ask", "inside")
-    done = harness.cli(
+    jid = sandbox_harness.enqueue("ask", "confined or not at all")
+    done = sandbox_harness.cli(
         "worker",
         "session",
         "--burst",
         DISPATCHQ_SESSION_SANDBOX="on",
-        DISPATCHQ_SESSION_SANDBOX_BIND=f"{FAKE.parent},{harness.tmp}:rw",
+        PATH=_path_without_bwrap(sandbox_harness.tmp),
     )
     assert done.returncode == 0, done.stderr
-    record = harness.record(jid)
+    assert "sessions cannot start on this host: the session sandbox needs bubblewrap" in done.stderr
+    assert "DISPATCHQ_SESSION_SANDBOX=off" in done.stderr  # the hint names the way out
+    assert int(sandbox_harness.redis.get(keys.STATS_SESSIONS_SPAWNED) or 0) == 0
+    record = sandbox_harness.record(jid)
+    assert record.status in {"queued", "waiting"} and record.attempts == 0, record
+    status = sandbox_harness.status()
+    assert "bubblewrap" in status["sessions"]["blocked"][sandbox_harness.rt.settings.host]
+
+
+def test_a_session_that_the_sandbox_admits_answers_through_the_worker(sandbox_harness: Any) -> None:
+    """The fake session, confined: its script folder bound read-only, the rest hidden."""
+    from tests.support.session import FAKE
+
+    jid = sandbox_harness.enqueue("ask", "inside")
+    done = sandbox_harness.cli(
+        "worker",
+        "session",
+        "--burst",
+        DISPATCHQ_SESSION_SANDBOX="on",
+        DISPATCHQ_SESSION_SANDBOX_BIND=f"{FAKE.parent},{sandbox_harness.tmp}:rw",
+    )
+    assert done.returncode == 0, done.stderr
+    record = sandbox_harness.record(jid)
     assert record.status == "answered", (record, done.stderr[-2000:])
     assert "UNCONFINED" not in done.stderr
 
 
-def test_a_session_worker_without_a_credential_refuses_to_start_with_the_hint(harness: Any) -> None:
-    env = {k: v for k, v in harness.env.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"}
-    from tests.conftest import run_cli
+def test_a_session_worker_without_a_credential_refuses_to_start_with_the_hint(sandbox_harness: Any) -> None:
+    env = {k: v for k, v in sandbox_harness.env.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"}
+    from tests.support.helpers import run_cli
 
-    done = run_cli(["worker", "session", "--burst"], env, cwd=harness.tmp)
+    done = run_cli(["worker", "session", "--burst"], env, cwd=sandbox_harness.tmp)
     assert done.returncode == 2, done.stderr
     assert "CLAUDE_CODE_OAUTH_TOKEN is not set" in done.stderr
     assert "claude setup-token" in done.stderr and "CLAUDE_CODE_OAUTH_TOKEN_FILE" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_sandbox_off_is_said_when_the_worker_starts(harness: Any) -> None:
-    harness.enqueue("ask", "unconfined")
-    done = harness.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SANDBOX="off")
+def test_sandbox_off_is_said_when_the_worker_starts(sandbox_harness: Any) -> None:
+    sandbox_harness.enqueue("ask", "unconfined")
+    done = sandbox_harness.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SANDBOX="off")
     assert done.returncode == 0, done.stderr
     assert "sessions on this host run UNCONFINED (DISPATCHQ_SESSION_SANDBOX=off)" in done.stderr
 
@@ -426,17 +392,17 @@ def test_the_tool_scrub_is_off_with_a_warning_where_socat_is_missing(tmp_path: P
 
 
 def test_each_judgement_gets_its_own_cli_config_folder_and_it_goes_when_the_judgement_ends(
-    harness: Any,
+    sandbox_harness: Any,
 ) -> None:
-    settings = harness.rt.settings
+    settings = sandbox_harness.rt.settings
     orphan = settings.sessions_dir / ("0" * 32)  # a judgement that ended elsewhere (pruned)
     (orphan / "config").mkdir(parents=True)
-    dumps = [harness.tmp / f"env{i}.json" for i in range(2)]
-    harness.plan_file.write_text(json.dumps([{"env_dump": str(dump)} for dump in dumps]))
-    ids = [harness.enqueue("ask", f"q{i}") for i in range(2)]
-    done = harness.cli("worker", "session", "--burst")
+    dumps = [sandbox_harness.tmp / f"env{i}.json" for i in range(2)]
+    sandbox_harness.plan_file.write_text(json.dumps([{"env_dump": str(dump)} for dump in dumps]))
+    ids = [sandbox_harness.enqueue("ask", f"q{i}") for i in range(2)]
+    done = sandbox_harness.cli("worker", "session", "--burst")
     assert done.returncode == 0, done.stderr
-    assert all(harness.record(jid).status == "answered" for jid in ids)
+    assert all(sandbox_harness.record(jid).status == "answered" for jid in ids)
     configs = [Path(json.loads(dump.read_text())["CLAUDE_CONFIG_DIR"]) for dump in dumps]
     assert {config.parent.name for config in configs} == set(ids)  # one folder per judgement
     assert all(config.parent.parent == settings.sessions_dir for config in configs)
@@ -445,13 +411,13 @@ def test_each_judgement_gets_its_own_cli_config_folder_and_it_goes_when_the_judg
     assert not orphan.exists()  # swept when the worker started
 
 
-def test_a_judgement_cut_off_mid_run_keeps_its_folder_for_the_resume(harness: Any) -> None:
-    settings = harness.rt.settings
-    harness.plan_file.write_text(json.dumps([{"scenario": "limit_mid_run"}]))
-    jid = harness.enqueue("ask", "long")
-    done = harness.cli("worker", "session", "--burst")
+def test_a_judgement_cut_off_mid_run_keeps_its_folder_for_the_resume(sandbox_harness: Any) -> None:
+    settings = sandbox_harness.rt.settings
+    sandbox_harness.plan_file.write_text(json.dumps([{"scenario": "limit_mid_run"}]))
+    jid = sandbox_harness.enqueue("ask", "long")
+    done = sandbox_harness.cli("worker", "session", "--burst")
     assert done.returncode == 0, done.stderr
-    record = harness.record(jid)
+    record = sandbox_harness.record(jid)
     assert record.status == "waiting" and record.resume_session, record
     assert (settings.sessions_dir / jid / "config").is_dir()
     assert (settings.sessions_dir / jid / "work").is_dir()

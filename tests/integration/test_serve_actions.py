@@ -17,58 +17,16 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from dispatchq.storage import keys
 from dispatchq.storage.window import WindowStore
-from tests.conftest import counting_check, run_cli, wait_for
-from tests.support.serve import Reply, Server, module_env, request
+from tests.support.helpers import run_cli, wait_for
+from tests.support.serve import ACTIONS_TOKEN, Reply, Server, request
 
-TOKEN = "Wq7-actions-token-0123456789abcdefABCDEF"
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+AUTH = {"Authorization": f"Bearer {ACTIONS_TOKEN}", "Content-Type": "application/json"}
 JSON = {"Content-Type": "application/json"}
 WRITE = "X-Dispatchq-Write"
-
-
-@pytest.fixture(scope="module")
-def token_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("actions-token")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(
-        redis_server, directory, check, DISPATCHQ_API_TOKEN=TOKEN, DISPATCHQ_SERVE_ACCESS_LOG="all"
-    )
-
-
-@pytest.fixture(scope="module")
-def open_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("actions-open")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(redis_server, directory, check)
-
-
-@pytest.fixture(scope="module")
-def token_server(token_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with Server(token_env, tmp_path_factory.mktemp("actions-token-log")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def open_server(open_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with Server(open_env, tmp_path_factory.mktemp("actions-open-log")) as running:
-        yield running
-
-
-@pytest.fixture
-def guarded(token_server: Server, redis_client: Any) -> Server:
-    return token_server
-
-
-@pytest.fixture
-def opened(open_server: Server, redis_client: Any) -> Server:
-    return open_server
 
 
 def post(server: Server, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Reply:
@@ -78,7 +36,7 @@ def post(server: Server, path: str, body: Any = None, headers: dict[str, str] | 
 
 def login_cookies(server: Server) -> dict[str, tuple[str, dict[str, str]]]:
     """`POST /login`'s cookies (every Set-Cookie header): name -> (value, attributes lower-cased)."""
-    body = urllib.parse.urlencode({"token": TOKEN}).encode()
+    body = urllib.parse.urlencode({"token": ACTIONS_TOKEN}).encode()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
         conn.request(
@@ -120,13 +78,15 @@ def test_the_write_cookie_holds_a_write_labelled_hmac_with_a_short_expiry(guarde
     cookies = login_cookies(guarded)
     assert set(cookies) == {"dispatchq_token", "dispatchq_write"}
     value, attributes = cookies["dispatchq_write"]
-    assert TOKEN not in value and TOKEN[:10] not in value
+    assert ACTIONS_TOKEN not in value and ACTIONS_TOKEN[:10] not in value
     expires_text, _, mac = value.partition(".")
     expires = int(expires_text)
     max_age = int(attributes["max-age"])
     assert max_age == 15 * 60
     assert before + max_age <= expires <= int(time.time()) + max_age
-    wanted = hmac.new(TOKEN.encode(), f"dispatchq write page cookie v1:{expires}".encode(), hashlib.sha256)
+    wanted = hmac.new(
+        ACTIONS_TOKEN.encode(), f"dispatchq write page cookie v1:{expires}".encode(), hashlib.sha256
+    )
     assert hmac.compare_digest(mac, wanted.hexdigest())
     assert "httponly" in attributes and attributes["samesite"].lower() == "strict"
     # The read cookie is not the write cookie: a label in the MAC tells them apart.

@@ -6,45 +6,20 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dispatchq.storage import keys
 from dispatchq.storage.connection import redis_server_binary
-from tests.conftest import counting_check, run_cli, wait_for
-from tests.support.serve import Server, deliver, free_port, module_env, payload, request
+from tests.support.helpers import run_cli, wait_for
+from tests.support.serve import API_TOKEN, Server, deliver, free_port, payload, request
 
-TOKEN = "serve-api-token-0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 NDJSON = {**AUTH, "Content-Type": "application/x-ndjson"}
 
 
-@pytest.fixture(scope="module")
-def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("serve")
-    check, _ = counting_check(directory, answer="'ok'")
-    (directory / "api-token").write_text(TOKEN + "\n")  # from a file, as the systemd unit gives it
-    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN_FILE=str(directory / "api-token"))
-
-
-@pytest.fixture(scope="module")
-def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the module's tests (it starts in seconds, not milliseconds)."""
-    with Server(env, tmp_path_factory.mktemp("serve-log")) as running:
-        yield running
-
-
-@pytest.fixture
-def server(module_server: Server, redis_client: Any) -> Server:
-    """The module's server over a flushed Redis (`redis_client` flushes it for each test)."""
-    return module_server
-
-
 def test_json_lines_good_and_bad_lines_answer_per_line_like_enqueue(
-    server: Server, env: dict[str, str]
+    api_server: Server, api_env: dict[str, str]
 ) -> None:
     body = "\n".join(
         [
@@ -56,25 +31,25 @@ def test_json_lines_good_and_bad_lines_answer_per_line_like_enqueue(
             json.dumps({"kind": "echo", "target": "acme/app#4"}),
         ]
     ).encode()
-    reply = request(server.port, "POST", "/judgements", body, NDJSON)
+    reply = request(api_server.port, "POST", "/judgements", body, NDJSON)
     assert reply.status == 207, reply.body
     answer = reply.json
     assert [entry["line"] for entry in answer] == [1, 2, 3, 5, 6]
     assert answer[0]["id"] and answer[0]["created"] is True and answer[4]["id"]
     # The same texts `dispatchq enqueue -` prints for the same lines.
-    cli = run_cli(["enqueue", "-", "--json"], env, input=body.decode())
+    cli = run_cli(["enqueue", "-", "--json"], api_env, input=body.decode())
     expected = {e["line"]: e["error"] for e in map(json.loads, cli.stdout.splitlines()) if e["error"]}
     assert {e["line"]: e["error"] for e in answer if "error" in e} == expected
     assert "not valid JSON" in expected[2] and "kind" in expected[5]
 
-    again = request(server.port, "POST", "/judgements", body.split(b"\n")[0], NDJSON)
+    again = request(api_server.port, "POST", "/judgements", body.split(b"\n")[0], NDJSON)
     assert again.status == 200
     assert again.json == [{"line": 1, "id": answer[0]["id"], "created": False}]  # the live one
 
 
-def test_one_object_and_an_array_are_accepted_too(server: Server) -> None:
+def test_one_object_and_an_array_are_accepted_too(api_server: Server) -> None:
     one = request(
-        server.port,
+        api_server.port,
         "POST",
         "/judgements",
         json.dumps({"kind": "echo", "target": "acme/app#7"}, indent=2).encode(),
@@ -82,7 +57,7 @@ def test_one_object_and_an_array_are_accepted_too(server: Server) -> None:
     )
     assert one.status == 200 and one.json[0]["line"] == 1 and one.json[0]["id"]
     many = request(
-        server.port,
+        api_server.port,
         "POST",
         "/judgements",
         json.dumps([{"kind": "echo", "target": "acme/app#8"}, 5, {"kind": "echo"}]).encode(),
@@ -95,74 +70,74 @@ def test_one_object_and_an_array_are_accepted_too(server: Server) -> None:
 
 
 def test_a_record_is_found_by_a_unique_prefix_as_result_json_prints_it(
-    server: Server, env: dict[str, str], redis_client: Any
+    api_server: Server, api_env: dict[str, str], redis_client: Any
 ) -> None:
     posted = request(
-        server.port,
+        api_server.port,
         "POST",
         "/judgements",
         json.dumps({"kind": "echo", "target": "acme/app#9"}).encode(),
         NDJSON,
     )
     jid = posted.json[0]["id"]
-    reply = request(server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
+    reply = request(api_server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
     assert reply.status == 200
-    cli = run_cli(["result", jid, "--json"], env)
+    cli = run_cli(["result", jid, "--json"], api_env)
     assert reply.json == json.loads(cli.stdout)
 
-    assert request(server.port, "GET", f"/judgements/{jid[:7]}", headers=AUTH).status == 400
-    missing = request(server.port, "GET", "/judgements/ffffffffffffffff", headers=AUTH)
+    assert request(api_server.port, "GET", f"/judgements/{jid[:7]}", headers=AUTH).status == 400
+    missing = request(api_server.port, "GET", "/judgements/ffffffffffffffff", headers=AUTH)
     assert missing.status == 404 and "no judgement" in missing.json["error"]
     twin = jid[:8] + "0" * (len(jid) - 8)
     redis_client.zadd(keys.ALL_IDS, {twin: time.time()})  # a second id with the same start
-    ambiguous = request(server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
+    ambiguous = request(api_server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
     assert ambiguous.status == 409 and sorted(ambiguous.json["ids"]) == sorted([jid, twin])
-    assert request(server.port, "GET", f"/judgements/{jid}", headers=AUTH).status == 200  # exact wins
+    assert request(api_server.port, "GET", f"/judgements/{jid}", headers=AUTH).status == 200  # exact wins
 
 
-def test_without_the_token_every_route_but_health_and_webhooks_is_401(server: Server) -> None:
+def test_without_the_token_every_route_but_health_and_webhooks_is_401(api_server: Server) -> None:
     body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
-        reply = request(server.port, "POST", "/judgements", body, headers)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {API_TOKEN}"}):
+        reply = request(api_server.port, "POST", "/judgements", body, headers)
         assert reply.status == 401, headers
         assert "Bearer" in reply.json["error"]
-        assert request(server.port, "GET", "/judgements/aaaaaaaa", headers=headers).status == 401
-        assert request(server.port, "GET", "/no-such-route", headers=headers).status == 401  # middleware
-    assert request(server.port, "GET", "/healthz").status == 200
-    assert request(server.port, "POST", "/judgements", body, AUTH).status == 200
+        assert request(api_server.port, "GET", "/judgements/aaaaaaaa", headers=headers).status == 401
+        assert request(api_server.port, "GET", "/no-such-route", headers=headers).status == 401  # middleware
+    assert request(api_server.port, "GET", "/healthz").status == 200
+    assert request(api_server.port, "POST", "/judgements", body, AUTH).status == 200
 
 
-def test_status_metrics_and_the_page_are_served_behind_the_same_token(server: Server) -> None:
-    assert request(server.port, "GET", "/status").status == 401
-    assert request(server.port, "GET", "/metrics").status == 401
-    status = request(server.port, "GET", "/status", headers=AUTH)
+def test_status_metrics_and_the_page_are_served_behind_the_same_token(api_server: Server) -> None:
+    assert request(api_server.port, "GET", "/status").status == 401
+    assert request(api_server.port, "GET", "/metrics").status == 401
+    status = request(api_server.port, "GET", "/status", headers=AUTH)
     assert status.status == 200 and "sessions" in status.json
-    metrics = request(server.port, "GET", "/metrics", headers=AUTH)
+    metrics = request(api_server.port, "GET", "/metrics", headers=AUTH)
     assert metrics.status == 200 and b"dispatchq_judgements" in metrics.body
 
 
-def test_a_browser_logs_in_once_and_the_cookie_only_reads(server: Server) -> None:
+def test_a_browser_logs_in_once_and_the_cookie_only_reads(api_server: Server) -> None:
     """A browser cannot send a Bearer header: `/` offers a form, `/login` sets a cookie that
     opens GET routes only, so another site cannot make a logged-in browser write."""
-    page = request(server.port, "GET", "/")
-    assert page.status == 401 and b'action="/login"' in page.body and TOKEN.encode() not in page.body
+    page = request(api_server.port, "GET", "/")
+    assert page.status == 401 and b'action="/login"' in page.body and API_TOKEN.encode() not in page.body
     form = {"Content-Type": "application/x-www-form-urlencoded"}
-    assert request(server.port, "POST", "/login", b"token=wrong", form).status == 401
-    login = request(server.port, "POST", "/login", f"token={TOKEN}".encode(), form)
+    assert request(api_server.port, "POST", "/login", b"token=wrong", form).status == 401
+    login = request(api_server.port, "POST", "/login", f"token={API_TOKEN}".encode(), form)
     assert login.status == 303 and login.headers["location"] == "/"
     cookie = login.headers["set-cookie"]
     assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
     jar = {"Cookie": cookie.split(";", 1)[0]}
-    shown = request(server.port, "GET", "/", headers=jar)
+    shown = request(api_server.port, "GET", "/", headers=jar)
     assert shown.status == 200 and b"<html" in shown.body.lower()
-    assert request(server.port, "GET", "/status", headers=jar).status == 200
+    assert request(api_server.port, "GET", "/status", headers=jar).status == 200
     body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
-    assert request(server.port, "POST", "/judgements", body, jar).status == 401
-    assert request(server.port, "GET", "/", headers={"Cookie": "dispatchq_token=wrong"}).status == 401
+    assert request(api_server.port, "POST", "/judgements", body, jar).status == 401
+    assert request(api_server.port, "GET", "/", headers={"Cookie": "dispatchq_token=wrong"}).status == 401
 
 
-def test_a_host_beyond_loopback_without_a_token_is_refused(env: dict[str, str]) -> None:
-    without = {k: v for k, v in env.items() if not k.startswith("DISPATCHQ_API_TOKEN")}
+def test_a_host_beyond_loopback_without_a_token_is_refused(api_env: dict[str, str]) -> None:
+    without = {k: v for k, v in api_env.items() if not k.startswith("DISPATCHQ_API_TOKEN")}
     done = run_cli(["serve", "--host", "0.0.0.0", "--port", str(free_port())], without, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -171,7 +146,7 @@ def test_a_host_beyond_loopback_without_a_token_is_refused(env: dict[str, str]) 
 
 
 def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
-    env: dict[str, str], tmp_path: Path
+    api_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Its own redis-server on a free port, killed and restarted under the running server."""
     port = free_port()
@@ -184,7 +159,7 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
         return proc
 
     redis_proc = start_redis()
-    remote = {**env, "DISPATCHQ_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    remote = {**api_env, "DISPATCHQ_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
     try:
         with Server(remote, tmp_path) as server:
             redis_proc.terminate()

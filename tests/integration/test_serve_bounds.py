@@ -9,7 +9,6 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,39 +18,9 @@ from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.upgrade import backfill_prefix_index
 from dispatchq.storage import keys, prefix
 from dispatchq.storage.serve import BODY_KEYS
-from tests.conftest import counting_check
-from tests.support.serve import Server, deliver, module_env, payload, request
+from tests.support.serve import Server, deliver, payload, request
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
-BOUNDS = {
-    "DISPATCHQ_SERVE_BODY_TIMEOUT": "2",
-    "DISPATCHQ_SERVE_HEADER_TIMEOUT": "2",
-    "DISPATCHQ_SERVE_MAX_BODY": str(1024 * 1024),
-    "DISPATCHQ_SERVE_MAX_LINES": "20",
-    "DISPATCHQ_SERVE_MAX_STATE": "2048",
-    "DISPATCHQ_SERVE_MAX_ERRORS": "3",
-}
-
-
-@pytest.fixture(scope="module")
-def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("serve-bounds")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(redis_server, directory, check, **BOUNDS)
-
-
-@pytest.fixture(scope="module")
-def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the module; when it stops, its log must hold no traceback."""
-    with Server(env, tmp_path_factory.mktemp("serve-bounds-log")) as running:
-        yield running
-    log = running.log.read_text(errors="replace")
-    assert "Traceback" not in log and "Exception in ASGI" not in log, log[-4000:]
-
-
-@pytest.fixture
-def server(module_server: Server, redis_client: Any) -> Server:
-    return module_server
 
 
 def raw_exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float = 30) -> tuple[bytes, bool]:
@@ -92,30 +61,32 @@ def ids(redis_client: Any) -> list[bytes]:
 
 
 @pytest.mark.parametrize("path", ["/webhooks/github", "/judgements"])
-def test_a_slow_body_is_answered_408_and_the_connection_closed(server: Server, path: str) -> None:
-    before = refused_count(server, "body_timeout")
+def test_a_slow_body_is_answered_408_and_the_connection_closed(bounds_server: Server, path: str) -> None:
+    before = refused_count(bounds_server, "body_timeout")
     head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
     head += b"X-Hub-Signature-256: sha256=00\r\nContent-Length: 1000\r\n\r\n"
-    answer, closed = raw_exchange(server.port, head, b'{"a": "', pause=0.2)
+    answer, closed = raw_exchange(bounds_server.port, head, b'{"a": "', pause=0.2)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
     assert b"DISPATCHQ_SERVE_BODY_TIMEOUT" in answer and closed
-    assert refused_count(server, "body_timeout") == before + 1
+    assert refused_count(bounds_server, "body_timeout") == before + 1
 
 
-def test_slow_headers_and_a_silent_connection_are_answered_408_and_closed(server: Server) -> None:
-    before = refused_count(server, "header_timeout")
-    answer, closed = raw_exchange(server.port, b"POST /webhooks/github HTTP/1.1\r\n", b"Host: 1", pause=0.5)
+def test_slow_headers_and_a_silent_connection_are_answered_408_and_closed(bounds_server: Server) -> None:
+    before = refused_count(bounds_server, "header_timeout")
+    answer, closed = raw_exchange(
+        bounds_server.port, b"POST /webhooks/github HTTP/1.1\r\n", b"Host: 1", pause=0.5
+    )
     assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
     assert b"DISPATCHQ_SERVE_HEADER_TIMEOUT" in answer and closed
-    silent, closed = raw_exchange(server.port)
+    silent, closed = raw_exchange(bounds_server.port)
     assert silent.startswith(b"HTTP/1.1 408") and closed
-    assert refused_count(server, "header_timeout") == before + 2
+    assert refused_count(bounds_server, "header_timeout") == before + 2
 
 
-def test_a_kept_alive_connection_still_serves_its_next_request(server: Server) -> None:
+def test_a_kept_alive_connection_still_serves_its_next_request(bounds_server: Server) -> None:
     """The header deadline is per request: a second request on one connection is answered."""
     get = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", bounds_server.port), timeout=30) as sock:
         for _ in range(2):
             sock.sendall(get)
             data = b""
@@ -126,8 +97,10 @@ def test_a_kept_alive_connection_still_serves_its_next_request(server: Server) -
             assert data.startswith(b"HTTP/1.1 200")
 
 
-def test_past_the_concurrency_limit_a_request_is_503_and_counted(env: dict[str, str], tmp_path: Path) -> None:
-    tight = {**env, "DISPATCHQ_SERVE_CONCURRENCY": "8", "DISPATCHQ_SERVE_HEADER_TIMEOUT": "60"}
+def test_past_the_concurrency_limit_a_request_is_503_and_counted(
+    bounds_env: dict[str, str], tmp_path: Path
+) -> None:
+    tight = {**bounds_env, "DISPATCHQ_SERVE_CONCURRENCY": "8", "DISPATCHQ_SERVE_HEADER_TIMEOUT": "60"}
     with Server(tight, tmp_path) as server:
         held = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(8)]
         try:
@@ -147,56 +120,58 @@ def test_past_the_concurrency_limit_a_request_is_503_and_counted(env: dict[str, 
 # -- size ------------------------------------------------------------------------------------
 
 
-def test_a_body_over_the_configured_cap_is_413_naming_it(server: Server, redis_client: Any) -> None:
-    before = refused_count(server, "body_too_large")
+def test_a_body_over_the_configured_cap_is_413_naming_it(bounds_server: Server, redis_client: Any) -> None:
+    before = refused_count(bounds_server, "body_too_large")
     big = b"[" + b" " * (1024 * 1024 + 10) + b"]"
     for path in ("/judgements", "/webhooks/github"):
-        reply = request(server.port, "POST", path, big, {"Content-Type": "application/json"})
+        reply = request(bounds_server.port, "POST", path, big, {"Content-Type": "application/json"})
         assert reply.status == 413, (path, reply.body)
         assert "1 MB" in reply.json["error"] and "DISPATCHQ_SERVE_MAX_BODY" in reply.json["error"]
     mb = b" " * (512 * 1024)
     chunk = b"%x\r\n%s\r\n" % (len(mb), mb)
     head = b"POST /judgements HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-    answer, _ = raw_exchange(server.port, head, chunk, chunk, chunk, b"0\r\n\r\n")
+    answer, _ = raw_exchange(bounds_server.port, head, chunk, chunk, chunk, b"0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413") and b"DISPATCHQ_SERVE_MAX_BODY" in answer, answer[:300]
     assert ids(redis_client) == []
-    assert refused_count(server, "body_too_large") == before + 3
+    assert refused_count(bounds_server, "body_too_large") == before + 3
 
 
-def test_more_lines_than_the_cap_is_413_and_nothing_is_enqueued(server: Server, redis_client: Any) -> None:
+def test_more_lines_than_the_cap_is_413_and_nothing_is_enqueued(
+    bounds_server: Server, redis_client: Any
+) -> None:
     lines = [json.dumps({"kind": "echo", "target": f"acme/app#{n}"}) for n in range(21)]
     for body, headers in (
         ("\n".join(lines).encode(), NDJSON),
         (f"[{','.join(lines)}]".encode(), {"Content-Type": "application/json"}),
     ):
-        reply = request(server.port, "POST", "/judgements", body, headers)
+        reply = request(bounds_server.port, "POST", "/judgements", body, headers)
         assert reply.status == 413, reply.body
         assert (
             "21 judgements" in reply.json["error"] and "DISPATCHQ_SERVE_MAX_LINES (20)" in reply.json["error"]
         )
     assert ids(redis_client) == []
-    ok = request(server.port, "POST", "/judgements", "\n".join(lines[:20]).encode(), NDJSON)
+    ok = request(bounds_server.port, "POST", "/judgements", "\n".join(lines[:20]).encode(), NDJSON)
     assert ok.status == 200 and len(ids(redis_client)) == 20
 
 
-def test_a_state_over_the_cap_is_413_naming_its_line(server: Server, redis_client: Any) -> None:
+def test_a_state_over_the_cap_is_413_naming_its_line(bounds_server: Server, redis_client: Any) -> None:
     good = json.dumps({"kind": "echo", "target": "acme/app#1"})
     fat = json.dumps({"kind": "echo", "target": "acme/app#2", "state": {"body": "x" * 3000}})
-    reply = request(server.port, "POST", "/judgements", f"{good}\n{fat}".encode(), NDJSON)
+    reply = request(bounds_server.port, "POST", "/judgements", f"{good}\n{fat}".encode(), NDJSON)
     assert reply.status == 413, reply.body
     assert "line 2" in reply.json["error"] and "DISPATCHQ_SERVE_MAX_STATE (2048)" in reply.json["error"]
     assert ids(redis_client) == []
 
 
 def test_more_bad_lines_than_the_cap_is_413_and_few_are_answered_per_line(
-    server: Server, redis_client: Any
+    bounds_server: Server, redis_client: Any
 ) -> None:
     good = json.dumps({"kind": "echo", "target": "acme/app#1"})
     as_json = {"Content-Type": "application/json"}
-    reply = request(server.port, "POST", "/judgements", json.dumps([{}] * 4).encode(), as_json)
+    reply = request(bounds_server.port, "POST", "/judgements", json.dumps([{}] * 4).encode(), as_json)
     assert reply.status == 413 and "DISPATCHQ_SERVE_MAX_ERRORS (3)" in reply.json["error"], reply.body
     mixed = "\n".join([good, "{}", "{not json", "7"]).encode()
-    reply = request(server.port, "POST", "/judgements", mixed, NDJSON)
+    reply = request(bounds_server.port, "POST", "/judgements", mixed, NDJSON)
     assert reply.status == 207, reply.body
     assert [("id" in entry, entry["line"]) for entry in reply.json] == [
         (True, 1),
@@ -210,7 +185,9 @@ def test_more_bad_lines_than_the_cap_is_413_and_few_are_answered_per_line(
 # -- bad input: a 4xx naming it, never a 500 ----------------------------------------------------
 
 
-def test_a_non_ascii_signature_is_400_without_any_credential(server: Server, redis_client: Any) -> None:
+def test_a_non_ascii_signature_is_400_without_any_credential(
+    bounds_server: Server, redis_client: Any
+) -> None:
     body = payload("issues", "opened.payload.json")
     head = (
         b"POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -218,7 +195,7 @@ def test_a_non_ascii_signature_is_400_without_any_credential(server: Server, red
         + "X-Hub-Signature-256: sha256=é\r\n".encode()
         + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
     )
-    answer, _ = raw_exchange(server.port, head + body)
+    answer, _ = raw_exchange(bounds_server.port, head + body)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b"X-Hub-Signature-256 is not ASCII" in answer
     assert list(redis_client.scan_iter(match=keys.webhook_delivery("*"))) == []
@@ -233,12 +210,12 @@ def _nested(depth: int) -> Any:
 
 @pytest.mark.parametrize("depth", [900, 1100])
 def test_a_signed_payload_nested_deep_is_a_4xx_naming_it(
-    server: Server, redis_client: Any, depth: int
+    bounds_server: Server, redis_client: Any, depth: int
 ) -> None:
     issue = json.loads(payload("issues", "opened.payload.json"))
     issue["issue"]["body"] = "DEEP"  # `issue.body` is kept: the needs-repro rule's state
     body = json.dumps(issue).encode().replace(b'"DEEP"', b"[" * depth + b"]" * depth)
-    reply = deliver(server.port, "issues", body, delivery=f"d-deep-{depth}")
+    reply = deliver(bounds_server.port, "issues", body, delivery=f"d-deep-{depth}")
     if depth < 1024:
         assert reply.status == 422 and "nests more than 64 deep" in reply.json["error"], reply.body
     else:  # past the parser's own limit
@@ -247,7 +224,7 @@ def test_a_signed_payload_nested_deep_is_a_4xx_naming_it(
 
 
 def test_judgements_nested_5000_deep_or_with_a_huge_integer_fail_only_their_line(
-    server: Server, redis_client: Any
+    bounds_server: Server, redis_client: Any
 ) -> None:
     deep = "[" * 5000 + "]" * 5000
     lines = [
@@ -257,7 +234,7 @@ def test_judgements_nested_5000_deep_or_with_a_huge_integer_fail_only_their_line
         json.dumps({"kind": "echo", "target": "acme/app#4", "state": {"n": _nested(100)}}),
         json.dumps({"kind": "echo", "target": "acme/app#5", "state": {"n": 2**63}}),
     ]
-    reply = request(server.port, "POST", "/judgements", "\n".join(lines).encode(), NDJSON)
+    reply = request(bounds_server.port, "POST", "/judgements", "\n".join(lines).encode(), NDJSON)
     assert reply.status == 207, reply.body
     answer = {entry["line"]: entry for entry in reply.json}
     assert answer[1]["id"] and answer[5]["id"]  # 2**63 still fits the records' encoder
@@ -265,35 +242,37 @@ def test_judgements_nested_5000_deep_or_with_a_huge_integer_fail_only_their_line
     assert "integer past 64 bits" in answer[3]["error"]
     assert "nests more than 64 deep" in answer[4]["error"]
     assert len(ids(redis_client)) == 2
-    whole = request(server.port, "POST", "/judgements", deep.encode(), {"Content-Type": "application/json"})
+    whole = request(
+        bounds_server.port, "POST", "/judgements", deep.encode(), {"Content-Type": "application/json"}
+    )
     assert whole.status == 422 and "nests too deep" in whole.json[0]["error"], whole.body
 
 
-def test_a_client_gone_mid_body_leaves_no_traceback(server: Server) -> None:
-    noted = server.log.read_text().count("the client went away")
+def test_a_client_gone_mid_body_leaves_no_traceback(bounds_server: Server) -> None:
+    noted = bounds_server.log.read_text().count("the client went away")
     for path in ("/judgements", "/webhooks/github"):
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", bounds_server.port), timeout=10) as sock:
             sock.sendall(
                 f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Hub-Signature-256: sha256=00\r\n".encode()
                 + b"Content-Length: 5000\r\n\r\n{"
             )
             time.sleep(0.3)
     time.sleep(0.5)
-    assert request(server.port, "GET", "/healthz").status == 200
-    assert "Traceback" not in server.output
-    assert server.log.read_text().count("the client went away") == noted + 2  # one line each
+    assert request(bounds_server.port, "GET", "/healthz").status == 200
+    assert "Traceback" not in bounds_server.output
+    assert bounds_server.log.read_text().count("the client went away") == noted + 2  # one line each
 
 
 # -- replays and the prefix index ---------------------------------------------------------------
 
 
 def test_a_body_replayed_under_a_new_delivery_id_is_a_redelivery_until_its_record_expires(
-    server: Server, redis_client: Any
+    bounds_server: Server, redis_client: Any
 ) -> None:
     body = payload("issues", "opened.payload.json")
-    first = deliver(server.port, "issues", body, delivery="d-orig")
+    first = deliver(bounds_server.port, "issues", body, delivery="d-orig")
     assert first.status == 202, first.body
-    replay = deliver(server.port, "issues", body, delivery="d-replay")
+    replay = deliver(bounds_server.port, "issues", body, delivery="d-replay")
     assert replay.status == 200 and replay.json["redelivery"] is True and replay.json["replay_of"] == "d-orig"
     assert replay.json["decision_id"] == first.json["decision_id"]
     queue = DispatchqQueue(keys.queue_name("typed"), connection=redis_client)
@@ -303,19 +282,19 @@ def test_a_body_replayed_under_a_new_delivery_id_is_a_redelivery_until_its_recor
     assert 0 < redis_client.ttl(body_key) <= record_ttl + 1  # they expire together
     # The record's TTL passes (both keys go): a replay after it is triaged again.
     redis_client.delete(body_key, keys.webhook_delivery("d-orig"))
-    again = deliver(server.port, "issues", body, delivery="d-replay-later")
+    again = deliver(bounds_server.port, "issues", body, delivery="d-replay-later")
     assert again.status == 202, again.body
     assert len(queue.get_jobs()) == 2
     # A changed body with a fresh id is a new delivery, as ever.
     changed = body.replace(b'"opened"', b'"opened" ', 1)
-    assert deliver(server.port, "issues", changed, delivery="d-other").status == 202
+    assert deliver(bounds_server.port, "issues", changed, delivery="d-other").status == 202
 
 
 def test_prefix_lookup_reads_the_index_and_an_old_store_is_backfilled(
-    server: Server, redis_client: Any
+    bounds_server: Server, redis_client: Any
 ) -> None:
     lines = [json.dumps({"kind": "echo", "target": f"acme/app#{n}"}) for n in range(3)]
-    posted = request(server.port, "POST", "/judgements", "\n".join(lines).encode(), NDJSON)
+    posted = request(bounds_server.port, "POST", "/judgements", "\n".join(lines).encode(), NDJSON)
     made = [entry["id"] for entry in posted.json]
     assert sorted(redis_client.zrange(prefix.INDEX, 0, -1)) == sorted(
         x.encode() for x in made
@@ -323,12 +302,14 @@ def test_prefix_lookup_reads_the_index_and_an_old_store_is_backfilled(
     # A store from before the index: ids in the time index only, no mark.
     redis_client.delete(prefix.INDEX, prefix.INDEXED)
     old = made[0]
-    assert request(server.port, "GET", f"/judgements/{old[:8]}").status == 200  # the scan, until backfilled
+    assert (
+        request(bounds_server.port, "GET", f"/judgements/{old[:8]}").status == 200
+    )  # the scan, until backfilled
     assert backfill_prefix_index(redis_client) == 3
     assert backfill_prefix_index(redis_client) is None  # once per store
-    assert request(server.port, "GET", f"/judgements/{old[:10]}").json["id"] == old
+    assert request(bounds_server.port, "GET", f"/judgements/{old[:10]}").json["id"] == old
     twin = old[:8] + "0" * (len(old) - 8)
     redis_client.zadd(prefix.INDEX, {twin: 0})
-    ambiguous = request(server.port, "GET", f"/judgements/{old[:8]}")
+    ambiguous = request(bounds_server.port, "GET", f"/judgements/{old[:8]}")
     assert ambiguous.status == 409 and sorted(ambiguous.json["ids"]) == sorted([old, twin])
-    assert request(server.port, "GET", "/judgements/zzzzzzzz").status == 404
+    assert request(bounds_server.port, "GET", "/judgements/zzzzzzzz").status == 404

@@ -16,18 +16,12 @@ import json
 import re
 import time
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from tests.support.helpers import run_cli
+from tests.support.serve import GATE_PUBLIC, GATE_TOKEN, Reply, Server, free_port, request, sign
 
-from tests.conftest import counting_check, run_cli
-from tests.support.serve import Reply, Server, free_port, module_env, request, sign
-
-#: base64 with `+`, `/` and `=` padding: the cookie once held the token quoted, and such never matched.
-TOKEN = "q3+Vx/9kZ2Fw0LmN7pR4sT1uW8yA5bC6dE0fG2hJ4k=="
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-PUBLIC = "dispatchq.example.test"
+AUTH = {"Authorization": f"Bearer {GATE_TOKEN}"}
 JUDGEMENT = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 HEADERS = {
@@ -37,50 +31,6 @@ HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-
-
-@pytest.fixture(scope="module")
-def open_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("gate-open")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(redis_server, directory, check)
-
-
-@pytest.fixture(scope="module")
-def token_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("gate-token")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(
-        redis_server,
-        directory,
-        check,
-        DISPATCHQ_API_TOKEN=TOKEN,
-        DISPATCHQ_SERVE_ALLOWED_HOSTS=f"{PUBLIC}, *.pages.example.test",
-        DISPATCHQ_SERVE_TRUSTED_PROXIES="127.0.0.1",
-        DISPATCHQ_SERVE_ACCESS_LOG="all",
-    )
-
-
-@pytest.fixture(scope="module")
-def open_server(open_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with Server(open_env, tmp_path_factory.mktemp("gate-open-log")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def token_server(token_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with Server(token_env, tmp_path_factory.mktemp("gate-token-log")) as running:
-        yield running
-
-
-@pytest.fixture
-def opened(open_server: Server, redis_client: Any) -> Server:
-    return open_server
-
-
-@pytest.fixture
-def guarded(token_server: Server, redis_client: Any) -> Server:
-    return token_server
 
 
 def from_peer(address: str, **headers: str) -> dict[str, str]:
@@ -148,8 +98,10 @@ def test_another_origin_on_this_machine_and_a_null_origin_are_cross_site(opened:
     assert request(opened.port, "GET", "/healthz", headers={"Sec-Fetch-Site": "cross-site"}).status == 200
 
 
-def test_a_forged_host_is_refused_so_dns_rebinding_reads_nothing(opened: Server, guarded: Server) -> None:
-    for server in (opened, guarded):
+def test_a_forged_host_is_refused_so_dns_rebinding_reads_nothing(
+    opened: Server, gate_guarded: Server
+) -> None:
+    for server in (opened, gate_guarded):
         for host in ("evil.example", f"evil.example:{server.port}", "127.0.0.1.evil.example", "[::2]"):
             for method, path in (("GET", "/status"), ("GET", "/"), ("GET", "/judgements/aaaaaaaa")):
                 reply = request(server.port, method, path, headers={**AUTH, "Host": host})
@@ -161,27 +113,27 @@ def test_a_forged_host_is_refused_so_dns_rebinding_reads_nothing(opened: Server,
         assert request(server.port, "GET", "/healthz", headers={"Host": "10.0.0.7"}).status == 200
     for host in (f"localhost:{opened.port}", f"127.0.0.1:{opened.port}"):
         assert request(opened.port, "GET", "/status", headers={"Host": host}).status == 200
-    for host in (PUBLIC, f"{PUBLIC}:443", "a.pages.example.test"):
-        assert request(guarded.port, "GET", "/status", headers={**AUTH, "Host": host}).status == 200
+    for host in (GATE_PUBLIC, f"{GATE_PUBLIC}:443", "a.pages.example.test"):
+        assert request(gate_guarded.port, "GET", "/status", headers={**AUTH, "Host": host}).status == 200
 
 
 # --- the cookie and the login --------------------------------------------------------------
 
 
-def login(server: Server, token: str = TOKEN, **headers: str) -> Reply:
+def login(server: Server, token: str = GATE_TOKEN, **headers: str) -> Reply:
     body = urllib.parse.urlencode({"token": token}).encode()
     return request(server.port, "POST", "/login", body, {**FORM, **headers})
 
 
-def test_the_cookie_holds_an_hmac_with_an_expiry_never_the_token(guarded: Server) -> None:
+def test_the_cookie_holds_an_hmac_with_an_expiry_never_the_token(gate_guarded: Server) -> None:
     before = int(time.time())
-    reply = login(guarded)
+    reply = login(gate_guarded)
     assert reply.status == 303, reply.body
     cookie = reply.headers["set-cookie"]
     name, _, value = cookie.split(";", 1)[0].partition("=")
     assert name == "dispatchq_token"
-    assert TOKEN not in cookie and urllib.parse.quote(TOKEN, safe="") not in cookie
-    assert TOKEN.rstrip("=") not in cookie and "q3+Vx" not in cookie
+    assert GATE_TOKEN not in cookie and urllib.parse.quote(GATE_TOKEN, safe="") not in cookie
+    assert GATE_TOKEN.rstrip("=") not in cookie and "q3+Vx" not in cookie
     expires_text, _, mac = value.partition(".")
     expires = int(expires_text)
     attributes = {part.strip().split("=")[0].lower(): part.strip() for part in cookie.split(";")[1:]}
@@ -189,79 +141,86 @@ def test_the_cookie_holds_an_hmac_with_an_expiry_never_the_token(guarded: Server
     assert 3600 <= max_age <= 7 * 86400
     assert before + max_age <= expires <= int(time.time()) + max_age
     wanted = hmac.new(
-        TOKEN.encode(), f"dispatchq read-only page cookie v1:{expires}".encode(), hashlib.sha256
+        GATE_TOKEN.encode(), f"dispatchq read-only page cookie v1:{expires}".encode(), hashlib.sha256
     )
     assert hmac.compare_digest(mac, wanted.hexdigest())
     assert "httponly" in attributes and attributes["samesite"].lower() == "samesite=strict"
     assert "secure" not in attributes  # the browser came by a loopback name, over plain http
 
     jar = {"Cookie": f"dispatchq_token={value}"}
-    assert request(guarded.port, "GET", "/status", headers=jar).status == 200
+    assert request(gate_guarded.port, "GET", "/status", headers=jar).status == 200
     quoted = {"Cookie": f'other=1; dispatchq_token="{value}"'}
-    assert request(guarded.port, "GET", "/", headers=quoted).status == 200
+    assert request(gate_guarded.port, "GET", "/", headers=quoted).status == 200
     # It reads, never writes; the token itself is no cookie; an expired one (signed right) is refused.
     assert (
         request(
-            guarded.port, "POST", "/judgements", JUDGEMENT, {**jar, "Content-Type": "application/json"}
+            gate_guarded.port, "POST", "/judgements", JUDGEMENT, {**jar, "Content-Type": "application/json"}
         ).status
         == 401
     )
     assert (
-        request(guarded.port, "GET", "/status", headers={"Cookie": f"dispatchq_token={TOKEN}"}).status == 401
+        request(
+            gate_guarded.port, "GET", "/status", headers={"Cookie": f"dispatchq_token={GATE_TOKEN}"}
+        ).status
+        == 401
     )
     past = before - 10
-    stale = hmac.new(TOKEN.encode(), f"dispatchq read-only page cookie v1:{past}".encode(), hashlib.sha256)
+    stale = hmac.new(
+        GATE_TOKEN.encode(), f"dispatchq read-only page cookie v1:{past}".encode(), hashlib.sha256
+    )
     expired = {"Cookie": f"dispatchq_token={past}.{stale.hexdigest()}"}
-    assert request(guarded.port, "GET", "/status", headers=expired).status == 401
+    assert request(gate_guarded.port, "GET", "/status", headers=expired).status == 401
     forged = {"Cookie": f"dispatchq_token={expires + 3600}.{mac}"}
-    assert request(guarded.port, "GET", "/status", headers=forged).status == 401
+    assert request(gate_guarded.port, "GET", "/status", headers=forged).status == 401
     # The base64 token works as a Bearer token too.
-    assert request(guarded.port, "GET", "/status", headers=AUTH).status == 200
+    assert request(gate_guarded.port, "GET", "/status", headers=AUTH).status == 200
 
 
-def test_the_cookie_is_secure_when_the_browser_came_by_a_public_name(guarded: Server) -> None:
-    reply = login(guarded, Host=PUBLIC, Origin=f"https://{PUBLIC}", **from_peer("198.51.100.1"))
+def test_the_cookie_is_secure_when_the_browser_came_by_a_public_name(gate_guarded: Server) -> None:
+    reply = login(
+        gate_guarded, Host=GATE_PUBLIC, Origin=f"https://{GATE_PUBLIC}", **from_peer("198.51.100.1")
+    )
     assert reply.status == 303, reply.body
     attributes = [part.strip().lower() for part in reply.headers["set-cookie"].split(";")]
     assert "secure" in attributes
 
 
-def test_a_login_from_another_site_or_not_a_form_is_refused(guarded: Server) -> None:
-    evil = login(guarded, Origin="https://evil.example", **from_peer("198.51.100.2"))
+def test_a_login_from_another_site_or_not_a_form_is_refused(gate_guarded: Server) -> None:
+    evil = login(gate_guarded, Origin="https://evil.example", **from_peer("198.51.100.2"))
     assert evil.status == 403 and "set-cookie" not in evil.headers
     as_json = request(
-        guarded.port,
+        gate_guarded.port,
         "POST",
         "/login",
-        json.dumps({"token": TOKEN}).encode(),
+        json.dumps({"token": GATE_TOKEN}).encode(),
         {"Content-Type": "application/json", **from_peer("198.51.100.2")},
     )
     assert as_json.status == 415 and "application/x-www-form-urlencoded" in as_json.json["error"]
-    crowded = request(guarded.port, "POST", "/login", b"a=1&b=2&c=3&d=4&e=5&token=x", FORM)
+    crowded = request(gate_guarded.port, "POST", "/login", b"a=1&b=2&c=3&d=4&e=5&token=x", FORM)
     assert crowded.status == 400  # more fields than the form has: said, not a 500
 
 
-def test_failed_logins_are_throttled_per_peer(guarded: Server) -> None:
+def test_failed_logins_are_throttled_per_peer(gate_guarded: Server) -> None:
     attacker = from_peer("192.0.2.50")
     for attempt in range(5):
-        assert login(guarded, f"guess-{attempt}", **attacker).status == 401, attempt
-    throttled = login(guarded, "guess-5", **attacker)
+        assert login(gate_guarded, f"guess-{attempt}", **attacker).status == 401, attempt
+    throttled = login(gate_guarded, "guess-5", **attacker)
     assert throttled.status == 429
     wait = int(throttled.headers["retry-after"])
     assert 1 <= wait <= 60 and "192.0.2.50" in throttled.body.decode()
     # Throttled means throttled: the right token waits too, so guessing on cannot tell.
-    assert login(guarded, TOKEN, **attacker).status == 429
+    assert login(gate_guarded, GATE_TOKEN, **attacker).status == 429
     # Another peer is not held back by this one, and the proxy's own address is not the peer.
-    assert login(guarded, TOKEN, **from_peer("192.0.2.51")).status == 303
+    assert login(gate_guarded, GATE_TOKEN, **from_peer("192.0.2.51")).status == 303
     # X-Forwarded-For's first entries are the client's own word: changing them changes nothing.
     spoofed = {"X-Forwarded-For": "192.0.2.77, 192.0.2.50"}
-    assert login(guarded, TOKEN, **spoofed).status == 429
+    assert login(gate_guarded, GATE_TOKEN, **spoofed).status == 429
 
 
 # --- headers on every answer ---------------------------------------------------------------
 
 
-def test_the_security_headers_are_on_every_route(opened: Server, guarded: Server) -> None:
+def test_the_security_headers_are_on_every_route(opened: Server, gate_guarded: Server) -> None:
     def check(reply: Reply, what: str) -> None:
         for name, wanted in HEADERS.items():
             assert wanted in reply.headers.get(name, ""), (what, name, reply.status)
@@ -277,8 +236,8 @@ def test_the_security_headers_are_on_every_route(opened: Server, guarded: Server
         "/no-such-route",
     ):
         check(request(opened.port, "GET", path), path)
-        check(request(guarded.port, "GET", path), f"{path} without the token")
-        check(request(guarded.port, "GET", path, headers=AUTH), f"{path} with the token")
+        check(request(gate_guarded.port, "GET", path), f"{path} without the token")
+        check(request(gate_guarded.port, "GET", path, headers=AUTH), f"{path} with the token")
     check(request(opened.port, "GET", "/status", headers={"Host": "evil.example"}), "a forged Host")
     check(request(opened.port, "POST", "/judgements", b"x", {"Content-Type": "text/plain"}), "a 415")
     check(request(opened.port, "POST", "/judgements", b"x", {"Origin": "https://evil.example"}), "a 403")
@@ -286,7 +245,7 @@ def test_the_security_headers_are_on_every_route(opened: Server, guarded: Server
         request(opened.port, "POST", "/judgements", JUDGEMENT, {"Content-Type": "application/json"}),
         "a write",
     )
-    check(login(guarded, "wrong", **from_peer("198.51.100.3")), "the login form")
+    check(login(gate_guarded, "wrong", **from_peer("198.51.100.3")), "the login form")
     static = request(opened.port, "GET", "/static/index.html")
     assert static.status == 200 and "script-src 'self'" in static.headers["content-security-policy"]
 
@@ -312,7 +271,7 @@ def test_the_webhook_route_answers_by_its_signature_not_by_origin(opened: Server
 # --- the access log ------------------------------------------------------------------------
 
 
-def test_writes_are_logged_with_the_peer_route_status_and_count(opened: Server, guarded: Server) -> None:
+def test_writes_are_logged_with_the_peer_route_status_and_count(opened: Server, gate_guarded: Server) -> None:
     lines = b"\n".join(json.dumps({"kind": "echo", "target": f"acme/log#{i}"}).encode() for i in range(3))
     posted = request(
         opened.port, "POST", "/judgements", lines + b"\n{bad", {"Content-Type": "application/x-ndjson"}
@@ -326,16 +285,20 @@ def test_writes_are_logged_with_the_peer_route_status_and_count(opened: Server, 
     assert not log_lines(opened, r" GET /status")  # reads are off by default
 
     # Behind the trusted proxy: the address it saw; with DISPATCHQ_SERVE_ACCESS_LOG=all, reads too.
-    proxied = from_peer("198.51.100.20", Host=PUBLIC, **AUTH, **{"Content-Type": "application/json"})
-    assert request(guarded.port, "POST", "/judgements", JUDGEMENT, proxied).status == 200
-    assert request(guarded.port, "GET", "/status", headers=from_peer("198.51.100.21", **AUTH)).status == 200
-    request(guarded.port, "GET", "/status%0a127.0.0.1%20POST%20/judgements%20200", headers=AUTH)
+    proxied = from_peer("198.51.100.20", Host=GATE_PUBLIC, **AUTH, **{"Content-Type": "application/json"})
+    assert request(gate_guarded.port, "POST", "/judgements", JUDGEMENT, proxied).status == 200
+    assert (
+        request(gate_guarded.port, "GET", "/status", headers=from_peer("198.51.100.21", **AUTH)).status == 200
+    )
+    request(gate_guarded.port, "GET", "/status%0a127.0.0.1%20POST%20/judgements%20200", headers=AUTH)
     time.sleep(0.5)
-    assert log_lines(guarded, r"access 198\.51\.100\.20 POST /judgements 200 judgements=1$")
-    assert log_lines(guarded, r"access 198\.51\.100\.21 GET /status 200$")
-    assert not log_lines(guarded, r"203\.0\.113\.99")  # the client's own word is never the peer
-    assert log_lines(guarded, r"access 127\.0\.0\.1 GET /status\\n127\.0\.0\.1 POST /judgements 200 404$")
-    assert not log_lines(guarded, r"^127\.0\.0\.1 POST /judgements 200")  # no forged line from a path
+    assert log_lines(gate_guarded, r"access 198\.51\.100\.20 POST /judgements 200 judgements=1$")
+    assert log_lines(gate_guarded, r"access 198\.51\.100\.21 GET /status 200$")
+    assert not log_lines(gate_guarded, r"203\.0\.113\.99")  # the client's own word is never the peer
+    assert log_lines(
+        gate_guarded, r"access 127\.0\.0\.1 GET /status\\n127\.0\.0\.1 POST /judgements 200 404$"
+    )
+    assert not log_lines(gate_guarded, r"^127\.0\.0\.1 POST /judgements 200")  # no forged line from a path
 
 
 # --- start-time refusals -------------------------------------------------------------------
@@ -355,7 +318,7 @@ def test_a_short_token_is_refused_at_start(open_env: dict[str, str]) -> None:
 
 
 def test_a_host_beyond_loopback_needs_allowed_hosts(open_env: dict[str, str]) -> None:
-    env = {**open_env, "DISPATCHQ_API_TOKEN": TOKEN}
+    env = {**open_env, "DISPATCHQ_API_TOKEN": GATE_TOKEN}
     line = refused_at_start(env, "--host", "0.0.0.0")
     assert line.startswith("error: --host 0.0.0.0") and "DISPATCHQ_SERVE_ALLOWED_HOSTS" in line
     for bad in ("*", "evil*.example", "example.com:8484"):
@@ -365,9 +328,9 @@ def test_a_host_beyond_loopback_needs_allowed_hosts(open_env: dict[str, str]) ->
     assert "proxy.example" in line
 
 
-def test_the_serve_logs_hold_no_traceback(open_server: Server, token_server: Server) -> None:
+def test_the_serve_logs_hold_no_traceback(open_server: Server, gate_token_server: Server) -> None:
     """Last in the module: every refusal above was an answer, never an exception."""
-    for server in (open_server, token_server):
+    for server in (open_server, gate_token_server):
         text = server.log.read_text(errors="replace")
         assert "Traceback" not in text and "Exception in ASGI" not in text, text[-3000:]
         assert " POST /" in text  # the log is the server's, and it was written to

@@ -9,144 +9,14 @@ a browser build from outside the package registries).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from dispatchq.storage import keys
-from dispatchq.storage.store import NewRecord
-from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.window import WindowStore
-from tests.conftest import wait_for
-
-EVIL = "<script>alert(1)</script>"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-WAITING = 25
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def populated(make_runtime: Any, dq_env: dict[str, str]) -> Any:
-    """A runtime whose Redis has a marker up, judgements waiting on it, a blocked host and a
-    shadow-mode triage decision, with hostile text in a target, an item and an explanation."""
-
-    Path(dq_env["DISPATCHQ_CONFIG"]).write_text(
-        'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
-    )
-    rt = make_runtime()
-    store = rt.store
-    line = keys.session_line()
-    entries = [
-        NewRecord(
-            id=f"page{i:04d}",
-            content_key=f"ck-page-{i}",
-            force="0",
-            line=line,
-            input=json.dumps(
-                {"kind": "ask", "target": f"o/r#{i}", "item": EVIL if i == 0 else f"comment {i}"}
-            ),
-            tier="session",
-            effect="local",
-            host="",
-            job="",
-            group="",
-        )
-        for i in range(WAITING)
-    ]
-    store.create_many(entries)
-    store.create_many(
-        [
-            entries[0]._replace(
-                id="evil-target", content_key="ck-evil", input=json.dumps({"kind": "ask", "target": EVIL})
-            )
-        ]
-    )
-    rt.window.close(datetime.now(UTC) + timedelta(hours=3), reason=f"reserved for a demo {EVIL}")
-    WindowStore(rt.redis).block("build-07", f"claude: command not found {EVIL}")
-
-    triage = TriageStorage(rt.redis)
-    event = {"event": "issue_comment.created", "target": "o/r#7", "item": EVIL, "context": {}, "state": None}
-    triage.save_decision(
-        "d" * 16,
-        event=event,
-        config_hash="c",
-        answers={},
-        unanswered={},
-        over_budget=[],
-        answers_from="provider",
-        now=time.time(),
-    )
-    entry = {
-        "rule": "needs-repro",
-        "action": {"type": "label", "op": "add", "name": "needs-repro"},
-        "reason": "shadow_mode",
-        "explanation": f"shadow mode: not applied {EVIL}",
-        "confidence": 0.93,
-        "threshold": 0.9,
-        "margin": 0.03,
-    }
-    triage.save_decision_result("d" * 16, {"suppressed": [entry]})
-    triage.push_run(
-        {
-            "time": time.time(),
-            "decision_id": "d" * 16,
-            "event": "issue_comment.created",
-            "target": "o/r#7",
-            "mode": "shadow",
-            "requests": 1,
-            "counts": {"shadow_mode": 1},
-        },
-        200,
-    )
-    return rt
-
-
-@pytest.fixture
-def served(populated: Any) -> Iterator[str]:
-    """The three route lists in one Starlette app, served by uvicorn on 127.0.0.1."""
-    import uvicorn
-    from starlette.applications import Starlette
-
-    from dispatchq.serve import metrics, page, status
-
-    def get_runtime() -> Any:
-        return populated
-
-    app = Starlette(
-        routes=[*status.routes(get_runtime), *metrics.routes(get_runtime), *page.routes(get_runtime)]
-    )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, what="uvicorn to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+from tests.support.helpers import wait_for
+from tests.support.page import CHROMIUM_ARGS, EVIL, PAGE_TOKEN, WAITING, chromium_or_skip
 
 
 def get(url: str) -> tuple[int, dict[str, str], bytes]:
@@ -154,13 +24,13 @@ def get(url: str) -> tuple[int, dict[str, str], bytes]:
         return response.status, dict(response.headers), response.read()
 
 
-def test_status_route_is_status_json(served: str, populated: Any) -> None:
+def test_status_route_is_status_json(page_served: str, page_populated: Any) -> None:
     from dispatchq.workers.status import collect_status
 
-    code, headers, body = get(f"{served}/status")
+    code, headers, body = get(f"{page_served}/status")
     assert code == 200 and headers["content-type"].startswith("application/json")
     data = json.loads(body)
-    expected = json.loads(json.dumps(collect_status(populated).as_json()))
+    expected = json.loads(json.dumps(collect_status(page_populated).as_json()))
     volatile = {"now", "redis_used_memory", "worker_details", "scheduler"}
     assert {k: v for k, v in data.items() if k not in volatile} == {
         k: v for k, v in expected.items() if k not in volatile
@@ -169,10 +39,10 @@ def test_status_route_is_status_json(served: str, populated: Any) -> None:
     assert data["marker"]["up"] is True
 
 
-def test_metrics_route_exports_the_window_the_queues_and_the_counters(served: str) -> None:
+def test_metrics_route_exports_the_window_the_queues_and_the_counters(page_served: str) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    code, headers, body = get(f"{served}/metrics")
+    code, headers, body = get(f"{page_served}/metrics")
     assert code == 200 and headers["content-type"].startswith("text/plain")
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -196,24 +66,7 @@ def test_metrics_route_exports_the_window_the_queues_and_the_counters(served: st
         assert samples[(name, ())] == 0
 
 
-def chromium_or_skip() -> str:
-    chromium = shutil.which("chromium")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        chromium = None
-    if chromium is None:
-        reason = (
-            "SKIPPED LOUDLY: the status page test needs Debian's `chromium` and Playwright for Python "
-            "(`apt-get install -y --no-install-recommends chromium`; `python3 ops/dev.py test` installs it)"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason.replace("SKIPPED LOUDLY", "CI=true"))
-        pytest.skip(reason)
-    return chromium
-
-
-def test_the_page_in_headless_chromium(served: str, tmp_path: Path) -> None:
+def test_the_page_in_headless_chromium(page_served: str, tmp_path: Path) -> None:
     chromium = chromium_or_skip()
     from playwright.sync_api import sync_playwright
 
@@ -223,7 +76,7 @@ def test_the_page_in_headless_chromium(served: str, tmp_path: Path) -> None:
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1600})
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.goto(served + "/")
+            page.goto(page_served + "/")
             page.wait_for_selector("#scopes .countdown")
 
             # The scope: reserved by an operator, the lift in local time, a live countdown.
@@ -266,38 +119,20 @@ def test_the_page_in_headless_chromium(served: str, tmp_path: Path) -> None:
             browser.close()
 
 
-def test_the_page_forbids_inline_script_and_other_origins(served: str) -> None:
-    code, headers, body = get(f"{served}/")
+def test_the_page_forbids_inline_script_and_other_origins(page_served: str) -> None:
+    code, headers, body = get(f"{page_served}/")
     assert code == 200 and b"static/page.js" in body
     policy = headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'none'" in policy
     assert headers["x-content-type-options"] == "nosniff"
     assert b"http://" not in body and b"https://" not in body  # no external asset
-    code, _, script = get(f"{served}/static/page.js")
+    code, _, script = get(f"{page_served}/static/page.js")
     assert code == 200 and b"innerHTML" not in script
 
 
 # --- the page as a place to act from (a real `dispatchq serve` with a token) ------------------
 
-TOKEN = "page-actions-token-0123456789abcdefXYZ"
 WARNING = {"id": "scheduler-down", "text": f"scheduler down {EVIL}", "hint": "start it: dispatchq scheduler"}
-
-
-@pytest.fixture
-def acting(populated: Any, dq_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
-    """`dispatchq serve` with a token over the populated Redis, and a history with a gap in it."""
-    from dispatchq.storage.history import record_sample
-    from tests.support.serve import Server
-
-    now = time.time()
-    redis = populated.redis
-    for minutes_ago in [*range(40, 30, -1), *range(12, 0, -1)]:  # a gap from 30 to 12 minutes ago
-        redis.incrby(keys.answered_counter("code"), 3)
-        redis.incrby(keys.answered_counter("session"), 1)
-        redis.incrby(keys.STATS_SESSIONS_SPAWNED, 1)
-        record_sample(redis, now - minutes_ago * 60, window_closed=minutes_ago < 6)
-    with Server({**dq_env, "DISPATCHQ_API_TOKEN": TOKEN}, tmp_path) as server:
-        yield server
 
 
 def row_of(page: Any, table: str, jid: str) -> Any:
@@ -321,7 +156,7 @@ def with_warnings(route: Any) -> None:
     route.fulfill(response=response, json=data)
 
 
-def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) -> None:
+def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_path: Path) -> None:
     chromium = chromium_or_skip()
     import hashlib
     import hmac
@@ -330,8 +165,8 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
 
     from dispatchq.tiers.session_logs import session_log_path
 
-    base = f"http://127.0.0.1:{acting.port}"
-    store = populated.store
+    base = f"http://127.0.0.1:{page_acting.port}"
+    store = page_populated.store
     dialogs: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
@@ -342,7 +177,7 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
             page.route("**/status", with_warnings)
             # The login form, submitted in the browser (its own CSP lets it post to /login).
             page.goto(base + "/")
-            page.fill("input[name=token]", TOKEN)
+            page.fill("input[name=token]", PAGE_TOKEN)
             page.on("pageerror", lambda e: dialogs.append(f"page error: {e}"))
             page.click("button[type=submit]")
             page.wait_for_selector("#scopes .countdown")
@@ -353,10 +188,10 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
             cookies = {c["name"]: c for c in context.cookies()}
             write = cookies["dispatchq_write"]
             assert write["httpOnly"] and write["sameSite"] == "Strict"
-            assert TOKEN not in write["value"] and TOKEN not in json.dumps(list(cookies.values()))
+            assert PAGE_TOKEN not in write["value"] and PAGE_TOKEN not in json.dumps(list(cookies.values()))
             expires_text, _, mac = write["value"].partition(".")
             label = f"dispatchq write page cookie v1:{expires_text}".encode()
-            assert hmac.compare_digest(mac, hmac.new(TOKEN.encode(), label, hashlib.sha256).hexdigest())
+            assert hmac.compare_digest(mac, hmac.new(PAGE_TOKEN.encode(), label, hashlib.sha256).hexdigest())
             assert 14 * 60 <= int(expires_text) - time.time() <= 15 * 60
             assert abs(write["expires"] - int(expires_text)) <= 2
 
@@ -403,21 +238,21 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
             # Unblock the host.
             page.locator("#hosts tbody tr", has_text="build-07").locator("button").click()
             acted(page, "host build-07: sessions unblocked")
-            assert not WindowStore(populated.redis).blocked_reason("build-07")
+            assert not WindowStore(page_populated.redis).blocked_reason("build-07")
 
             # Window close: a shorter closure is refused without force, then forced; then opened.
             page.fill("#close-until", "1h")
             page.fill("#close-reason", "lunch")
             page.click("#close-window")
             assert "already closed until" in acted(page, "refused (409)", ok=False)
-            assert populated.window.get("general").lifts_at > time.time() + 2 * 3600
+            assert page_populated.window.get("general").lifts_at > time.time() + 2 * 3600
             page.check("#close-force")
             page.click("#close-window")
             acted(page, "window closed until")
-            assert 3500 < populated.window.get("general").lifts_at - time.time() <= 3600
+            assert 3500 < page_populated.window.get("general").lifts_at - time.time() <= 3600
             page.click("#open-window")
             acted(page, "opened: general")
-            assert populated.window.get("general") is None
+            assert page_populated.window.get("general") is None
             page.wait_for_function(
                 "() => document.querySelector('#audit').textContent.includes('serve 127.0.0.1')"
             )
@@ -427,22 +262,24 @@ def test_the_page_acts_in_chromium(acting: Any, populated: Any, tmp_path: Path) 
                 """async () => (await fetch("actions/window/close", {method: "POST",
                     headers: {"Content-Type": "application/json"}, body: '{"until": "2h"}'})).status"""
             )
-            assert refused == 403 and populated.window.get("general") is None
+            assert refused == 403 and page_populated.window.get("general") is None
 
             # A page on another site (localhost is another site than 127.0.0.1) cannot write.
             other = context.new_page()
-            other.goto(f"http://localhost:{acting.port}/login")
+            other.goto(f"http://localhost:{page_acting.port}/login")
             other.evaluate(
                 f"""async () => {{ try {{ await fetch("{base}/actions/window/close", {{method: "POST",
                     mode: "no-cors", credentials: "include", headers: {{"Content-Type": "text/plain"}},
                     body: '{{"until": "2h"}}'}}); }} catch (e) {{}} }}"""
             )
-            wait_for(lambda: " POST /actions/window/close 403" in acting.output, what="the refusal logged")
-            assert populated.window.get("general") is None
+            wait_for(
+                lambda: " POST /actions/window/close 403" in page_acting.output, what="the refusal logged"
+            )
+            assert page_populated.window.get("general") is None
             other.close()
 
             # A judgement's page: its record, trail and session log, linked from the id.
-            log = session_log_path(populated.settings.data_dir, second)
+            log = session_log_path(page_populated.settings.data_dir, second)
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(f"claude: something failed {EVIL}\n")
             page.wait_for_selector(f'#latest a.jid[title="{second}"]')

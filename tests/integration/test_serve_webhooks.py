@@ -20,30 +20,8 @@ from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.storage import keys
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.triage import TriageStorage
-from tests.conftest import counting_check, run_cli
-from tests.support.serve import Server, deliver, module_env, payload, request, sign
-
-TOKEN = "serve-test-token-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("serve")
-    check, _ = counting_check(directory, answer="'ok'")
-    return module_env(redis_server, directory, check, DISPATCHQ_API_TOKEN=TOKEN)
-
-
-@pytest.fixture(scope="module")
-def module_server(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the module's tests (it starts in seconds, not milliseconds)."""
-    with Server(env, tmp_path_factory.mktemp("serve-log")) as running:
-        yield running
-
-
-@pytest.fixture
-def server(module_server: Server, redis_client: Any) -> Server:
-    """The module's server over a flushed Redis (`redis_client` flushes it for each test)."""
-    return module_server
+from tests.support.helpers import run_cli
+from tests.support.serve import Server, deliver, payload, request, sign
 
 
 def typed_jobs(redis_client: Any) -> list[Any]:
@@ -66,16 +44,16 @@ def deliveries(redis_client: Any) -> list[bytes]:
 
 
 def test_an_issue_opened_is_accepted_once_and_triaged_by_a_typed_worker(
-    server: Server, env: dict[str, str], redis_client: Any
+    webhooks_server: Server, webhooks_env: dict[str, str], redis_client: Any
 ) -> None:
     body = payload("issues", "opened.payload.json")
-    first = deliver(server.port, "issues", body, delivery="d-issue-1")
+    first = deliver(webhooks_server.port, "issues", body, delivery="d-issue-1")
     assert first.status == 202, first.body
     assert first.json["delivery"] == "d-issue-1"
     decision = first.json["decision_id"]
     assert len(decision) == 64
 
-    again = deliver(server.port, "issues", body, delivery="d-issue-1")
+    again = deliver(webhooks_server.port, "issues", body, delivery="d-issue-1")
     assert again.status == 200
     assert again.json["decision_id"] == decision and again.json["delivery"] == "d-issue-1"
     envelope = queued_envelope(redis_client)  # one enqueue, not two
@@ -95,18 +73,18 @@ def test_an_issue_opened_is_accepted_once_and_triaged_by_a_typed_worker(
         }
     }
 
-    done = run_cli(["worker", "typed", "--burst"], env, timeout=120)
+    done = run_cli(["worker", "typed", "--burst"], webhooks_env, timeout=120)
     assert done.returncode == 0, done.stderr
     stored = TriageStorage(redis_client).decision(decision)
     assert stored is not None and stored["event"]["target"] == "Codertocat/Hello-World#1"
 
-    third = deliver(server.port, "issues", body, delivery="d-issue-1")
+    third = deliver(webhooks_server.port, "issues", body, delivery="d-issue-1")
     assert third.status == 200 and third.json["decision_id"] == decision
     assert typed_jobs(redis_client) == []  # the worker took the one job; no second was made
 
 
 def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
-    server: Server, env: dict[str, str], redis_client: Any
+    webhooks_server: Server, webhooks_env: dict[str, str], redis_client: Any
 ) -> None:
     """Twelve issues, each delivered twice, from eight connections at once: the accept calls
     batch them however they arrive; each still gets one 202, one 200 and one decision."""
@@ -120,7 +98,10 @@ def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
     work = list(bodies.items()) * 2
     with ThreadPoolExecutor(8) as pool:
         replies = list(
-            pool.map(lambda item: (item[0], deliver(server.port, "issues", item[1], delivery=item[0])), work)
+            pool.map(
+                lambda item: (item[0], deliver(webhooks_server.port, "issues", item[1], delivery=item[0])),
+                work,
+            )
         )
     answers: dict[str, list[Any]] = defaultdict(list)
     for delivery, reply in replies:
@@ -138,7 +119,7 @@ def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
         record = storage.delivery(delivery)
         assert record is not None and delivery in jobs[record["job"]].args[0]
 
-    done = run_cli(["worker", "typed", "--burst"], env, timeout=180)
+    done = run_cli(["worker", "typed", "--burst"], webhooks_env, timeout=180)
     assert done.returncode == 0, done.stderr
     triage = TriageStorage(redis_client)
     assert all(triage.decision(decision) is not None for decision in decisions.values())
@@ -147,28 +128,28 @@ def test_a_burst_of_deliveries_and_their_redeliveries_is_each_triaged_once(
 
 
 def test_an_integer_past_64_bits_is_refused_where_kept_and_harmless_where_dropped(
-    server: Server, redis_client: Any
+    webhooks_server: Server, redis_client: Any
 ) -> None:
     """orjson would read it as a float; the state must never hold a silently rounded number."""
     big = 123456789012345678901234567890
     push = json.loads(payload("push"))
     push["repository"]["stargazers_count"] = big  # `any-push` keeps the whole payload
-    kept = deliver(server.port, "push", json.dumps(push).encode(), delivery="d-big-kept")
+    kept = deliver(webhooks_server.port, "push", json.dumps(push).encode(), delivery="d-big-kept")
     assert kept.status == 422 and "not plain JSON data" in kept.json["error"], kept.body
 
     issue = json.loads(payload("issues", "opened.payload.json"))
     issue["repository"]["stargazers_count"] = big  # `needs-repro` keeps only the title and body
-    dropped = deliver(server.port, "issues", json.dumps(issue).encode(), delivery="d-big-dropped")
+    dropped = deliver(webhooks_server.port, "issues", json.dumps(issue).encode(), delivery="d-big-dropped")
     assert dropped.status == 202, dropped.body
     assert "repository" not in queued_envelope(redis_client)["state"]
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", sign(b"other body")])
 def test_a_bad_or_missing_signature_is_401_and_nothing_is_recorded(
-    server: Server, redis_client: Any, signature: str | None
+    webhooks_server: Server, redis_client: Any, signature: str | None
 ) -> None:
     body = payload("issues", "opened.payload.json")
-    reply = deliver(server.port, "issues", body, delivery="d-bad", signature=signature)
+    reply = deliver(webhooks_server.port, "issues", body, delivery="d-bad", signature=signature)
     assert reply.status == 401
     assert "X-Hub-Signature-256" in reply.json["error"]
     assert typed_jobs(redis_client) == []
@@ -176,11 +157,11 @@ def test_a_bad_or_missing_signature_is_401_and_nothing_is_recorded(
 
 
 def test_a_push_is_named_without_an_action_and_targets_the_new_head(
-    server: Server, redis_client: Any
+    webhooks_server: Server, redis_client: Any
 ) -> None:
     body = payload("push")
     after = json.loads(body)["after"]
-    reply = deliver(server.port, "push", body, delivery="d-push")
+    reply = deliver(webhooks_server.port, "push", body, delivery="d-push")
     assert reply.status == 202, reply.body
     envelope = queued_envelope(redis_client)
     assert envelope["event"] == "push"
@@ -189,10 +170,10 @@ def test_a_push_is_named_without_an_action_and_targets_the_new_head(
 
 
 def test_a_check_run_targets_its_first_pull_request_and_its_state_is_trimmed(
-    server: Server, redis_client: Any
+    webhooks_server: Server, redis_client: Any
 ) -> None:
     body = payload("check_run", "completed.payload.json")
-    reply = deliver(server.port, "check_run", body, delivery="d-check")
+    reply = deliver(webhooks_server.port, "check_run", body, delivery="d-check")
     assert reply.status == 202, reply.body
     envelope = queued_envelope(redis_client)
     assert envelope["event"] == "check_run.completed"  # a rule naming `check_run` took it
@@ -204,9 +185,9 @@ def test_a_check_run_targets_its_first_pull_request_and_its_state_is_trimmed(
     assert envelope["state"]["check_run"]["conclusion"] == "success"
 
 
-def test_ping_is_answered_and_nothing_is_enqueued(server: Server, redis_client: Any) -> None:
+def test_ping_is_answered_and_nothing_is_enqueued(webhooks_server: Server, redis_client: Any) -> None:
     body = payload("ping")
-    reply = deliver(server.port, "ping", body, delivery="d-ping")
+    reply = deliver(webhooks_server.port, "ping", body, delivery="d-ping")
     assert reply.status == 200
     assert reply.json["ping"] == "pong" and reply.json["zen"] == json.loads(body)["zen"]
     assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
@@ -235,18 +216,20 @@ def _raw(port: int, head: bytes, chunks: Iterator[bytes]) -> bytes:
         return data
 
 
-def test_a_body_over_25_mb_is_refused_413_without_being_read(server: Server, redis_client: Any) -> None:
+def test_a_body_over_25_mb_is_refused_413_without_being_read(
+    webhooks_server: Server, redis_client: Any
+) -> None:
     head = (
         b"POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-big\r\nX-Hub-Signature-256: sha256=00\r\n"
         b"Content-Length: 30000000\r\n\r\n"
     )
-    answer = _raw(server.port, head, iter([b"{" + b" " * 1000]))  # 1 KB of a declared 30 MB
+    answer = _raw(webhooks_server.port, head, iter([b"{" + b" " * 1000]))  # 1 KB of a declared 30 MB
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert deliveries(redis_client) == []
 
 
-def test_a_chunked_body_is_counted_while_it_streams_and_refused_past_25_mb(server: Server) -> None:
+def test_a_chunked_body_is_counted_while_it_streams_and_refused_past_25_mb(webhooks_server: Server) -> None:
     head = (
         b"POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-chunked\r\nX-Hub-Signature-256: sha256=00\r\n"
@@ -254,14 +237,14 @@ def test_a_chunked_body_is_counted_while_it_streams_and_refused_past_25_mb(serve
     )
     mb = b" " * (1024 * 1024)
     chunk = b"%x\r\n%s\r\n" % (len(mb), mb)
-    answer = _raw(server.port, head, iter([chunk] * 27 + [b"0\r\n\r\n"]))
+    answer = _raw(webhooks_server.port, head, iter([chunk] * 27 + [b"0\r\n\r\n"]))
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
 def test_without_a_secret_serve_says_so_and_refuses_every_delivery(
-    env: dict[str, str], tmp_path: Path, redis_client: Any
+    webhooks_env: dict[str, str], tmp_path: Path, redis_client: Any
 ) -> None:
-    without = {k: v for k, v in env.items() if k != "DISPATCHQ_GITHUB_WEBHOOK_SECRET"}
+    without = {k: v for k, v in webhooks_env.items() if k != "DISPATCHQ_GITHUB_WEBHOOK_SECRET"}
     with Server(without, tmp_path) as server:
         body = payload("issues", "opened.payload.json")
         reply = deliver(server.port, "issues", body, delivery="d-nosecret")
@@ -271,26 +254,32 @@ def test_without_a_secret_serve_says_so_and_refuses_every_delivery(
     assert typed_jobs(redis_client) == [] and deliveries(redis_client) == []
 
 
-def test_the_webhook_route_needs_no_bearer_token_but_the_others_do(server: Server) -> None:
+def test_the_webhook_route_needs_no_bearer_token_but_the_others_do(webhooks_server: Server) -> None:
     body = payload("issues", "opened.payload.json")
-    assert deliver(server.port, "issues", body, delivery="d-open").status == 202
-    assert request(server.port, "GET", "/healthz").status == 200
-    refused = request(server.port, "POST", "/judgements", b"{}", {"Content-Type": "application/json"})
+    assert deliver(webhooks_server.port, "issues", body, delivery="d-open").status == 202
+    assert request(webhooks_server.port, "GET", "/healthz").status == 200
+    refused = request(
+        webhooks_server.port, "POST", "/judgements", b"{}", {"Content-Type": "application/json"}
+    )
     assert refused.status == 401 and refused.headers["www-authenticate"].startswith("Bearer")
 
 
 def test_a_signed_delivery_without_its_headers_or_as_a_form_is_refused_and_not_recorded(
-    server: Server, redis_client: Any
+    webhooks_server: Server, redis_client: Any
 ) -> None:
     body = payload("issues", "opened.payload.json")
     signed = {"X-Hub-Signature-256": sign(body), "Content-Type": "application/json"}
-    no_id = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Event": "issues"})
+    no_id = request(
+        webhooks_server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Event": "issues"}
+    )
     assert no_id.status == 400 and "X-GitHub-Delivery" in no_id.json["error"]
-    no_event = request(server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Delivery": "d-x"})
+    no_event = request(
+        webhooks_server.port, "POST", "/webhooks/github", body, {**signed, "X-GitHub-Delivery": "d-x"}
+    )
     assert no_event.status == 400 and "X-GitHub-Event" in no_event.json["error"]
     form = {**signed, "Content-Type": "application/x-www-form-urlencoded"}
     as_form = request(
-        server.port,
+        webhooks_server.port,
         "POST",
         "/webhooks/github",
         body,

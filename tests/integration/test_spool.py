@@ -37,11 +37,6 @@ def enqueue(store: Store, jid: str) -> str:
     return token
 
 
-@pytest.fixture
-def window(make_runtime: Callable[..., Any], tmp_path: Path) -> Window:
-    return make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data")).window
-
-
 def stream(*events: dict[str, Any]) -> str:
     return "".join(json.dumps(e) + "\n" for e in events)
 

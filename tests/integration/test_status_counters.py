@@ -16,13 +16,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
-from tests.conftest import run_cli
+from tests.support.helpers import run_cli
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
 WINDOW = "usage window closed until 2030-01-01 00:00 UTC (five_hour)"
@@ -73,41 +71,36 @@ def assert_exact(store: Store) -> None:
     assert shown == reasons and distinct == len(reasons)
 
 
-@pytest.fixture
-def store(redis_client: Any) -> Store:
-    s = Store(redis_client, result_ttl=3600)
-    s.live_counts()  # an empty store: built (from nothing) once, so every test starts counted
-    return s
-
-
-def test_counts_follow_every_move_of_a_record(store: Store) -> None:
+def test_counts_follow_every_move_of_a_record(counted_store: Store) -> None:
     line = keys.session_line()
-    created = store.create_many([entry(f"j{i}", line=line) for i in range(6)] + [entry("c0", tier="code")])
+    created = counted_store.create_many(
+        [entry(f"j{i}", line=line) for i in range(6)] + [entry("c0", tier="code")]
+    )
     assert created is not None and all(new for _, new in created)
-    assert_exact(store)
-    assert store.live_counts().by_tier["session"]["queued"] == 6
+    assert_exact(counted_store)
+    assert counted_store.live_counts().by_tier["session"]["queued"] == 6
 
     # The window closes: every line member waits, with the window's reason.
     for i in range(6):
-        assert store.transition(f"j{i}", "waiting", expect=["queued"], fields={"reason": WINDOW})
-    assert_exact(store)
-    assert store.live_counts().waiting["window"] == 6
+        assert counted_store.transition(f"j{i}", "waiting", expect=["queued"], fields={"reason": WINDOW})
+    assert_exact(counted_store)
+    assert counted_store.live_counts().waiting["window"] == 6
 
     # A new lift time: the same records wait with a new reason (class kept, reasons move).
     later = WINDOW.replace("2030", "2031")
-    store.transition("j0", "waiting", expect=["waiting"], fields={"reason": later})
-    assert_exact(store)
+    counted_store.transition("j0", "waiting", expect=["waiting"], fields={"reason": later})
+    assert_exact(counted_store)
 
     # A host block names its class (its reason is free text).
-    store.transition(
+    counted_store.transition(
         "j1",
         "waiting",
         expect=["waiting"],
         fields={"reason": "claude: not found", WAIT_CLASS: "host_blocked"},
     )
-    store.set_fields("j2", reason="transient throttle, retrying after 10:00:00 UTC: 529")
-    assert_exact(store)
-    assert store.live_counts().waiting == {
+    counted_store.set_fields("j2", reason="transient throttle, retrying after 10:00:00 UTC: 529")
+    assert_exact(counted_store)
+    assert counted_store.live_counts().waiting == {
         **dict.fromkeys(WAIT_CLASSES, 0),
         "window": 4,
         "host_blocked": 1,
@@ -115,29 +108,31 @@ def test_counts_follow_every_move_of_a_record(store: Store) -> None:
     }
 
     # Released; admitted from the line; claimed from waiting by a tier.
-    store.transition("j3", "queued", expect=["waiting"], delete=["reason"])
-    member = next(m.decode() for m in store.redis.zrange(line, 0, -1) if m.decode().endswith(":j3"))
-    assert store.claim_from_line(line, member, "j3")
-    assert [c.id for c in store.claim(["j4"], "session")] == ["j4"]
-    assert [c.id for c in store.claim(["c0"], "code")] == ["c0"]
-    assert_exact(store)
+    counted_store.transition("j3", "queued", expect=["waiting"], delete=["reason"])
+    member = next(m.decode() for m in counted_store.redis.zrange(line, 0, -1) if m.decode().endswith(":j3"))
+    assert counted_store.claim_from_line(line, member, "j3")
+    assert [c.id for c in counted_store.claim(["j4"], "session")] == ["j4"]
+    assert [c.id for c in counted_store.claim(["c0"], "code")] == ["c0"]
+    assert_exact(counted_store)
 
     # Back to waiting from running (refused at spawn), then answered, failed, cancelled.
-    store.transition("j3", "waiting", expect=["running"], fields={"reason": WINDOW})
-    store.transition("j4", "answered", expect=["running"], fields={"tier": "session", "value": True})
-    store.transition("j5", "failed", fields={"reason": "session failed: boom"})
-    store.transition("j0", "cancelled", fields={"reason": "cancelled by request"})
-    store.transition("c0", "needs-triage", fields={"tier": "needs-triage", "reason": "no tier could answer"})
-    assert_exact(store)
+    counted_store.transition("j3", "waiting", expect=["running"], fields={"reason": WINDOW})
+    counted_store.transition("j4", "answered", expect=["running"], fields={"tier": "session", "value": True})
+    counted_store.transition("j5", "failed", fields={"reason": "session failed: boom"})
+    counted_store.transition("j0", "cancelled", fields={"reason": "cancelled by request"})
+    counted_store.transition(
+        "c0", "needs-triage", fields={"tier": "needs-triage", "reason": "no tier could answer"}
+    )
+    assert_exact(counted_store)
 
     # Retry a failed one (its tier set again, then queued), and a tier change while waiting.
-    store.set_fields("j5", tier="session")
-    store.transition("j5", "queued", expect=["failed"], delete=["reason"])
-    store.set_fields("j1", tier="typed")
-    assert_exact(store)
-    live = store.live_counts()
+    counted_store.set_fields("j5", tier="session")
+    counted_store.transition("j5", "queued", expect=["failed"], delete=["reason"])
+    counted_store.set_fields("j1", tier="typed")
+    assert_exact(counted_store)
+    live = counted_store.live_counts()
     assert live.by_tier["typed"] == {"waiting": 1}
-    finished = store.counters()["finished"]
+    finished = counted_store.counters()["finished"]
     assert finished == {
         "session:answered": 1,
         "session:failed": 1,

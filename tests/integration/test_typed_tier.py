@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,8 @@ import pytest
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn, Record
 from dispatchq.process.wiring import drain, set_runtime
-from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.queue.scheduler import due_retries, schedule_typed_retry
 from dispatchq.runtime import Runtime
-from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.testing.typesafe import (
     DEFAULT_RESOLVED_MODEL,
@@ -41,124 +39,13 @@ from dispatchq.testing.typesafe import (
 from dispatchq.tiers.typed.tier import KEYLESS_WHY
 from dispatchq.workers.run import make_worker
 from dispatchq.workers.status import collect_status
-from tests.conftest import REPO, run_cli, wait_for, write_config
+from tests.support.helpers import REPO, run_cli, wait_for, write_config
+from tests.support.typed import TYPED_KEY
 
-KEY = "ts-live-typed-tier-0123456789abcdef"
 TARGET = "acme/app#12"
-SESSION = """
-    escalate: session
-    session:
-      prompt: "Decide {{ target }}: {{ state }}"
-"""
-CONFIG = f"""
-kinds:
-  noul-local:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-    answer: yes
-    escalate: needs-triage
-  noul-external:
-    effect: external
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-    answer: yes
-    escalate: needs-triage
-  choice-local:
-    questions:
-      area: {{type: choice, instructions: "Which area?", criteria: {{bug: null, feature: null, docs: null}}}}
-    answer: area
-    escalate: needs-triage
-  choice-external:
-    effect: external
-    questions:
-      area: {{type: choice, instructions: "Which area?", criteria: {{bug: null, feature: null, docs: null}}}}
-    answer: area
-    escalate: needs-triage
-  score-local:
-    questions:
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    answer: level
-    escalate: needs-triage
-  score-external:
-    effect: external
-    questions:
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    answer: level
-    escalate: needs-triage
-  gated:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    answer: yes
-    gateOn: [yes, level]
-    escalate: needs-triage
-  gated-elsewhere:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    answer: yes
-    gateOn: [level]
-    escalate: needs-triage
-  to-session:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-    answer: yes{SESSION}
-  ordered:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    answer: yes
-    order: level{SESSION}
-  order-only:
-    questions:
-      level: {{type: score, instructions: "How urgent?", criteria: [can wait, this week, today]}}
-    order: level{SESSION}
-  order-by-label:
-    questions:
-      yes: {{type: noul, instructions: "Does this comment ask for a change?"}}
-      tier: {{type: choice, criteria: {{high: null, low: null}}, priority: {{high: 10, low: 1}}}}
-    answer: yes
-    order: tier{SESSION}
-"""
 
 
 # --- fixtures and helpers ---------------------------------------------------------------------
-@pytest.fixture
-def api(typesafe_api: FakeTypeSafeAPI) -> FakeTypeSafeAPI:
-    typesafe_api.api_key = KEY
-    return typesafe_api
-
-
-@pytest.fixture
-def typed_env(
-    dq_env: dict[str, str], api: FakeTypeSafeAPI, redis_client: Any, tmp_path: Path
-) -> dict[str, str]:
-    """The test's environment with the fake's key and URL, on a flushed Redis (also for subprocesses)."""
-    write_config(tmp_path / "dispatchq.yaml", CONFIG)
-    return {**dq_env, "TYPESAFE_API_KEY": KEY, "TYPESAFE_BASE_URL": api.url}
-
-
-@pytest.fixture
-def make_rt(typed_env: dict[str, str], redis_client: Any) -> Iterator[Callable[..., Runtime]]:
-    """`make_rt(**env)`: an in-process Runtime on the test's Redis; `keyless=True` drops the key."""
-    made: list[Runtime] = []
-
-    def make(*, keyless: bool = False, **env: str) -> Runtime:
-        base = {k: v for k, v in typed_env.items() if not (keyless and k == "TYPESAFE_API_KEY")}
-        runtime = Runtime(
-            settings=load_settings({**base, **env}), redis=redis_client, queue_parts=QUEUE_PARTS
-        )
-        made.append(runtime)
-        return runtime
-
-    yield make
-    for runtime in made:
-        provider = runtime.parts.get("typed_provider")
-        if provider is not None:
-            provider.close()
-    set_runtime(None)
-
-
 def enqueue(rt: Runtime, kind: str, state: Any = None, *, target: str = TARGET, force: bool = False) -> str:
     return Client(runtime=rt).enqueue(kind, target, state=state, force=force)
 
@@ -334,7 +221,7 @@ def test_result_json_shows_each_types_value_and_keeps_the_raw_numbers(
     for kind, jid in ids.items():
         done = run_cli(["result", jid, "--json"], typed_env)
         assert done.returncode == 0, done.stderr
-        assert KEY not in done.stdout
+        assert TYPED_KEY not in done.stdout
         shown[kind] = json.loads(done.stdout)
     assert all(r["status"] == "answered" and r["tier"] == "typed" for r in shown.values())
 
@@ -525,11 +412,11 @@ def test_an_auth_error_moves_up_at_once_and_the_key_is_nowhere_in_the_record(
     last = step(found)
     assert "refused (auth)" in last["why"] and "401" in last["error"]
     assert "rejected credentials" in last["error"]  # the server's words are kept ...
-    assert KEY not in raw_record(rt, jid)  # ... but never the key
+    assert TYPED_KEY not in raw_record(rt, jid)  # ... but never the key
     assert api.request_count == 1  # not retried
     assert due_retries(rt, 3600) == (None, 0)
     shown = run_cli(["result", jid, "--json"], typed_env)
-    assert shown.returncode == 0 and KEY not in shown.stdout + shown.stderr
+    assert shown.returncode == 0 and TYPED_KEY not in shown.stdout + shown.stderr
 
 
 def test_an_unknown_answer_type_is_no_answer_and_moves_up(
@@ -893,7 +780,7 @@ def test_a_typed_worker_process_answers_through_the_fake_in_its_own_process(
     typed_env: dict[str, str], tmp_path: Path
 ) -> None:
     script = {"answers": {"yes": noul(0.9), "area": choice("bug", 0.95)}}
-    with FakeTypeSafeProcess(script, workdir=tmp_path, api_key=KEY) as fake:
+    with FakeTypeSafeProcess(script, workdir=tmp_path, api_key=TYPED_KEY) as fake:
         env = {**typed_env, "TYPESAFE_BASE_URL": fake.url}
         ids = []
         for kind in ("noul-local", "choice-external"):
@@ -902,7 +789,7 @@ def test_a_typed_worker_process_answers_through_the_fake_in_its_own_process(
             ids.append(made.stdout.strip())
         worker = run_cli(["worker", "typed", "--burst", "--quiet"], env)
         assert worker.returncode == 0, worker.stderr
-        assert KEY not in worker.stdout + worker.stderr
+        assert TYPED_KEY not in worker.stdout + worker.stderr
         shown = [json.loads(run_cli(["result", jid, "--json"], env).stdout) for jid in ids]
         assert [(r["status"], r["tier"], r["value"]) for r in shown] == [
             ("answered", "typed", True),
@@ -921,7 +808,7 @@ def test_a_burst_worker_process_waits_for_a_retry_due_within_the_horizon(
         "answers": {"yes": noul(0.9)},
         "failures": [{"status": 429, "headers": {"retry-after": "1"}, "times": 3}],
     }
-    with FakeTypeSafeProcess(script, workdir=tmp_path, api_key=KEY) as fake:
+    with FakeTypeSafeProcess(script, workdir=tmp_path, api_key=TYPED_KEY) as fake:
         env = {**typed_env, "TYPESAFE_BASE_URL": fake.url}
         made = run_cli(["enqueue", "--kind", "noul-local", "--target", TARGET, "--state", "{}"], env)
         jid = made.stdout.strip()

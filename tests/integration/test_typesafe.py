@@ -10,7 +10,6 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -46,6 +45,7 @@ from dispatchq.tiers.typed.batching import (
 )
 from dispatchq.tiers.typed.protocol import KeylessProvider, ProviderOptions
 from dispatchq.tiers.typed.provider import REDACTED, TypeSafeProvider, advised_delay, make_provider, redact
+from tests.support.typesafe import FAST, provider_for
 
 NOUL_Q = {"type": "noul", "instructions": "Is this comment actionable?"}
 CHOICE_Q = {
@@ -55,19 +55,6 @@ CHOICE_Q = {
 }
 SCORE_Q = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
 
-# Fast retries: the fake advises retry-after-ms 10, and un-advised backoff is a few ms.
-FAST = {"backoff_initial": 0.01, "backoff_max": 0.02}
-
-
-def provider_for(api: FakeTypeSafeAPI, **options: Any) -> TypeSafeProvider:
-    return TypeSafeProvider(api.api_key, base_url=api.url, options=ProviderOptions(**{**FAST, **options}))
-
-
-@pytest.fixture
-def provider(typesafe_api: FakeTypeSafeAPI) -> Iterator[TypeSafeProvider]:
-    with provider_for(typesafe_api) as p:
-        yield p
-
 
 def answered(outcome: Outcome) -> Answered:
     assert isinstance(outcome, Answered), outcome
@@ -76,10 +63,10 @@ def answered(outcome: Outcome) -> Answered:
 
 # --- answer types ----------------------------------------------------------------------------
 def test_noul_answer_is_value_and_derived_confidence(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("actionable", noul(0.16))
-    result = answered(provider.ask("please fix the typo", {"actionable": NOUL_Q}))
+    result = answered(typesafe_provider.ask("please fix the typo", {"actionable": NOUL_Q}))
     a = result.answers["actionable"]
     assert (a.type, a.value, a.p) == ("noul", False, 0.16)
     assert a.confidence == pytest.approx(0.68)
@@ -87,38 +74,40 @@ def test_noul_answer_is_value_and_derived_confidence(
 
 
 def test_choice_answer_keeps_label_confidence_and_probabilities(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("label", choice("docs", 0.72, {"bug": 0.18, "docs": 0.72, "feature": 0.1}))
-    a = answered(provider.ask("README typo", {"label": CHOICE_Q})).answers["label"]
+    a = answered(typesafe_provider.ask("README typo", {"label": CHOICE_Q})).answers["label"]
     assert (a.type, a.value, a.confidence) == ("choice", "docs", 0.72)
     assert a.raw["probabilities"] == {"bug": 0.18, "docs": 0.72, "feature": 0.1}
 
 
 def test_score_answer_is_fractional_never_rounded(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("urgency", score(1.6, 0.55, probabilities={"0": 0.1, "1": 0.2, "2": 0.7}))
-    a = answered(provider.ask({"title": "main is red"}, {"urgency": SCORE_Q})).answers["urgency"]
+    a = answered(typesafe_provider.ask({"title": "main is red"}, {"urgency": SCORE_Q})).answers["urgency"]
     assert (a.type, a.value, a.confidence) == ("score", 1.6, 0.55)
     assert a.raw["legend"] == {"0": "can wait", "1": "this week", "2": "today"}
     assert a.raw["probabilities"] == {"0": 0.1, "1": 0.2, "2": 0.7}
 
 
 def test_resolved_model_usage_and_request_id_are_kept(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
-    result = answered(provider.ask("x", {"q": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"q": NOUL_Q}))
     assert result.model == "jev-2026-09-15"
-    assert provider.requested_model == "jev-latest"
+    assert typesafe_provider.requested_model == "jev-latest"
     assert typesafe_api.systemone_requests[0].body["model"] == "jev-latest"
     assert result.usage.input_tokens is not None and result.usage.output_tokens == 1
     assert len(result.request_ids) == 1 and result.request_ids[0].startswith("fake-")
 
 
-def test_answered_round_trips_through_json(typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider) -> None:
+def test_answered_round_trips_through_json(
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
+) -> None:
     typesafe_api.unknown_type("gone")
-    result = answered(provider.ask("x", {"a": NOUL_Q, "b": CHOICE_Q, "c": SCORE_Q, "gone": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"a": NOUL_Q, "b": CHOICE_Q, "c": SCORE_Q, "gone": NOUL_Q}))
     again = Answered.from_json(json.loads(json.dumps(result.to_json())))
     assert again == result
 
@@ -179,32 +168,32 @@ def test_an_unusable_key_is_a_settings_error_that_hides_the_key() -> None:
 
 # --- provider trouble -----------------------------------------------------------------------
 def test_rate_limit_then_success_is_the_sdks_own_retry(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.rate_limit(retry_after_ms=10, times=1)
-    result = answered(provider.ask("x", {"q": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"q": NOUL_Q}))
     assert "q" in result.answers
     seen = typesafe_api.systemone_requests
     assert [r.status for r in seen] == [429, 200]
     assert seen[1].headers.get("X-TypeSafe-Retry-Count") == "1"
-    assert provider.calls == 1
+    assert typesafe_provider.calls == 1
 
 
 def test_rate_limit_beyond_the_budget_returns_at_once_with_the_advised_delay(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.rate_limit(retry_after_ms=None, retry_after="120", times=1)
-    outcome = provider.ask("x", {"q": NOUL_Q})
+    outcome = typesafe_provider.ask("x", {"q": NOUL_Q})
     assert isinstance(outcome, Transient)
     assert (outcome.reason, outcome.retry_after, outcome.status) == ("rate_limit", 120.0, 429)
     assert typesafe_api.request_count == 1  # no worker held waiting two minutes
 
 
 def test_server_errors_exhausted_are_transient_with_the_advised_delay(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.fail(503, headers={"retry-after-ms": "10"}, times=3)
-    outcome = provider.ask("x", {"q": NOUL_Q})
+    outcome = typesafe_provider.ask("x", {"q": NOUL_Q})
     assert isinstance(outcome, Transient)
     assert (outcome.reason, outcome.status, outcome.retry_after) == ("server", 503, 0.01)
     assert typesafe_api.request_count == 3  # the initial attempt and max_retries=2
@@ -218,9 +207,11 @@ def test_server_error_without_advice_has_no_delay(typesafe_api: FakeTypeSafeAPI)
     assert typesafe_api.request_count == 1
 
 
-def test_server_error_then_success(typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider) -> None:
+def test_server_error_then_success(
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
+) -> None:
     typesafe_api.fail(502, headers={"retry-after-ms": "10"}, times=2)
-    assert isinstance(provider.ask("x", {"q": NOUL_Q}), Answered)
+    assert isinstance(typesafe_provider.ask("x", {"q": NOUL_Q}), Answered)
     assert typesafe_api.request_count == 3
 
 
@@ -244,29 +235,29 @@ def test_wrong_key_is_permanent_auth_and_not_retried(typesafe_api: FakeTypeSafeA
     ("status", "reason"), [(401, "auth"), (403, "auth"), (400, "invalid"), (404, "invalid"), (422, "invalid")]
 )
 def test_client_errors_are_permanent(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider, status: int, reason: str
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider, status: int, reason: str
 ) -> None:
     typesafe_api.fail(status)
-    outcome = provider.ask("x", {"q": NOUL_Q})
+    outcome = typesafe_provider.ask("x", {"q": NOUL_Q})
     assert isinstance(outcome, Permanent) and (outcome.reason, outcome.status) == (reason, status)
     assert typesafe_api.request_count == 1
 
 
 def test_invalid_request_is_permanent_with_the_servers_reason(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     # A score question with no levels passes the SDK's dict checks only if criteria is
     # present; an unknown question type is left for the server, which rejects it (422).
-    outcome = provider.ask("x", {"q": {"type": "sentiment", "instructions": "?"}})
+    outcome = typesafe_provider.ask("x", {"q": {"type": "sentiment", "instructions": "?"}})
     assert isinstance(outcome, Permanent) and (outcome.reason, outcome.status) == ("invalid", 422)
     assert "questions.q" in outcome.message
     assert typesafe_api.request_count == 1
 
 
 def test_a_request_the_sdk_refuses_to_send_is_permanent(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
-    outcome = provider.ask("x", {})
+    outcome = typesafe_provider.ask("x", {})
     assert isinstance(outcome, Permanent) and outcome.reason == "invalid"
     assert typesafe_api.request_count == 0
 
@@ -289,15 +280,15 @@ def test_connection_refused_is_transient() -> None:
 
 
 def test_an_html_body_on_a_200_is_permanent_bad_response(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.queue(Failure(status=200, body="<html><body>Gateway login</body></html>"))
-    outcome = provider.ask("x", {"q": NOUL_Q})
+    outcome = typesafe_provider.ask("x", {"q": NOUL_Q})
     assert isinstance(outcome, Permanent) and outcome.reason == "bad_response"
 
 
 def test_a_malformed_answer_the_sdk_refuses_is_read_per_question(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     # The SDK refuses the whole response ("Invalid response data at 'answers.b.confidence'");
     # the raw answers are read one by one, so only `b` is missing.
@@ -307,7 +298,7 @@ def test_a_malformed_answer_the_sdk_refuses_is_read_per_question(
         "usage": {"input_tokens": 3, "output_tokens": 2},
     }
     typesafe_api.queue(Failure(status=200, body=body, headers={"x-typesafe-request-id": "req-7"}))
-    result = answered(provider.ask("x", {"a": NOUL_Q, "b": CHOICE_Q}))
+    result = answered(typesafe_provider.ask("x", {"a": NOUL_Q, "b": CHOICE_Q}))
     assert set(result.answers) == {"a"} and result.answers["a"].p == 0.9
     assert "lacks 'confidence'" in result.missing["b"] and "answers.b.confidence" in result.missing["b"]
     assert (result.model, result.usage, result.request_ids) == ("jev-x", Usage(3, 2), ("req-7",))
@@ -329,58 +320,60 @@ def test_a_malformed_answer_the_sdk_refuses_is_read_per_question(
 )
 def test_an_answer_outside_the_question_is_no_answer(
     typesafe_api: FakeTypeSafeAPI,
-    provider: TypeSafeProvider,
+    typesafe_provider: TypeSafeProvider,
     question: dict[str, Any],
     wire: dict[str, Any],
     why: str,
 ) -> None:
     typesafe_api.answer("q", wire)
-    result = answered(provider.ask("x", {"q": question, "fine": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"q": question, "fine": NOUL_Q}))
     assert set(result.answers) == {"fine"}
     assert why in result.missing["q"]
 
 
 def test_an_answer_inside_the_question_within_rounding_is_kept(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("label", choice("docs", 0.7, {"bug": 0.2, "docs": 0.7, "feature": 0.105}))
     typesafe_api.answer("urgency", score(2.0, 0.8, probabilities={"1": 0.0, "2": 0.995}))
-    result = answered(provider.ask("x", {"label": CHOICE_Q, "urgency": SCORE_Q}))
+    result = answered(typesafe_provider.ask("x", {"label": CHOICE_Q, "urgency": SCORE_Q}))
     assert result.missing == {} and result.answers["label"].value == "docs"
 
 
 # --- answers that are not there ----------------------------------------------------------------
 def test_unknown_answer_type_is_no_answer_for_that_question_only(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.unknown_type("where")
     typesafe_api.answer("actionable", noul(0.95))
-    result = answered(provider.ask("x", {"where": NOUL_Q, "actionable": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"where": NOUL_Q, "actionable": NOUL_Q}))
     assert set(result.answers) == {"actionable"}
     assert "where" in result.missing
     assert result.answers.get("where") is None
 
 
 def test_mistyped_or_malformed_answers_are_missing_not_errors(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("typed_wrong", choice("bug", 0.9))  # a choice for a noul question
     typesafe_api.answer("out_of_range", noul(1.5))
-    result = answered(provider.ask("x", {"typed_wrong": NOUL_Q, "out_of_range": NOUL_Q, "fine": NOUL_Q}))
+    result = answered(
+        typesafe_provider.ask("x", {"typed_wrong": NOUL_Q, "out_of_range": NOUL_Q, "fine": NOUL_Q})
+    )
     assert set(result.answers) == {"fine"}
     assert "answered 'choice'" in result.missing["typed_wrong"]
     assert "between 0 and 1" in result.missing["out_of_range"]
 
 
 def test_a_question_absent_from_the_response_is_missing(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.queue(
         Failure(
             status=200, body={"model": "jev-x", "answers": {"a": noul(0.9)}, "usage": {"input_tokens": 1}}
         )
     )
-    result = answered(provider.ask("x", {"a": NOUL_Q, "b": NOUL_Q}))
+    result = answered(typesafe_provider.ask("x", {"a": NOUL_Q, "b": NOUL_Q}))
     assert set(result.answers) == {"a"} and set(result.missing) == {"b"}
 
 
@@ -391,14 +384,14 @@ def _state_noul(qid: str, question: dict[str, Any], state: Any) -> dict[str, Any
 
 
 def test_k_judgements_over_s_states_cost_s_requests(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.responder = _state_noul
     states = [{"p": 0.1}, {"p": 0.9}, {"p": 0.7}]
     asks = [Ask(f"j{i}", dict(states[i % 3]), {"actionable": NOUL_Q, "other": NOUL_Q}) for i in range(9)]
-    results = provider.ask_many(asks)
+    results = typesafe_provider.ask_many(asks)
     assert typesafe_api.request_count == 3
-    assert provider.calls == 3
+    assert typesafe_provider.calls == 3
     for i in range(9):
         r = answered(results[f"j{i}"])
         assert set(r.answers) == {"actionable", "other"}
@@ -416,10 +409,10 @@ def test_k_judgements_over_s_states_cost_s_requests(
 
 
 def test_states_equal_as_json_share_a_request(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     asks = [Ask("a", {"x": 1, "y": [1, 2]}, {"q": NOUL_Q}), Ask("b", {"y": [1, 2], "x": 1}, {"q": NOUL_Q})]
-    results = provider.ask_many(asks)
+    results = typesafe_provider.ask_many(asks)
     assert typesafe_api.request_count == 1
     assert all(isinstance(r, Answered) for r in results.values())
 
@@ -453,10 +446,10 @@ def test_one_failed_part_fails_the_whole_split_judgement(typesafe_api: FakeTypeS
 
 
 def test_a_batch_failure_reaches_every_judgement_in_it(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.fail(503, headers={"retry-after-ms": "10"}, times=3)
-    results = provider.ask_many([Ask(f"j{i}", "s", {"q": NOUL_Q}) for i in range(4)])
+    results = typesafe_provider.ask_many([Ask(f"j{i}", "s", {"q": NOUL_Q}) for i in range(4)])
     assert typesafe_api.request_count == 3
     assert {type(r) for r in results.values()} == {Transient}
 
@@ -612,10 +605,10 @@ def test_redact_covers_escaped_spellings() -> None:
 
 # --- the fake itself --------------------------------------------------------------------------
 def test_large_states_arrive_zstd_compressed_and_are_decoded(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     big = {"diff": "x" * 5000}
-    answered(provider.ask(big, {"q": NOUL_Q}))
+    answered(typesafe_provider.ask(big, {"q": NOUL_Q}))
     seen = typesafe_api.systemone_requests[0]
     assert seen.content_encoding == "zstd"
     assert seen.body["state"] == big and seen.raw_size < 5000
@@ -628,13 +621,13 @@ def test_compression_can_be_turned_off(typesafe_api: FakeTypeSafeAPI) -> None:
 
 
 def test_fake_rules_match_by_instructions_state_and_times(
-    typesafe_api: FakeTypeSafeAPI, provider: TypeSafeProvider
+    typesafe_api: FakeTypeSafeAPI, typesafe_provider: TypeSafeProvider
 ) -> None:
     typesafe_api.answer("Which label fits?", choice("bug", 0.95))
     typesafe_api.add_rule(Rule(choice("docs", 0.8), question="label", state_contains="README", times=1))
-    first = answered(provider.ask("README is wrong", {"label": CHOICE_Q})).answers["label"]
-    second = answered(provider.ask("README is wrong", {"label": CHOICE_Q})).answers["label"]
-    other = answered(provider.ask("crash", {"label": CHOICE_Q})).answers["label"]
+    first = answered(typesafe_provider.ask("README is wrong", {"label": CHOICE_Q})).answers["label"]
+    second = answered(typesafe_provider.ask("README is wrong", {"label": CHOICE_Q})).answers["label"]
+    other = answered(typesafe_provider.ask("crash", {"label": CHOICE_Q})).answers["label"]
     assert (first.value, second.value, other.value) == ("docs", "bug", "bug")
     assert first.raw["probabilities"]["docs"] == 0.8
 

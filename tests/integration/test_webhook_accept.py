@@ -26,7 +26,7 @@ from dispatchq.storage.prepared import JobTemplate, PreparedJob
 from dispatchq.storage.serve import AsyncDeliveries, Delivery, ServeStorage
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.jobs import prepare_deliveries
-from tests.conftest import counting_check, run_cli
+from tests.support.helpers import counting_check, run_cli
 from tests.support.serve import module_env, payload
 
 # A function any RQ worker can import: the test needs a job that runs, not dispatchq's.

@@ -24,14 +24,11 @@ from dispatchq.core.status import Status
 from dispatchq.serve.usage import usage_families
 from dispatchq.storage import usage as usage_store
 from dispatchq.testing.anthropic import Reply
-from tests.conftest import wait_for
-from tests.integration.test_claude_cli import RealHarness, real, release
-from tests.integration.test_serve_page import CHROMIUM_ARGS, chromium_or_skip, free_port
+from tests.support.helpers import wait_for
+from tests.support.page import CHROMIUM_ARGS, chromium_or_skip, free_port
+from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
-__all__ = [
-    "real",
-    "release",
-]  # the real-client layer's fixtures, shared with test_claude_cli.py (every release)
+refuse_a_missing_cli_under_ci()
 
 pytestmark = [pytest.mark.slow]
 

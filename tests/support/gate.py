@@ -30,7 +30,7 @@ from dispatchq.findings.evidence.record import DecisionRecord, RecordStore, repo
 from dispatchq.findings.grammar.lines import Decision
 from dispatchq.findings.grammar.plans import Check
 from dispatchq.storage.findings import FindingsStore
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 
 FAKE = REPO / "tests" / "support" / "fake_claude.py"
 SESSION_COMMAND = f"{sys.executable} {FAKE} -p --output-format stream-json --verbose"

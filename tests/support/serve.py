@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.helpers import REPO
 
 WEBHOOKS = REPO.parent / "shared" / "github-webhooks"
 SECRET = "It's a Secret to Everybody"
@@ -193,3 +193,29 @@ def module_env(redis_server: Any, directory: Path, check: str, **extra: str) -> 
         **extra,
     )
     return env
+
+
+ACTIONS_TOKEN = "Wq7-actions-token-0123456789abcdefABCDEF"
+
+
+#: base64 with `+`, `/` and `=` padding: the cookie once held the token quoted, and such never matched.
+GATE_TOKEN = "q3+Vx/9kZ2Fw0LmN7pR4sT1uW8yA5bC6dE0fG2hJ4k=="
+
+
+GATE_PUBLIC = "dispatchq.example.test"
+
+
+API_TOKEN = "serve-api-token-0123456789abcdef"
+
+
+SERVE_BOUNDS = {
+    "DISPATCHQ_SERVE_BODY_TIMEOUT": "2",
+    "DISPATCHQ_SERVE_HEADER_TIMEOUT": "2",
+    "DISPATCHQ_SERVE_MAX_BODY": str(1024 * 1024),
+    "DISPATCHQ_SERVE_MAX_LINES": "20",
+    "DISPATCHQ_SERVE_MAX_STATE": "2048",
+    "DISPATCHQ_SERVE_MAX_ERRORS": "3",
+}
+
+
+WEBHOOKS_TOKEN = "serve-test-token-0123456789abcdef"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from dispatchq.config import Config, config_source, load_config, parse_config
 from dispatchq.errors import ConfigError, UserError
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.executors import Command, RecordingExecutor, RepositoryGate, build_executor
-from tests.conftest import write_check_module, write_config
+from tests.support.helpers import write_check_module, write_config
 
 NOUL = {"type": "noul", "instructions": "Is it actionable?"}
 SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]}
@@ -47,17 +46,6 @@ def typed_kind(**extra: Any) -> dict[str, Any]:
 
 
 # --- a valid config ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fresh_checks() -> Iterator[None]:
-    """No `checks` module or config folder left by another test: `import_check` keeps
-    both, so `checks` would otherwise be whichever folder's came first."""
-    path = list(sys.path)
-    sys.modules.pop("checks", None)
-    yield
-    sys.modules.pop("checks", None)
-    sys.path[:] = path
 
 
 def test_the_documented_example_loads(tmp_path: Path, fresh_checks: None) -> None:

@@ -21,7 +21,7 @@ from dispatchq.errors import LadderError
 from dispatchq.process.wiring import drain
 from dispatchq.queue.dispatch import Moves
 from dispatchq.storage import keys
-from tests.conftest import counting_check, write_config
+from tests.support.helpers import counting_check, write_config
 
 NOUL = {"type": "noul", "instructions": "?"}
 SESSION = {"prompt": "Decide {{ target }}"}

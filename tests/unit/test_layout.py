@@ -79,14 +79,22 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _module_edges() -> dict[str, set[str]]:
-    """Every dispatchq module's direct imports of dispatchq, TYPE_CHECKING imports included:
+# Every package of the checkout: the library, its RQ entry points, the benchmarks and the tests.
+PACKAGES = ("dispatchq", "jobs", "bench", "tests")
+
+
+def _module_edges(packages: tuple[str, ...] = ("dispatchq",)) -> dict[str, set[str]]:
+    """Every module's direct imports within `packages`, TYPE_CHECKING imports included:
     an annotation that names a module above is a circle all the same."""
-    graph = grimp.build_graph("dispatchq", exclude_type_checking_imports=False)
+    graph = grimp.build_graph(*packages, exclude_type_checking_imports=False)
+
+    def inside(module: str) -> bool:
+        return module.split(".")[0] in packages
+
     edges = {
-        module: {m for m in graph.find_modules_directly_imported_by(module) if m.startswith("dispatchq")}
+        module: {m for m in graph.find_modules_directly_imported_by(module) if inside(m)}
         for module in graph.modules
-        if module.startswith("dispatchq")
+        if inside(module)
     }
     # A package's __init__ importing its own modules is not a circle worth a name.
     for module, targets in edges.items():
@@ -99,7 +107,10 @@ def _room(module: str) -> str:
 
 
 def test_the_import_graph_has_no_circle() -> None:
-    assert _strongly_connected(_module_edges()) == []
+    """No circle anywhere in the checkout: dispatchq, jobs/, bench/ and tests/."""
+    edges = _module_edges(PACKAGES)
+    assert {module.split(".")[0] for module in edges} == set(PACKAGES)
+    assert _strongly_connected(edges) == []
 
 
 def test_the_rooms_form_no_circle() -> None:

@@ -4,23 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterator
-
-import pytest
 
 from dispatchq.process import logs
-
-
-@pytest.fixture
-def restore_root() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def _log_lines(rq_info: bool) -> str:

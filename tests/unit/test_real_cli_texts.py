@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dispatchq.launcher.releases import OLDEST, RELEASES
+from dispatchq.launcher.releases import OLDEST
 from dispatchq.window.limits import LimitSignal, read_outcome, reprobe_backoff, reserve_signals
 from dispatchq.window.marker import applies, scope_pausing
 from dispatchq.window.messages import detect_limit, error_line
@@ -73,11 +73,6 @@ def test_error_line_is_capped() -> None:
 
 def _stream(*events: dict[str, Any]) -> str:
     return "\n".join(json.dumps(e) for e in events)
-
-
-@pytest.fixture(params=RELEASES, ids=[f"cc{v}" for v in RELEASES])
-def release(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 API_ERROR_TYPES = {
@@ -153,15 +148,17 @@ def test_a_failed_start_reads_its_error_line_from_stderr() -> None:
     assert got.text.startswith("error: bubblewrap is required")
 
 
-def test_a_subscriber_429_not_your_usage_limit_is_transient_despite_the_rejected_event(release: str) -> None:
+def test_a_subscriber_429_not_your_usage_limit_is_transient_despite_the_rejected_event(
+    texts_release: str,
+) -> None:
     text = "API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited"
-    result = _result(text, is_error=True, status=429, release=release)
+    result = _result(text, is_error=True, status=429, release=texts_release)
     got = outcome(_stream(_event(status="rejected", isUsingOverage=False), result))
     assert got.kind == "transient"
     assert got.limit is None
 
 
-def test_a_completed_answer_billed_as_extra_usage_is_an_answer(release: str) -> None:
+def test_a_completed_answer_billed_as_extra_usage_is_an_answer(texts_release: str) -> None:
     resets = int((NOW + timedelta(hours=2)).timestamp())
     event = _event(
         status="rejected",
@@ -170,12 +167,14 @@ def test_a_completed_answer_billed_as_extra_usage_is_an_answer(release: str) -> 
         overageStatus="allowed",
         isUsingOverage=True,
     )
-    got = outcome(_stream(event, _result("4", is_error=False, status=None, cost=0.00005, release=release)))
+    got = outcome(
+        _stream(event, _result("4", is_error=False, status=None, cost=0.00005, release=texts_release))
+    )
     assert got.kind == "answer"
     assert got.text == "4"
 
 
-def test_the_real_session_limit_is_a_limit_at_its_resets_at(release: str) -> None:
+def test_the_real_session_limit_is_a_limit_at_its_resets_at(texts_release: str) -> None:
     resets = int((NOW + timedelta(minutes=30)).timestamp())
     event = _event(
         status="rejected",
@@ -186,9 +185,9 @@ def test_the_real_session_limit_is_a_limit_at_its_resets_at(release: str) -> Non
         isUsingOverage=False,
     )
     # 2.1.197 calls five_hour "session limit", 2.1.332 "5-hour limit": the event's resetsAt rules.
-    name = "session limit" if release == OLDEST else "5-hour limit"
+    name = "session limit" if texts_release == OLDEST else "5-hour limit"
     text = f"You've hit your {name} · resets 7:46am (UTC)"
-    got = outcome(_stream(event, _result(text, is_error=True, status=429, release=release)))
+    got = outcome(_stream(event, _result(text, is_error=True, status=429, release=texts_release)))
     assert got.kind == "limit"
     assert got.limit is not None and got.limit.lifts_at.timestamp() == resets
     assert got.limit.kind == "five_hour" and got.refused_at_spawn
@@ -302,9 +301,9 @@ def test_every_limit_wording_the_real_cli_prints(
     ],
 )
 def test_throttles_the_real_cli_prints_are_transient_even_with_a_rejected_event(
-    text: str, status: int, release: str
+    text: str, status: int, texts_release: str
 ) -> None:
-    result = _result(text, is_error=True, status=status, release=release)
+    result = _result(text, is_error=True, status=status, release=texts_release)
     got = outcome(_stream(_event(status="rejected", isUsingOverage=False), result))
     assert got.kind == "transient", text
     assert detect(text) is None
@@ -394,10 +393,10 @@ def _synthetic(text: str, error: str | None = None, release: str = OLDEST) -> di
     ],
 )
 def test_host_wide_failures_the_real_cli_prints(
-    text: str, status: int | None, error: str | None, release: str
+    text: str, status: int | None, error: str | None, texts_release: str
 ) -> None:
-    result = _result(text, is_error=True, status=status, release=release)
-    got = outcome(_stream(_synthetic(text, error, release), result))
+    result = _result(text, is_error=True, status=status, release=texts_release)
+    got = outcome(_stream(_synthetic(text, error, texts_release), result))
     assert got.kind == "host", text
 
 
@@ -515,9 +514,9 @@ def test_the_orgs_monthly_spend_limit_on_the_general_window_pauses_everything() 
         "You will regain access on 2027-01-01 at 00:00 UTC.",
     ],
 )
-def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str, release: str) -> None:
-    result = _result(text, is_error=True, status=400, release=release)
-    got = outcome(_stream(_synthetic(text, "unknown", release), result))
+def test_the_api_usage_limit_as_the_real_cli_prints_it(text: str, texts_release: str) -> None:
+    result = _result(text, is_error=True, status=400, release=texts_release)
+    got = outcome(_stream(_synthetic(text, "unknown", texts_release), result))
     assert got.kind == "limit" and got.limit is not None
     assert (got.limit.kind, got.limit.lifts_at) == ("api_usage", datetime(2027, 1, 1, tzinfo=UTC))
 

@@ -641,21 +641,6 @@ class CountingAsk:
         )
 
 
-@pytest.fixture
-def client() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
-
-
-@pytest.fixture
-def store(client: fakeredis.FakeRedis) -> TriageStore:
-    return TriageStore(TriageStorage(client))
-
-
-@pytest.fixture
-def recording(client: fakeredis.FakeRedis) -> RecordingExecutor:
-    return RecordingExecutor(TriageStorage(client))
-
-
 ENGINE_RULES = [
     {
         "id": "needs-repro",
@@ -688,60 +673,66 @@ def go(config: TriageConfig, ask: Any, store: TriageStore, executor: Any, **kw: 
 
 
 def test_keyless_shadow_run_lists_every_rule_needing_answers(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
-    result = go(engine_config(mode="shadow"), keyless_ask, store, recording)
+    result = go(engine_config(mode="shadow"), keyless_ask, triage_store, recording_executor)
     reasons = {(e.rule, e.reason) for e in result.suppressed}
     assert reasons == {("needs-repro", "no_answers"), ("docs", "no_answers"), ("welcome", "shadow_mode")}
     assert result.requests == 0
     assert not result.applied and not result.suggested
-    assert recording.recorded() == []  # shadow wrote nothing, not even to the recording model
+    assert recording_executor.recorded() == []  # shadow wrote nothing, not even to the recording model
 
 
 def test_redelivery_serves_the_stored_decision_with_zero_ask_calls(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config()
     ask = CountingAsk(GOOD)
-    first = go(config, ask, store, recording)
-    second = go(config, ask, store, recording)
+    first = go(config, ask, triage_store, recording_executor)
+    second = go(config, ask, triage_store, recording_executor)
     assert len(ask.calls) == 1
     assert first.decision_id == second.decision_id
     assert second.requests == 0 and second.reused == ("area", "needs_repro")
     assert [e.to_json()["outcome"] for e in first.entries] == [e.to_json()["outcome"] for e in second.entries]
     # The redelivered applies come from the ledger: the executor was not asked twice.
     assert all((e.executed or "").startswith("already") for e in second.applied)
-    assert len(recording.recorded()) == 2
+    assert len(recording_executor.recorded()) == 2
 
 
-def test_editing_the_config_re_triages(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_editing_the_config_re_triages(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     ask = CountingAsk(GOOD)
-    first = go(engine_config(), ask, store, recording)
-    moved = go(engine_config(gate={"suggest": 0.6, "auto": 0.9}), ask, store, recording)
+    first = go(engine_config(), ask, triage_store, recording_executor)
+    moved = go(engine_config(gate={"suggest": 0.6, "auto": 0.9}), ask, triage_store, recording_executor)
     renamed_rules = copy.deepcopy(ENGINE_RULES)
     renamed_rules[0]["id"] = "repro-please"
-    renamed = go(load_triage(section(renamed_rules, executor="recording")), ask, store, recording)
+    renamed = go(
+        load_triage(section(renamed_rules, executor="recording")), ask, triage_store, recording_executor
+    )
     assert len({first.decision_id, moved.decision_id, renamed.decision_id}) == 3
     assert len(ask.calls) == 3
 
 
-def test_an_edited_event_re_triages(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_an_edited_event_re_triages(triage_store: TriageStore, recording_executor: RecordingExecutor) -> None:
     config = engine_config()
     ask = CountingAsk(GOOD)
-    go(config, ask, store, recording)
+    go(config, ask, triage_store, recording_executor)
     edited = Event(
         EVENT.event, EVENT.target, EVENT.item, EVENT.context, {"title": "crash", "body": "steps: 1. 2."}
     )
-    triage(edited, config, ask=ask, store=store, executor=recording, budget=RunBudget(None))
+    triage(edited, config, ask=ask, store=triage_store, executor=recording_executor, budget=RunBudget(None))
     assert len(ask.calls) == 2
     assert decision_key(edited, config) != decision_key(EVENT, config)
 
 
-def test_changing_only_the_mode_reuses_every_answer(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_changing_only_the_mode_reuses_every_answer(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("bug", 0.7)})
-    shadow = go(engine_config(mode="shadow"), ask, store, recording)
-    suggest = go(engine_config(mode="suggest"), ask, store, recording)
-    auto = go(engine_config(mode="auto"), ask, store, recording, mode_override="auto")
+    shadow = go(engine_config(mode="shadow"), ask, triage_store, recording_executor)
+    suggest = go(engine_config(mode="suggest"), ask, triage_store, recording_executor)
+    auto = go(engine_config(mode="auto"), ask, triage_store, recording_executor, mode_override="auto")
     assert len(ask.calls) == 1
     assert shadow.decision_id == suggest.decision_id == auto.decision_id
     assert {e.reason for e in shadow.entries} == {"shadow_mode"}
@@ -749,112 +740,120 @@ def test_changing_only_the_mode_reuses_every_answer(store: TriageStore, recordin
     assert [(e.rule, e.outcome) for e in auto.entries] == [("needs-repro", "apply"), ("welcome", "apply")]
 
 
-def test_a_spent_budget_asks_nothing(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_a_spent_budget_asks_nothing(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     ask = CountingAsk(GOOD)
-    result = go(engine_config(budget={"requests": 0}), ask, store, recording)
+    result = go(engine_config(budget={"requests": 0}), ask, triage_store, recording_executor)
     assert ask.calls == []
     assert {e.reason for e in result.entries if e.rule != "welcome"} == {"budget_exhausted"}
 
 
 def test_the_callers_own_budget_shows_as_budget_exhausted(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     def hourly_spent(state: Any, questions: Any) -> AskResult:
         return AskResult(over_budget=frozenset(questions))
 
-    result = go(engine_config(), hourly_spent, store, recording)
+    result = go(engine_config(), hourly_spent, triage_store, recording_executor)
     assert {e.reason for e in result.entries if e.rule != "welcome"} == {"budget_exhausted"}
 
 
-def test_the_run_budget_counts_provider_requests(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_the_run_budget_counts_provider_requests(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     budget = RunBudget(1)
     ask = CountingAsk(GOOD)
-    go(engine_config(), ask, store, recording, budget=budget)
+    go(engine_config(), ask, triage_store, recording_executor, budget=budget)
     assert budget.spent == 1 and not budget.available()
-    go(engine_config(), ask, store, recording, budget=budget)  # a stored decision costs nothing
+    go(
+        engine_config(), ask, triage_store, recording_executor, budget=budget
+    )  # a stored decision costs nothing
     assert budget.spent == 1
 
 
 def test_a_provider_failure_is_no_answer_and_is_not_stored(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     def broken(state: Any, questions: Any) -> AskResult:
         raise TimeoutError("provider timed out")
 
     config = engine_config()
-    failed = go(config, broken, store, recording)
+    failed = go(config, broken, triage_store, recording_executor)
     assert {e.reason for e in failed.entries if e.rule != "welcome"} == {"no_answers"}
     assert "provider error (TimeoutError)" in failed.suppressed[0].explanation
     ask = CountingAsk(GOOD)
-    go(config, ask, store, recording)
+    go(config, ask, triage_store, recording_executor)
     assert len(ask.calls) == 1  # the failure was not cached: the next delivery asks again
 
 
 def test_an_answer_of_the_wrong_type_counts_as_no_answer(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     result = go(
         engine_config(),
         CountingAsk({"needs_repro": choice("yes", 0.9), "area": choice("bug", 0.9)}),
-        store,
-        recording,
+        triage_store,
+        recording_executor,
     )
     entry = next(e for e in result.entries if e.rule == "needs-repro")
     assert entry.reason == "no_answers" and "the question is a noul" in entry.explanation
 
 
 def test_file_answers_are_not_reused_by_a_provider_run(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config()
-    go(config, answers_file_ask(GOOD), store, recording, answers_from="file")
+    go(config, answers_file_ask(GOOD), triage_store, recording_executor, answers_from="file")
     ask = CountingAsk(GOOD)
-    go(config, ask, store, recording)
-    go(config, ask, store, recording)
+    go(config, ask, triage_store, recording_executor)
+    go(config, ask, triage_store, recording_executor)
     assert len(ask.calls) == 1
 
 
 def test_nothing_decided_escalates_in_the_store_only_in_shadow(
-    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     rules = [r for r in copy.deepcopy(ENGINE_RULES) if r["id"] != "welcome"]
     shadow = load_triage(section(rules, executor="recording", escalate="needs-triage", mode="shadow"))
-    result = go(shadow, keyless_ask, store, recording)
+    result = go(shadow, keyless_ask, triage_store, recording_executor)
     assert result.escalated is not None
-    assert list(store.needs_triage()) == [result.decision_id]
-    assert recording.recorded() == []
+    assert list(triage_store.needs_triage()) == [result.decision_id]
+    assert recording_executor.recorded() == []
 
     auto = load_triage(section(rules, executor="recording", escalate="needs-triage", mode="auto"))
-    go(auto, keyless_ask, store, recording)
-    assert "needs-triage" in recording.state(EVENT.target)["labels"]
+    go(auto, keyless_ask, triage_store, recording_executor)
+    assert "needs-triage" in recording_executor.state(EVENT.target)["labels"]
 
 
-def test_a_decided_event_is_not_escalated(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_a_decided_event_is_not_escalated(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     config = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", escalate="needs-triage"))
-    result = go(config, CountingAsk(GOOD), store, recording)
-    assert result.escalated is None and store.needs_triage() == {}
+    result = go(config, CountingAsk(GOOD), triage_store, recording_executor)
+    assert result.escalated is None and triage_store.needs_triage() == {}
 
 
 def test_replay_shows_what_a_stricter_gate_would_change(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config()
     ask = CountingAsk({"needs_repro": noul(0.95), "area": choice("bug", 0.9)})  # needs_repro confidence 0.9
-    go(config, ask, store, recording)
-    report = replay(store, config, executor=recording, gate_auto=0.95)
+    go(config, ask, triage_store, recording_executor)
+    report = replay(triage_store, config, executor=recording_executor, gate_auto=0.95)
     assert len(ask.calls) == 1
     assert report.decisions == 1
     assert [(c.rule, c.before, c.after) for c in report.changes] == [
         ("needs-repro", ("apply", "apply"), ("suggest", "suggest"))
     ]
-    assert replay(store, config, executor=recording).changes == ()
-    assert {c.after for c in replay(store, config, executor=recording, mode="shadow").changes} == {
-        ("suppress", "shadow_mode")
-    }
+    assert replay(triage_store, config, executor=recording_executor).changes == ()
+    assert {
+        c.after for c in replay(triage_store, config, executor=recording_executor, mode="shadow").changes
+    } == {("suppress", "shadow_mode")}
 
 
-def test_the_json_shape(store: TriageStore, recording: RecordingExecutor) -> None:
-    result = go(engine_config(mode="suggest"), CountingAsk(GOOD), store, recording).to_json()
+def test_the_json_shape(triage_store: TriageStore, recording_executor: RecordingExecutor) -> None:
+    result = go(engine_config(mode="suggest"), CountingAsk(GOOD), triage_store, recording_executor).to_json()
     assert {"decision_id", "event", "target", "mode", "applied", "suggested", "suppressed"} <= set(result)
     entry = result["suggested"][0]
     assert {"rule", "action", "outcome", "reason", "confidence", "threshold", "margin"} <= set(entry)
@@ -862,21 +861,23 @@ def test_the_json_shape(store: TriageStore, recording: RecordingExecutor) -> Non
     assert (result["event"], result["target"], result["mode"]) == ("issues.opened", "acme/app#12", "suggest")
 
 
-def test_github_executor_capabilities_drive_row_7(client: fakeredis.FakeRedis) -> None:
-    github = GitHubExecutor(None, ledger=Ledger(TriageStorage(client)))  # supports() needs no token
+def test_github_executor_capabilities_drive_row_7(fake_client: fakeredis.FakeRedis) -> None:
+    github = GitHubExecutor(None, ledger=Ledger(TriageStorage(fake_client)))  # supports() needs no token
     spec = rule(actions=[{"op": "lock"}, {"op": "assign", "assignees": ["alice"]}])
     config = load_triage(section([spec], allowDestructive=["lock"]))
     resolution = resolve(config, EVENT, Knowledge({}), executor=github)
     assert [e.reason for e in resolution.entries] == ["unsupported_by_executor", "apply"]
 
 
-def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, store: TriageStore) -> None:
-    recording = RecordingExecutor(TriageStorage(client))
+def test_status_counts_the_last_runs_by_outcome(
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore
+) -> None:
+    recording = RecordingExecutor(TriageStorage(fake_client))
     config = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", escalate="needs-triage"))
-    go(config, keyless_ask, store, recording, mode_override="shadow")
-    go(config, CountingAsk(GOOD), store, recording)
+    go(config, keyless_ask, triage_store, recording, mode_override="shadow")
+    go(config, CountingAsk(GOOD), triage_store, recording)
 
-    status = status_section(TriageStorage(client))
+    status = status_section(TriageStorage(fake_client))
     assert status["runs"] == 2
     assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
     assert status["needs_triage"] == 0
@@ -901,18 +902,20 @@ def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, sto
     ],
 )
 def test_an_answer_outside_the_question_is_no_answer_even_from_a_file(
-    store: TriageStore, recording: RecordingExecutor, wire: dict[str, Any], cause: str
+    triage_store: TriageStore, recording_executor: RecordingExecutor, wire: dict[str, Any], cause: str
 ) -> None:
     ask = answers_file_ask({"needs_repro": noul(0.99), "area": wire})
-    result = go(engine_config(), ask, store, recording, answers_from="file")
+    result = go(engine_config(), ask, triage_store, recording_executor, answers_from="file")
     by_rule = {e.rule: e for e in result.entries}
     assert by_rule["needs-repro"].reason == "no_answers" and cause in by_rule["needs-repro"].explanation
     assert by_rule["docs"].reason == "no_answers"
     assert not any(e.rule != "welcome" for e in result.applied)
-    assert "area" not in (store.load(result.decision_id) or pytest.fail("not stored")).answers
+    assert "area" not in (triage_store.load(result.decision_id) or pytest.fail("not stored")).answers
 
 
-def test_a_score_outside_its_levels_is_no_answer(store: TriageStore, recording: RecordingExecutor) -> None:
+def test_a_score_outside_its_levels_is_no_answer(
+    triage_store: TriageStore, recording_executor: RecordingExecutor
+) -> None:
     rules = [
         {
             "id": "sev",
@@ -923,7 +926,7 @@ def test_a_score_outside_its_levels_is_no_answer(store: TriageStore, recording: 
     ]
     config = load_triage(section(rules, executor="recording"))
     ask = CountingAsk({"severity": score(3.5, 0.99)})  # levels 0..3
-    result = go(config, ask, store, recording)
+    result = go(config, ask, triage_store, recording_executor)
     assert [e.reason for e in result.entries] == ["no_answers"]
     assert "outside the levels' range [0, 3]" in result.entries[0].explanation
 
@@ -947,24 +950,26 @@ PR_RULES = [
 
 
 def test_an_event_every_rule_excludes_costs_no_request(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
     pull = Event(
         "issues.opened", "acme/app#3", "issue:3", {"repo": "acme/app"}, {"pull_request": {"url": "u"}}
     )
     ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
-    result = triage(pull, config, ask=ask, store=store, executor=recording, budget=RunBudget(None))
+    result = triage(
+        pull, config, ask=ask, store=triage_store, executor=recording_executor, budget=RunBudget(None)
+    )
     assert ask.calls == [] and result.requests == 0 and result.asked == ()
     assert result.entries == () and result.errors == ()  # row 1: silent, not no_answers
 
 
 def test_only_questions_of_rules_that_can_still_fire_are_asked(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = load_triage(section(copy.deepcopy(PR_RULES), executor="recording"))
     ask = CountingAsk({"needs_repro": noul(0.99), "area": choice("docs", 0.99)})
-    result = go(config, ask, store, recording)  # an issue in acme/app: docs-area cannot fire
+    result = go(config, ask, triage_store, recording_executor)  # an issue in acme/app: docs-area cannot fire
     assert ask.calls == [["needs_repro"]]
     assert [(e.rule, e.outcome) for e in result.entries] == [("issue-repro", "apply")]
 
@@ -999,7 +1004,7 @@ def _event(n: int) -> Event:
 
 
 def test_the_config_budget_counts_across_invocations_and_says_what_was_spent(
-    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config(budget={"requests": 2, "window": 600})
     ask = CountingAsk(GOOD)
@@ -1008,9 +1013,11 @@ def test_the_config_budget_counts_across_invocations_and_says_what_was_spent(
             _event(n),
             config,
             ask=ask,
-            store=store,
-            executor=recording,
-            budget=budget_for(TriageStorage(client), config, 1000),  # a new one each run, like a new process
+            store=triage_store,
+            executor=recording_executor,
+            budget=budget_for(
+                TriageStorage(fake_client), config, 1000
+            ),  # a new one each run, like a new process
         )
         for n in range(3)
     ]
@@ -1024,17 +1031,17 @@ def test_the_config_budget_counts_across_invocations_and_says_what_was_spent(
 
 
 def test_the_hourly_cap_applies_with_no_config_budget_and_refills_on_a_rolling_hour(
-    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config()
     now = [1_000_000.0]
     limits = [BudgetLimit("hourly", "DISPATCHQ_TRIAGE_HOURLY_BUDGET", 1, 3600.0)]
 
     def budget() -> RollingBudget:
-        return RollingBudget(TriageStorage(client), limits, clock=lambda: now[0])
+        return RollingBudget(TriageStorage(fake_client), limits, clock=lambda: now[0])
 
     ask = CountingAsk(GOOD)
-    go(config, ask, store, recording, budget=budget())
+    go(config, ask, triage_store, recording_executor, budget=budget())
     now[0] += 1800  # half an hour later: a clock-hour counter might have reset, a rolling one has not
     refused = budget().reserve()
     assert refused == (
@@ -1046,13 +1053,19 @@ def test_the_hourly_cap_applies_with_no_config_budget_and_refills_on_a_rolling_h
 
 
 def test_a_request_not_made_is_given_back_and_a_zero_limit_never_refills(
-    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config(budget={"requests": 1})
-    go(config, keyless_ask, store, recording, budget=budget_for(TriageStorage(client), config, 10))
-    assert TriageStorage(client).budget_used("config", 3600, time.time()) == 0  # keyless: 0 requests
+    go(
+        config,
+        keyless_ask,
+        triage_store,
+        recording_executor,
+        budget=budget_for(TriageStorage(fake_client), config, 10),
+    )
+    assert TriageStorage(fake_client).budget_used("config", 3600, time.time()) == 0  # keyless: 0 requests
     zero = load_triage(section(copy.deepcopy(ENGINE_RULES), executor="recording", budget={"requests": 0}))
-    assert budget_for(TriageStorage(client), zero, 10).reserve() == (
+    assert budget_for(TriageStorage(fake_client), zero, 10).reserve() == (
         "triage.budget budget spent: 0 of 0 requests in the last 1h; it never refills (the limit is 0)"
     )
 
@@ -1154,55 +1167,63 @@ def test_a_passing_boundary_renders_margin_plus_zero() -> None:
 
 
 def test_a_later_delivery_that_decides_removes_our_own_needs_triage_label(
-    client: fakeredis.FakeRedis, store: TriageStore, recording: RecordingExecutor
+    fake_client: fakeredis.FakeRedis, triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     rules = copy.deepcopy(ENGINE_RULES[:2])  # no unconditional rule: keyless decides nothing
     config = load_triage(section(rules, executor="recording", mode="auto", escalate="needs-triage"))
-    first = go(config, keyless_ask, store, recording)  # nothing decidable: escalated
-    assert first.escalated is not None and "needs-triage" in recording.state(EVENT.target)["labels"]
-    assert TriageStorage(client).needs_triage_count() == 1
+    first = go(config, keyless_ask, triage_store, recording_executor)  # nothing decidable: escalated
+    assert first.escalated is not None and "needs-triage" in recording_executor.state(EVENT.target)["labels"]
+    assert TriageStorage(fake_client).needs_triage_count() == 1
 
-    second = go(config, CountingAsk(GOOD), store, recording)  # answered now: rules decide
+    second = go(config, CountingAsk(GOOD), triage_store, recording_executor)  # answered now: rules decide
     assert second.escalated is None and second.applied
-    assert "needs-triage" not in recording.state(EVENT.target)["labels"]
+    assert "needs-triage" not in recording_executor.state(EVENT.target)["labels"]
     assert (second.escalation_cleared or "").startswith("needs-triage: performed")
-    assert TriageStorage(client).needs_triage_count() == 0
+    assert TriageStorage(fake_client).needs_triage_count() == 0
 
 
 def test_a_needs_triage_label_a_person_added_is_never_removed(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
-    recording.seed(EVENT.target, labels=["needs-triage"])  # not added by dispatchq
-    result = go(engine_config(mode="auto", escalate="needs-triage"), CountingAsk(GOOD), store, recording)
-    assert result.applied and "needs-triage" in recording.state(EVENT.target)["labels"]
+    recording_executor.seed(EVENT.target, labels=["needs-triage"])  # not added by dispatchq
+    result = go(
+        engine_config(mode="auto", escalate="needs-triage"),
+        CountingAsk(GOOD),
+        triage_store,
+        recording_executor,
+    )
+    assert result.applied and "needs-triage" in recording_executor.state(EVENT.target)["labels"]
     assert result.escalation_cleared is None
 
 
 def test_replay_uses_provider_answers_only_and_says_which_it_used(
-    store: TriageStore, recording: RecordingExecutor
+    triage_store: TriageStore, recording_executor: RecordingExecutor
 ) -> None:
     config = engine_config(mode="auto")
-    go(config, CountingAsk(GOOD), store, recording)
+    go(config, CountingAsk(GOOD), triage_store, recording_executor)
     what_if = answers_file_ask(GOOD)
     triage(
         _event(7),
         config,
         ask=what_if,
-        store=store,
-        executor=recording,
+        store=triage_store,
+        executor=recording_executor,
         budget=RunBudget(None),
         answers_from="file",
     )
 
-    report = replay(store, config, executor=recording)
+    report = replay(triage_store, config, executor=recording_executor)
     assert (report.decisions, dict(report.answers_from), report.skipped_file_answers) == (
         1,
         {"provider": 1},
         1,
     )
     assert report.earlier_config == 0
-    both = replay(store, config, executor=recording, include_file_answers=True)
+    both = replay(triage_store, config, executor=recording_executor, include_file_answers=True)
     assert (both.decisions, dict(both.answers_from)) == (2, {"provider": 1, "file": 1})
     edited = engine_config(mode="auto", gate={"suggest": 0.5, "auto": 0.9})
-    assert replay(store, edited, executor=recording).earlier_config == 1
-    assert "1 decided under an earlier config" in replay(store, edited, executor=recording).summary()
+    assert replay(triage_store, edited, executor=recording_executor).earlier_config == 1
+    assert (
+        "1 decided under an earlier config"
+        in replay(triage_store, edited, executor=recording_executor).summary()
+    )

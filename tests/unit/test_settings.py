@@ -14,14 +14,10 @@ from dispatchq.errors import RedisUnavailable, SettingsError, UserError
 from dispatchq.settings import DAY, Settings, env_name, load_settings, redact_url
 from dispatchq.storage.sentinel import parse_sentinel_url
 
+pytestmark = pytest.mark.usefixtures("isolated_cwd")
+
 REDIS_PASSWORD = "hunter2-redis-pw"
 TYPESAFE_KEY = "ts-live-0123456789abcdef"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Nothing is read from the working directory; a temporary one proves it stays so.
-    monkeypatch.chdir(tmp_path)
 
 
 def test_defaults() -> None:

@@ -53,11 +53,6 @@ def test_the_finder_sees_every_spelling_of_an_import() -> None:
     assert _imported_roots(ast.parse(source)) == {"typesafe_sdk", "httpx2", "os"}
 
 
-@pytest.fixture(scope="module")
-def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("dispatchq", include_external_packages=True, exclude_type_checking_imports=False)
-
-
 def test_the_graph_sees_the_door(graph: grimp.ImportGraph) -> None:
     """The check below is not vacuous: the tier itself does reach the SDK, through the door."""
     chain = graph.find_shortest_chain(importer="dispatchq.tiers.typed.tier", imported="typesafe_sdk")
