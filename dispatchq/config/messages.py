@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from dispatchq.core.fields import PROBLEM, field_at, problem
+from dispatchq.core.fields import PROBLEM, field_at, problem, untagged
 
 __all__ = ["PROBLEM", "WHOLE", "problem", "problems_of"]
 
@@ -59,9 +59,14 @@ def _message(root: type[BaseModel], error: Mapping[str, Any], loc: tuple[str | i
     if kind == "literal_error":
         expected = str(ctx.get("expected", "")).replace("'", "")
         return f"must be {expected} (got {value!r})"
+    if kind == "union_tag_invalid":
+        *tags, last = (tag.strip(" '") for tag in str(ctx["expected_tags"]).split(","))
+        return f"must be {', '.join(tags)} or {last} (got {ctx['tag']!r})"
+    if kind == "union_tag_not_found":
+        return "field required"
     _, field = field_at(root, loc)
     described = field is not None and field.description
-    if kind in _TYPE_WORDS or kind in ("too_short", "too_long"):
+    if kind in _TYPE_WORDS or kind in ("too_short", "too_long", "string_pattern_mismatch"):
         if described and field is not None:
             return f"must be {field.description} (got {value!r})"
         if kind in _TYPE_WORDS:
@@ -77,11 +82,13 @@ def problems_of(error: ValidationError, root: type[BaseModel]) -> list[str]:
     for item in error.errors():
         loc = tuple(item["loc"])
         ctx = item.get("ctx") or {}
+        if item["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, str(ctx["discriminator"]).strip("'"))
         if item["type"] == PROBLEM and ctx.get(WHOLE):
             line = str(ctx["message"])
         else:
             full = (*loc, *ctx.get("at", ())) if item["type"] == PROBLEM else loc
-            where = _where(full) or "config"
+            where = _where(untagged(root, full)) or "config"
             line = f"{where}: {_message(root, item, loc)}"
         if line not in lines:
             lines.append(line)

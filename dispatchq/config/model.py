@@ -30,12 +30,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dispatchq.config.imports import import_check
 from dispatchq.config.messages import PROBLEM, WHOLE
 from dispatchq.core import tiers
+from dispatchq.core.answers import AnswerType
 from dispatchq.core.fields import Matching, first_non_json, problem
 from dispatchq.core.kinds import Kind, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
@@ -44,9 +44,12 @@ from dispatchq.launcher.environment import is_secret_name
 from dispatchq.triage.schema import TriageSection, triage_problems
 
 __all__ = [
+    "ChoiceQuestion",
     "ConfigFile",
     "KindSection",
+    "NoulQuestion",
     "QuestionSection",
+    "ScoreQuestion",
     "SessionSection",
     "TriageSection",
     "config_schema",
@@ -79,6 +82,7 @@ def _argv(value: Any) -> Any:
     return tuple(value)
 
 
+#: One command, as words (no shell).
 Argv = Annotated[
     tuple[str, ...],
     BeforeValidator(_argv),
@@ -114,8 +118,6 @@ BindPath = Annotated[str, BeforeValidator(_bind_path), WithJsonSchema({"type": "
 
 
 def _known_placeholders(prompt: str) -> str:
-    if not prompt.strip():
-        raise problem("required, a text with {{ target }}-style placeholders")
     for name in template_placeholders(prompt):
         if name not in PLACEHOLDERS:
             known = ", ".join(sorted(PLACEHOLDERS))
@@ -127,7 +129,7 @@ class SessionSection(_Section):
     """`kinds.<name>.session`: how the session tier answers the kind."""
 
     prompt: Annotated[str, AfterValidator(_known_placeholders)] = Field(
-        description="a text with {{ target }}-style placeholders"
+        pattern=r"\S", description="a text with {{ target }}-style placeholders"
     )
     args: list[str] = Field(default_factory=list, description="a list of strings")
     format: Literal["text", "json"] = "text"
@@ -147,66 +149,71 @@ class SessionSection(_Section):
         return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
 
 
-def _criteria_by_type(question_type: str, criteria: JsonDict) -> JsonDict:
-    return {
-        "if": {"properties": {"type": {"const": question_type}}},
-        "then": {"properties": {"criteria": criteria}},
-    }
+def _true_or_false(criteria: dict[str, Any]) -> dict[str, Any]:
+    if set(criteria) - {"true", "false"}:
+        raise problem("a noul's criteria is a mapping with true and/or false")
+    return criteria
 
 
-#: Each answer type's criteria, for editors (the validator below says the same).
-_CRITERIA_SCHEMA: JsonDict = {
-    "allOf": [
-        _criteria_by_type(
-            "noul",
-            {"type": ["object", "null"], "propertyNames": {"enum": ["true", "false"]}},
-        ),
-        _criteria_by_type("choice", {"type": "object", "minProperties": 1, "maxProperties": 255}),
-        _criteria_by_type("score", {"type": "array", "minItems": 2, "maxItems": 10}),
-    ]
-}
+class _Question(_Section):
+    """What every answer type's question holds; each type narrows `type` and `criteria`."""
 
-
-class QuestionSection(_Section):
-    """`kinds.<name>.questions.<id>`: one question the typed tier asks."""
-
-    model_config = ConfigDict(json_schema_extra=_CRITERIA_SCHEMA)
-
-    type: Literal["noul", "choice", "score"]
+    type: AnswerType
     instructions: Any = None
-    criteria: Any = Field(
-        default=None,
-        description="a noul's {true, false} outcomes, a choice's options, a score's 2 to 10 levels",
+    criteria: Any = None
+
+    def question(self, qid: str) -> Question:
+        return Question(qid, self.type, self.instructions, self.criteria, None)
+
+
+class NoulQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type noul: a yes/no the typed tier asks."""
+
+    type: Literal["noul"]
+    criteria: (
+        Annotated[
+            dict[str, Any],
+            AfterValidator(_true_or_false),
+            WithJsonSchema({"type": "object", "propertyNames": {"enum": ["true", "false"]}}),
+        ]
+        | None
+    ) = Field(default=None, description="a mapping with true and/or false")
+
+    @model_validator(mode="after")
+    def _described(self) -> NoulQuestion:
+        if self.instructions is None and not any(v is not None for v in (self.criteria or {}).values()):
+            raise problem("a noul needs instructions or a described outcome", "instructions")
+        return self
+
+
+class ChoiceQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type choice: one of its options, maybe ranked."""
+
+    type: Literal["choice"]
+    criteria: dict[str, Any] = Field(
+        min_length=1, max_length=255, description="a mapping of 1 to 255 options"
     )
     priority: dict[str, float] | None = Field(default=None, description="a map {label: number}")
 
     @model_validator(mode="after")
-    def _criteria_fit_the_type(self) -> QuestionSection:
-        criteria = self.criteria
-        if self.type == "noul":
-            if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
-                raise problem("a noul's criteria is a mapping with true and/or false", "criteria")
-            described = isinstance(criteria, dict) and any(v is not None for v in criteria.values())
-            if self.instructions is None and not described:
-                raise problem("a noul needs instructions or a described outcome", "instructions")
-        elif self.type == "choice":
-            if not isinstance(criteria, dict) or not criteria:
-                raise problem("a choice needs a mapping of options", "criteria")
-            if len(criteria) > 255:
-                raise problem(f"at most 255 options (got {len(criteria)})", "criteria")
-        elif not isinstance(criteria, list) or not 2 <= len(criteria) <= 10:
-            count = len(criteria) if isinstance(criteria, list) else "not a list"
-            raise problem(f"a score needs a list of 2 to 10 levels (got {count})", "criteria")
-        if self.priority is not None:
-            if self.type != "choice":
-                raise problem("only a choice question takes a priority map {label: number}", "priority")
-            for label in self.priority:
-                if label not in criteria:
-                    raise problem("not one of the choice's options", "priority", label)
+    def _ranks_options(self) -> ChoiceQuestion:
+        for label in self.priority or ():
+            if label not in self.criteria:
+                raise problem("not one of the choice's options", "priority", label)
         return self
 
     def question(self, qid: str) -> Question:
         return Question(qid, self.type, self.instructions, self.criteria, self.priority)
+
+
+class ScoreQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type score: a level on its scale."""
+
+    type: Literal["score"]
+    criteria: list[Any] = Field(min_length=2, max_length=10, description="a list of 2 to 10 levels")
+
+
+QuestionSection = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
 
 
 class KindSection(_Section):
@@ -281,7 +288,9 @@ class KindSection(_Section):
             question = questions.get(self.order)
             if question is None:
                 raise problem(f"{self.order!r} names no question", "order")
-            if question.type == "noul" or (question.type == "choice" and not question.priority):
+            if not isinstance(question, ScoreQuestion | ChoiceQuestion) or (
+                isinstance(question, ChoiceQuestion) and not question.priority
+            ):
                 raise problem("must name a score question, or a choice question with a priority map", "order")
         if questions and self.answer is None and self.order is None:
             raise problem(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-__all__ = ["PROBLEM", "Matching", "field_at", "first_non_json", "problem"]
+__all__ = ["PROBLEM", "Matching", "field_at", "first_non_json", "problem", "untagged"]
 
 #: The error type of a problem a validator names itself (with where it sits, `at`).
 PROBLEM = "dispatchq_config"
@@ -69,35 +69,57 @@ def first_non_json(value: Any, at: tuple[str | int, ...] = ()) -> tuple[tuple[st
 
 def field_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[type[BaseModel] | None, Any]:
     """The section `loc` ends in, and the field its last key names (None for an item or key)."""
-    model: type[BaseModel] | None = root
-    field = None
-    mapping_key = False  # the next part names an entry of a mapping (a kind, a question id)
-    for part in loc:
-        if isinstance(part, int) or part == "[key]":
-            field = None
-            continue
-        if mapping_key:
-            mapping_key, field = False, None
-            continue
-        if model is None:
-            return None, None
-        field = {f.alias or n: f for n, f in model.model_fields.items()}.get(part)
-        if field is None:
-            return None, None
-        model = _model_in(field.annotation)
-        mapping_key = _has_mapping(field.annotation)
+    model, field, _ = _walk(root, loc)
     return model, field
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The section class a field holds (directly, or in a list, mapping or Optional)."""
+def untagged(root: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """`loc` without the tags pydantic adds inside a discriminated union (`questions.q.noul.x`)."""
+    return _walk(root, loc)[2]
+
+
+def _walk(
+    root: type[BaseModel], loc: tuple[str | int, ...]
+) -> tuple[type[BaseModel] | None, Any, tuple[str | int, ...]]:
+    models: list[type[BaseModel]] = [root]
+    field = None
+    mapping_key = False  # the next part names an entry of a mapping (a kind, a question id)
+    kept: list[str | int] = []
+    for index, part in enumerate(loc):
+        if isinstance(part, int) or part == "[key]":
+            kept.append(part)
+            field = None
+            continue
+        if mapping_key:
+            kept.append(part)
+            mapping_key, field = False, None
+            continue
+        tagged = [m for m in models if _tags(m, part)] if len(models) > 1 else []
+        if tagged:  # a union's tag: it picks the section, and is no key of the file
+            models, field = tagged, None
+            continue
+        kept.append(part)
+        field = next((f for m in models for n, f in m.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None, None, (*kept, *loc[index + 1 :])
+        models = _models_in(field.annotation)
+        mapping_key = _has_mapping(field.annotation)
+    return (models[0] if len(models) == 1 else None), field, tuple(kept)
+
+
+def _tags(model: type[BaseModel], part: str) -> bool:
+    """True when one of the section's Literal fields (its tag) takes `part`."""
+    return any(
+        get_origin(f.annotation) is Literal and part in get_args(f.annotation)
+        for f in model.model_fields.values()
+    )
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The section classes a field holds (directly, or in a list, mapping, union or Optional)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
 
 
 def _has_mapping(annotation: Any) -> bool:
