@@ -28,10 +28,12 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
-from dispatchq.core.fields import PROBLEM, Matching, field_at, first_non_json, problem
+from dispatchq.core.answers import AnswerType
+from dispatchq.core.fields import PROBLEM, Matching, field_at, first_non_json, problem, untagged
 from dispatchq.core.judgement import canonical_json
 from dispatchq.errors import ConfigError
 
@@ -53,7 +55,10 @@ __all__ = [
     "Mode",
     "Op",
     "RuleSection",
+    "TriageChoice",
+    "TriageNoul",
     "TriageQuestionSection",
+    "TriageScore",
     "TriageSection",
     "triage_problems",
     "validate_triage",
@@ -143,28 +148,52 @@ class BudgetSection(_Section):
     window: int = Field(default=DEFAULT_BUDGET_WINDOW, ge=1, description="a whole number of seconds >= 1")
 
 
-class TriageQuestionSection(_Section):
-    type: Literal["noul", "choice", "score"]
+def _true_or_false(criteria: dict[str, Any]) -> dict[str, Any]:
+    if set(criteria) - {"true", "false"}:
+        raise problem("a noul's criteria is a mapping with true and/or false")
+    return criteria
+
+
+class _Question(_Section):
+    """A triage question as the file writes it; each answer type narrows `type` and `criteria`."""
+
+    type: AnswerType
     instructions: Any = None
     criteria: Any = None
     events: list[EventName] | None = Field(
         default=None, min_length=1, description="a non-empty list of '<event>.<action>' names"
     )
 
+
+class TriageNoul(_Question):
+    type: Literal["noul"]
+    criteria: (
+        Annotated[
+            dict[str, Any],
+            AfterValidator(_true_or_false),
+            WithJsonSchema({"type": "object", "propertyNames": {"enum": ["true", "false"]}}),
+        ]
+        | None
+    ) = Field(default=None, description="a mapping with true and/or false")
+
     @model_validator(mode="after")
-    def _criteria_fit_the_type(self) -> TriageQuestionSection:
-        criteria = self.criteria
-        if self.type == "choice" and (not isinstance(criteria, Mapping) or not criteria):
-            raise problem("a choice needs a non-empty mapping of labels", "criteria")
-        if self.type == "score" and (not isinstance(criteria, list) or not criteria):
-            raise problem("a score needs a non-empty list, one entry per level", "criteria")
-        if self.type == "noul":
-            outcomes = set(criteria) if isinstance(criteria, Mapping) else None
-            if criteria is not None and (outcomes is None or outcomes - {"true", "false"}):
-                raise problem("a noul's criteria is a mapping with true and/or false", "criteria")
-            if self.instructions is None and not criteria:
-                raise problem("a noul needs instructions or criteria")
+    def _described(self) -> TriageNoul:
+        if self.instructions is None and not self.criteria:
+            raise problem("a noul needs instructions or criteria")
         return self
+
+
+class TriageChoice(_Question):
+    type: Literal["choice"]
+    criteria: dict[str, Any] = Field(min_length=1, description="a non-empty mapping of labels")
+
+
+class TriageScore(_Question):
+    type: Literal["score"]
+    criteria: list[Any] = Field(min_length=1, description="a non-empty list, one entry per level")
+
+
+TriageQuestionSection = Annotated[TriageNoul | TriageChoice | TriageScore, Field(discriminator="type")]
 
 
 #: op: (the parameters it needs, the ones it may take).
@@ -347,6 +376,10 @@ def triage_problems(error: ValidationError, section: Any) -> list[str]:
     lines: list[str] = []
     for item in error.errors():
         loc, ctx, kind, value = tuple(item["loc"]), item.get("ctx") or {}, item["type"], item.get("input")
+        if kind in ("union_tag_invalid", "union_tag_not_found"):  # named as the tag's own key
+            loc = (*loc, str(ctx["discriminator"]).strip("'"))
+            kind = "literal_error" if kind == "union_tag_invalid" else "missing"
+            value, ctx = ctx.get("tag"), {"expected": ctx.get("expected_tags", "")}
         if kind == PROBLEM:
             line = f"{_where(section, (*loc, *ctx.get('at', ())))}: {ctx['message']}"
         elif kind in ("extra_forbidden", "invalid_key"):
@@ -375,7 +408,7 @@ def triage_problems(error: ValidationError, section: Any) -> list[str]:
 def _where(section: Any, loc: tuple[Any, ...]) -> str:
     """`triage.rules[<id>].actions[0]`: the path, a rule named by its id where it has one."""
     out, node = "triage", section
-    for part in loc:
+    for part in untagged(TriageSection, loc):
         if part == "[key]":
             continue
         if isinstance(part, int):
