@@ -36,7 +36,7 @@ from dispatchq.config.imports import import_check
 from dispatchq.config.messages import PROBLEM, WHOLE
 from dispatchq.core import tiers
 from dispatchq.core.answers import AnswerType
-from dispatchq.core.fields import Matching, first_non_json, problem
+from dispatchq.core.fields import Matching, NoulCriteria, first_non_json, problem
 from dispatchq.core.kinds import Kind, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
@@ -149,12 +149,6 @@ class SessionSection(_Section):
         return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
 
 
-def _true_or_false(criteria: dict[str, Any]) -> dict[str, Any]:
-    if set(criteria) - {"true", "false"}:
-        raise problem("a noul's criteria is a mapping with true and/or false")
-    return criteria
-
-
 class _Question(_Section):
     """What every answer type's question holds; each type narrows `type` and `criteria`."""
 
@@ -170,14 +164,7 @@ class NoulQuestion(_Question):
     """`kinds.<name>.questions.<id>` of type noul: a yes/no the typed tier asks."""
 
     type: Literal["noul"]
-    criteria: (
-        Annotated[
-            dict[str, Any],
-            AfterValidator(_true_or_false),
-            WithJsonSchema({"type": "object", "propertyNames": {"enum": ["true", "false"]}}),
-        ]
-        | None
-    ) = Field(default=None, description="a mapping with true and/or false")
+    criteria: NoulCriteria | None = Field(default=None, description="a mapping with true and/or false")
 
     @model_validator(mode="after")
     def _described(self) -> NoulQuestion:

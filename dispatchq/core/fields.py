@@ -1,5 +1,6 @@
 """Pieces the config file's pydantic models share: how a validator names a mistake, a text
-that must match a pattern, and where a value JSON cannot spell sits.
+that must match a pattern, a noul's criteria, where a value JSON cannot spell sits, and
+which field an error's location names.
 
 Pure (pydantic only), so both the config room and the rules engine's section model
 (`dispatchq.triage.schema`, which sits below the config) declare their fields with them.
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-__all__ = ["PROBLEM", "Matching", "field_at", "first_non_json", "problem", "untagged"]
+__all__ = ["PROBLEM", "Matching", "NoulCriteria", "field_at", "first_non_json", "problem", "untagged"]
 
 #: The error type of a problem a validator names itself (with where it sits, `at`).
 PROBLEM = "dispatchq_config"
@@ -44,6 +45,20 @@ class Matching:
         if not isinstance(value, str) or not self.compiled.match(value):
             raise problem(f"{value!r} is not {self.what}")
         return value
+
+
+def _true_or_false(criteria: dict[str, Any]) -> dict[str, Any]:
+    if set(criteria) - {"true", "false"}:
+        raise problem("a noul's criteria is a mapping with true and/or false")
+    return criteria
+
+
+#: A noul question's criteria: what its true and/or false outcome mean.
+NoulCriteria = Annotated[
+    dict[str, Any],
+    AfterValidator(_true_or_false),
+    WithJsonSchema({"type": "object", "propertyNames": {"enum": ["true", "false"]}}),
+]
 
 
 def first_non_json(value: Any, at: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], Any] | None:

@@ -28,12 +28,11 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    WithJsonSchema,
     model_validator,
 )
 
 from dispatchq.core.answers import AnswerType
-from dispatchq.core.fields import PROBLEM, Matching, field_at, first_non_json, problem, untagged
+from dispatchq.core.fields import PROBLEM, Matching, NoulCriteria, field_at, first_non_json, problem, untagged
 from dispatchq.core.judgement import canonical_json
 from dispatchq.errors import ConfigError
 
@@ -148,12 +147,6 @@ class BudgetSection(_Section):
     window: int = Field(default=DEFAULT_BUDGET_WINDOW, ge=1, description="a whole number of seconds >= 1")
 
 
-def _true_or_false(criteria: dict[str, Any]) -> dict[str, Any]:
-    if set(criteria) - {"true", "false"}:
-        raise problem("a noul's criteria is a mapping with true and/or false")
-    return criteria
-
-
 class _Question(_Section):
     """A triage question as the file writes it; each answer type narrows `type` and `criteria`."""
 
@@ -167,14 +160,7 @@ class _Question(_Section):
 
 class TriageNoul(_Question):
     type: Literal["noul"]
-    criteria: (
-        Annotated[
-            dict[str, Any],
-            AfterValidator(_true_or_false),
-            WithJsonSchema({"type": "object", "propertyNames": {"enum": ["true", "false"]}}),
-        ]
-        | None
-    ) = Field(default=None, description="a mapping with true and/or false")
+    criteria: NoulCriteria | None = Field(default=None, description="a mapping with true and/or false")
 
     @model_validator(mode="after")
     def _described(self) -> TriageNoul:
