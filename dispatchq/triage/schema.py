@@ -24,12 +24,14 @@ import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from dispatchq.core.answers import AnswerType
 from dispatchq.core.fields import PROBLEM, Matching, NoulCriteria, field_at, first_non_json, problem, untagged
@@ -116,6 +118,14 @@ def _inside(path: str) -> str:
     return path
 
 
+def _given(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("null_given", "null")  # worded by the field's description
+    return value
+
+
+#: An optional key that, when written, holds a value: `if: null` is a mistake, not "no if".
+Given = BeforeValidator(_given)
 QuestionId = Annotated[str, _QUESTIONID.validator, _QUESTIONID.schema, AfterValidator(_not_reserved)]
 #: Text with something besides blanks in it.
 Text = Annotated[str, Field(pattern=r"\S")]
@@ -199,10 +209,12 @@ class ActionSection(_Section):
     """One planned action: `op` and the parameters that op takes."""
 
     op: Op
-    label: Label | None = Field(default=None, description="a label name (at most 50 printable characters)")
-    template: Text | None = Field(default=None, description="a template name")
-    reason: Text | None = Field(default=None, description="a reason")
-    assignees: list[GithubLogin] | None = Field(
+    label: Annotated[Label | None, Given] = Field(
+        default=None, description="a label name (at most 50 printable characters)"
+    )
+    template: Annotated[Text | None, Given] = Field(default=None, description="a template name")
+    reason: Annotated[Text | None, Given] = Field(default=None, description="a reason")
+    assignees: Annotated[list[GithubLogin] | None, Given] = Field(
         default=None, min_length=1, description="a non-empty list of logins"
     )
 
@@ -229,8 +241,10 @@ class ActionSection(_Section):
 class RuleSection(_Section):
     id: RuleId
     events: list[EventName] = Field(min_length=1, description="a non-empty list of '<event>.<action>' names")
-    if_: Text | None = Field(default=None, alias="if", description="a CEL expression over the answers")
-    gate_on: list[str] | None = Field(
+    if_: Annotated[Text | None, Given] = Field(
+        default=None, alias="if", description="a CEL expression over the answers"
+    )
+    gate_on: Annotated[list[str] | None, Given] = Field(
         default=None,
         alias="gateOn",
         min_length=1,
@@ -239,7 +253,7 @@ class RuleSection(_Section):
     actions: list[ActionSection] = Field(min_length=1, description="a non-empty list of actions")
     enabled: bool = True
     description: str | None = Field(default=None, description="a string")
-    state: list[StatePath] | None = Field(
+    state: Annotated[list[StatePath] | None, Given] = Field(
         default=None, min_length=1, description="a non-empty list of dotted paths such as issue.title"
     )
 

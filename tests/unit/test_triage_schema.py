@@ -135,3 +135,21 @@ def test_a_kind_s_question_names_its_type_when_the_type_is_unknown() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"kinds": {"k": {"questions": {"q": {"type": "maybe"}}, "answer": "q"}}})
     assert caught.value.problems == ["kinds.k.questions.q.type: must be noul, choice or score (got 'maybe')"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "line"),
+    [
+        ({"if": None}, "triage.rules[r].if: expected a CEL expression over the answers, got None"),
+        ({"gateOn": None}, "triage.rules[r].gateOn: expected a non-empty list of question ids"),
+        ({"state": None}, "triage.rules[r].state: expected a non-empty list of dotted paths"),
+        (
+            {"actions": [{"op": "lock", "reason": None}]},
+            "triage.rules[r].actions[0].reason: expected a reason",
+        ),
+    ],
+)
+def test_an_optional_key_written_as_null_is_a_mistake(rule: dict[str, Any], line: str) -> None:
+    base = {"id": "r", "events": ["issues.opened"], "actions": [{"op": "reopen"}]}
+    (found,) = problems({"rules": [{**base, **rule}]})
+    assert found.startswith(line)
