@@ -3,12 +3,13 @@
 The model is the one description of the file: it validates a parsed document (unknown
 keys are refused by `extra="forbid"`, types, enums and patterns by the field types) and
 `config_schema()` hands the same description to editors as a JSON Schema. A section is
-one class with one field on `ConfigFile`.
+one class with one field on `ConfigFile`; the `triage` section's class is the rules
+engine's own (`dispatchq.triage.schema`), validated there once, its mistakes in its words.
 
 What needs more than one field (an `answer` naming a question, a kind with no tier) or
 the world (a `check` that must import, names reserved by the built-in kinds, passed in
 the validation context) is a validator on the class that owns the fields. A validator
-names where its problem sits with `dispatchq.config.messages.problem(message, *at)`.
+names where its problem sits with `dispatchq.core.fields.problem(message, *at)`.
 """
 
 from __future__ import annotations
