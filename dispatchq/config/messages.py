@@ -11,22 +11,16 @@ validated object where the mistake sits.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticCustomError
+
+from dispatchq.core.fields import PROBLEM, field_at, problem, untagged
 
 __all__ = ["PROBLEM", "WHOLE", "problem", "problems_of"]
 
-#: The error type of a problem a validator names itself (with where it sits, `at`).
-PROBLEM = "dispatchq_config"
 #: Set on a problem whose message already starts with its full path (the rules engine's).
 WHOLE = "whole"
-
-
-def problem(message: str, *at: str | int) -> PydanticCustomError:
-    """A mistake a validator found, `at` the keys below the validated object where it sits."""
-    return PydanticCustomError(PROBLEM, "{message}", {"message": message, "at": list(at)})
 
 
 _TYPE_WORDS = {
@@ -51,43 +45,6 @@ def _where(loc: tuple[str | int, ...]) -> str:
     return out
 
 
-def _field_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[type[BaseModel] | None, Any]:
-    """The section `loc` ends in, and the field its last key names (None for an item or key)."""
-    model: type[BaseModel] | None = root
-    field = None
-    mapping_key = False  # the next part names an entry of a mapping (a kind, a question id)
-    for part in loc:
-        if isinstance(part, int) or part == "[key]":
-            field = None
-            continue
-        if mapping_key:
-            mapping_key, field = False, None
-            continue
-        if model is None:
-            return None, None
-        field = {f.alias or n: f for n, f in model.model_fields.items()}.get(part)
-        if field is None:
-            return None, None
-        model = _model_in(field.annotation)
-        mapping_key = _has_mapping(field.annotation)
-    return model, field
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The section class a field holds (directly, or in a list, mapping or Optional)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _has_mapping(annotation: Any) -> bool:
-    return get_origin(annotation) is dict or any(_has_mapping(a) for a in get_args(annotation))
-
-
 def _message(root: type[BaseModel], error: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == PROBLEM:
@@ -95,16 +52,21 @@ def _message(root: type[BaseModel], error: Mapping[str, Any], loc: tuple[str | i
     if kind == "missing":
         return "field required"
     if kind == "extra_forbidden":
-        owner, _ = _field_at(root, loc[:-1])
+        owner, _ = field_at(root, loc[:-1])
         allowed = sorted(f.alias or n for n, f in owner.model_fields.items()) if owner else []
         top = "top-level " if len(loc) == 1 else ""
         return f"unknown {top}key (allowed: {', '.join(allowed)})" if allowed else f"unknown {top}key"
     if kind == "literal_error":
         expected = str(ctx.get("expected", "")).replace("'", "")
         return f"must be {expected} (got {value!r})"
-    _, field = _field_at(root, loc)
+    if kind == "union_tag_invalid":
+        *tags, last = (tag.strip(" '") for tag in str(ctx["expected_tags"]).split(","))
+        return f"must be {', '.join(tags)} or {last} (got {ctx['tag']!r})"
+    if kind == "union_tag_not_found":
+        return "field required"
+    _, field = field_at(root, loc)
     described = field is not None and field.description
-    if kind in _TYPE_WORDS or kind in ("too_short", "too_long"):
+    if kind in _TYPE_WORDS or kind in ("too_short", "too_long", "string_pattern_mismatch"):
         if described and field is not None:
             return f"must be {field.description} (got {value!r})"
         if kind in _TYPE_WORDS:
@@ -120,11 +82,13 @@ def problems_of(error: ValidationError, root: type[BaseModel]) -> list[str]:
     for item in error.errors():
         loc = tuple(item["loc"])
         ctx = item.get("ctx") or {}
+        if item["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, str(ctx["discriminator"]).strip("'"))
         if item["type"] == PROBLEM and ctx.get(WHOLE):
             line = str(ctx["message"])
         else:
             full = (*loc, *ctx.get("at", ())) if item["type"] == PROBLEM else loc
-            where = _where(full) or "config"
+            where = _where(untagged(root, full)) or "config"
             line = f"{where}: {_message(root, item, loc)}"
         if line not in lines:
             lines.append(line)

@@ -3,18 +3,17 @@
 The model is the one description of the file: it validates a parsed document (unknown
 keys are refused by `extra="forbid"`, types, enums and patterns by the field types) and
 `config_schema()` hands the same description to editors as a JSON Schema. A section is
-one class with one field on `ConfigFile`.
+one class with one field on `ConfigFile`; the `triage` section's class is the rules
+engine's own (`dispatchq.triage.schema`), validated there once, its mistakes in its words.
 
 What needs more than one field (an `answer` naming a question, a kind with no tier) or
 the world (a `check` that must import, names reserved by the built-in kinds, passed in
 the validation context) is a validator on the class that owns the fields. A validator
-names where its problem sits with `dispatchq.config.messages.problem(message, *at)`.
+names where its problem sits with `dispatchq.core.fields.problem(message, *at)`.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,44 +31,30 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dispatchq.config.imports import import_check
-from dispatchq.config.messages import PROBLEM, WHOLE, problem
+from dispatchq.config.messages import PROBLEM, WHOLE
 from dispatchq.core import tiers
+from dispatchq.core.answers import AnswerType
+from dispatchq.core.fields import Matching, NoulCriteria, first_non_json, problem
 from dispatchq.core.kinds import Kind, Question, SessionSpec
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
-from dispatchq.errors import ConfigError
 from dispatchq.launcher.environment import is_secret_name
+from dispatchq.triage.schema import TriageSection, triage_problems
 
 __all__ = [
+    "ChoiceQuestion",
     "ConfigFile",
     "KindSection",
+    "NoulQuestion",
     "QuestionSection",
+    "ScoreQuestion",
     "SessionSection",
     "TriageSection",
     "config_schema",
 ]
-
-
-class _Pattern:
-    """A text that must match `regex`: in the schema as a pattern; a mistake reads
-    "'x' is not {what}". With `got`, a value that is not text at all reads "expected
-    {what}, got 3" (the rules engine's wording) instead of "3 is not {what}"."""
-
-    def __init__(self, regex: str, what: str, *, got: bool = False) -> None:
-        self.compiled, self.what, self.got = re.compile(regex), what, got
-        self.schema = WithJsonSchema({"type": "string", "pattern": regex})
-        self.validator = BeforeValidator(self.check)
-
-    def check(self, value: Any) -> Any:
-        if self.got and not isinstance(value, str):
-            raise problem(f"expected {self.what}, got {value!r}")
-        if not isinstance(value, str) or not self.compiled.match(value):
-            raise problem(f"{value!r} is not {self.what}")
-        return value
 
 
 class _Section(BaseModel):
@@ -80,14 +65,14 @@ class _Section(BaseModel):
 
 # --------------------------------------------------------------------------------- kinds
 
-_KINDNAME = _Pattern(r"^[A-Za-z0-9_.-]+$", "a kind name (letters, digits, '.', '_' and '-')")
+_KINDNAME = Matching(r"^[A-Za-z0-9_.-]+$", "a kind name (letters, digits, '.', '_' and '-')")
 KindName = Annotated[str, _KINDNAME.validator, _KINDNAME.schema]
-_QUESTIONID = _Pattern(
+_QUESTIONID = Matching(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "a question id (letters, digits and _, not starting with a digit)"
 )
 QuestionId = Annotated[str, _QUESTIONID.validator, _QUESTIONID.schema]
 # A variable name, or a glob over names (`CARGO_*`, `GO?ATH`).
-_ENVNAME = _Pattern(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$", "a variable name or glob (letters, digits, _, * and ?)")
+_ENVNAME = Matching(r"^[A-Za-z_*?][A-Za-z0-9_*?]*$", "a variable name or glob (letters, digits, _, * and ?)")
 EnvName = Annotated[str, _ENVNAME.validator, _ENVNAME.schema]
 _BIND_MODES = ("ro", "rw")
 
@@ -98,6 +83,7 @@ def _argv(value: Any) -> Any:
     return tuple(value)
 
 
+#: One command, as words (no shell).
 Argv = Annotated[
     tuple[str, ...],
     BeforeValidator(_argv),
@@ -133,8 +119,6 @@ BindPath = Annotated[str, BeforeValidator(_bind_path), WithJsonSchema({"type": "
 
 
 def _known_placeholders(prompt: str) -> str:
-    if not prompt.strip():
-        raise problem("required, a text with {{ target }}-style placeholders")
     for name in template_placeholders(prompt):
         if name not in PLACEHOLDERS:
             known = ", ".join(sorted(PLACEHOLDERS))
@@ -146,7 +130,7 @@ class SessionSection(_Section):
     """`kinds.<name>.session`: how the session tier answers the kind."""
 
     prompt: Annotated[str, AfterValidator(_known_placeholders)] = Field(
-        description="a text with {{ target }}-style placeholders"
+        pattern=r"\S", description="a text with {{ target }}-style placeholders"
     )
     args: list[str] = Field(default_factory=list, description="a list of strings")
     format: Literal["text", "json"] = "text"
@@ -166,87 +150,58 @@ class SessionSection(_Section):
         return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
 
 
-def _criteria_by_type(question_type: str, criteria: JsonDict) -> JsonDict:
-    return {
-        "if": {"properties": {"type": {"const": question_type}}},
-        "then": {"properties": {"criteria": criteria}},
-    }
+class _Question(_Section):
+    """What every answer type's question holds; each type narrows `type` and `criteria`."""
 
-
-#: Each answer type's criteria, for editors (the validator below says the same).
-_CRITERIA_SCHEMA: JsonDict = {
-    "allOf": [
-        _criteria_by_type(
-            "noul",
-            {"type": ["object", "null"], "propertyNames": {"enum": ["true", "false"]}},
-        ),
-        _criteria_by_type("choice", {"type": "object", "minProperties": 1, "maxProperties": 255}),
-        _criteria_by_type("score", {"type": "array", "minItems": 2, "maxItems": 10}),
-    ]
-}
-
-
-class QuestionSection(_Section):
-    """`kinds.<name>.questions.<id>`: one question the typed tier asks."""
-
-    model_config = ConfigDict(json_schema_extra=_CRITERIA_SCHEMA)
-
-    type: Literal["noul", "choice", "score"]
+    type: AnswerType
     instructions: Any = None
-    criteria: Any = Field(
-        default=None,
-        description="a noul's {true, false} outcomes, a choice's options, a score's 2 to 10 levels",
+    criteria: Any = None
+
+    def question(self, qid: str) -> Question:
+        return Question(qid, self.type, self.instructions, self.criteria, None)
+
+
+class NoulQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type noul: a yes/no the typed tier asks."""
+
+    type: Literal["noul"]
+    criteria: NoulCriteria | None = Field(default=None, description="a mapping with true and/or false")
+
+    @model_validator(mode="after")
+    def _described(self) -> NoulQuestion:
+        if self.instructions is None and not any(v is not None for v in (self.criteria or {}).values()):
+            raise problem("a noul needs instructions or a described outcome", "instructions")
+        return self
+
+
+class ChoiceQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type choice: one of its options, maybe ranked."""
+
+    type: Literal["choice"]
+    criteria: dict[str, Any] = Field(
+        min_length=1, max_length=255, description="a mapping of 1 to 255 options"
     )
     priority: dict[str, float] | None = Field(default=None, description="a map {label: number}")
 
     @model_validator(mode="after")
-    def _criteria_fit_the_type(self) -> QuestionSection:
-        criteria = self.criteria
-        if self.type == "noul":
-            if criteria is not None and (not isinstance(criteria, dict) or set(criteria) - {"true", "false"}):
-                raise problem("a noul's criteria is a mapping with true and/or false", "criteria")
-            described = isinstance(criteria, dict) and any(v is not None for v in criteria.values())
-            if self.instructions is None and not described:
-                raise problem("a noul needs instructions or a described outcome", "instructions")
-        elif self.type == "choice":
-            if not isinstance(criteria, dict) or not criteria:
-                raise problem("a choice needs a mapping of options", "criteria")
-            if len(criteria) > 255:
-                raise problem(f"at most 255 options (got {len(criteria)})", "criteria")
-        elif not isinstance(criteria, list) or not 2 <= len(criteria) <= 10:
-            count = len(criteria) if isinstance(criteria, list) else "not a list"
-            raise problem(f"a score needs a list of 2 to 10 levels (got {count})", "criteria")
-        if self.priority is not None:
-            if self.type != "choice":
-                raise problem("only a choice question takes a priority map {label: number}", "priority")
-            for label in self.priority:
-                if label not in criteria:
-                    raise problem("not one of the choice's options", "priority", label)
+    def _ranks_options(self) -> ChoiceQuestion:
+        for label in self.priority or ():
+            if label not in self.criteria:
+                raise problem("not one of the choice's options", "priority", label)
         return self
 
     def question(self, qid: str) -> Question:
         return Question(qid, self.type, self.instructions, self.criteria, self.priority)
 
 
-def _first_non_json(value: Any, at: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], Any] | None:
-    """Where the first value JSON cannot spell sits (a YAML date, .nan, .inf), with the value."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _first_non_json(item, (*at, str(key)))
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _first_non_json(item, (*at, index))
-            if found is not None:
-                return found
-        return None
-    if value is None or isinstance(value, str | bool | int):
-        return None
-    if isinstance(value, float) and math.isfinite(value):
-        return None
-    return at, value
+class ScoreQuestion(_Question):
+    """`kinds.<name>.questions.<id>` of type score: a level on its scale."""
+
+    type: Literal["score"]
+    criteria: list[Any] = Field(min_length=2, max_length=10, description="a list of 2 to 10 levels")
+
+
+QuestionSection = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
 
 
 class KindSection(_Section):
@@ -280,7 +235,7 @@ class KindSection(_Section):
     @classmethod
     def _plain_json(cls, data: Any) -> Any:
         """The kind's digest hashes the definition as JSON: a YAML date or .nan cannot be."""
-        found = _first_non_json(data, ()) if isinstance(data, dict) else None
+        found = first_non_json(data) if isinstance(data, dict) else None
         if found is not None:
             at, value = found
             raise problem(
@@ -321,7 +276,9 @@ class KindSection(_Section):
             question = questions.get(self.order)
             if question is None:
                 raise problem(f"{self.order!r} names no question", "order")
-            if question.type == "noul" or (question.type == "choice" and not question.priority):
+            if not isinstance(question, ScoreQuestion | ChoiceQuestion) or (
+                isinstance(question, ChoiceQuestion) and not question.priority
+            ):
                 raise problem("must name a score question, or a choice question with a priority map", "order")
         if questions and self.answer is None and self.order is None:
             raise problem(
@@ -348,103 +305,6 @@ class KindSection(_Section):
         )
 
 
-# -------------------------------------------------------------------------------- triage
-# The rules engine validates its own section (`dispatchq.triage.rules.load_triage`, which
-# parses each `if` and resolves names against the questions); these classes describe the
-# same section for the schema and refuse what the engine does.
-
-_RULEID = _Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", "a rule id (letters, digits, . _ -)", got=True)
-RuleId = Annotated[str, _RULEID.validator, _RULEID.schema]
-_EVENTNAME = _Pattern(r"^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?$", "an '<event>.<action>' name", got=True)
-EventName = Annotated[str, _EVENTNAME.validator, _EVENTNAME.schema]
-_STATEPATH = _Pattern(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$", "a dotted path", got=True)
-StatePath = Annotated[str, _STATEPATH.validator, _STATEPATH.schema]
-_REPOSITORY = _Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$", "owner/name", got=True)
-Repository = Annotated[str, _REPOSITORY.validator, _REPOSITORY.schema]
-_GITHUBLOGIN = _Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$", "a GitHub login", got=True)
-GithubLogin = Annotated[str, _GITHUBLOGIN.validator, _GITHUBLOGIN.schema]
-Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
-Op = Literal["label.add", "label.remove", "comment", "close", "reopen", "assign", "lock", "delete-branch"]
-
-
-class GateSection(_Section):
-    suggest: Fraction = 0.6
-    auto: Fraction = 0.85
-
-
-class BudgetSection(_Section):
-    requests: Annotated[int, Field(ge=0)] | None = None
-    window: Annotated[int, Field(ge=1)] = 3600
-
-
-class TriageQuestionSection(_Section):
-    type: Literal["noul", "choice", "score"]
-    instructions: Any = None
-    criteria: Any = None
-    events: list[EventName] | None = Field(default=None, min_length=1)
-
-
-class ActionSection(_Section):
-    """One planned action: `op` and the parameters that op takes."""
-
-    op: Op
-    label: str | None = Field(default=None, max_length=50)
-    template: str | None = None
-    reason: str | None = None
-    assignees: list[GithubLogin] | None = Field(default=None, min_length=1)
-
-
-class RuleSection(_Section):
-    id: RuleId
-    events: list[EventName] = Field(min_length=1)
-    if_: str | None = Field(default=None, alias="if", description="a CEL expression over the answers")
-    gate_on: list[str] | None = Field(default=None, alias="gateOn", min_length=1)
-    actions: list[ActionSection] = Field(min_length=1)
-    enabled: bool = True
-    description: str | None = None
-    state: list[StatePath] | None = Field(default=None, min_length=1)
-
-
-class TriageSection(_Section):
-    """`triage`: the rules engine (docs/triage.md)."""
-
-    mode: Literal["shadow", "suggest", "auto"] = "shadow"
-    gate: GateSection | None = None
-    budget: BudgetSection | None = None
-    allow_destructive: list[Op] | None = Field(default=None, alias="allowDestructive")
-    executor: Literal["recording", "github"] = "recording"
-    escalate: str | None = None
-    templates: dict[str, str] | None = None
-    questions: dict[str, TriageQuestionSection] | None = None
-    rules: list[RuleSection] | None = None
-    repositories: list[Repository] | None = None
-
-    _engine: Any = PrivateAttr(default=None)
-
-    @property
-    def engine(self) -> Any:
-        """The rules engine's `TriageConfig` for this section (built while validating it)."""
-        return self._engine
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _the_engine_loads_it(
-        cls, data: Any, handler: Callable[[Any], TriageSection], info: ValidationInfo
-    ) -> Any:
-        # The engine's loader names the field in its own words, and also refuses what only
-        # it can judge (an `if` that does not parse, a name that is no question).
-        from dispatchq.triage.rules import load_triage  # noqa: PLC0415 (lazy: the CEL parser)
-
-        context = info.context or {}
-        try:
-            engine = load_triage(data, context.get("base_dir", "."))
-        except ConfigError as error:
-            raise PydanticCustomError(PROBLEM, "{message}", {"message": str(error), WHOLE: True}) from None
-        section = handler(data)
-        section._engine = engine
-        return section
-
-
 # ---------------------------------------------------------------------------------- file
 
 
@@ -455,6 +315,30 @@ class ConfigFile(_Section):
         default=None, description="a mapping of kind name to definition"
     )
     triage: TriageSection | None = None
+
+    @field_validator("triage", mode="wrap")
+    @classmethod
+    def _the_engine_loads_it(
+        cls, data: Any, handler: Callable[[Any], TriageSection], info: ValidationInfo
+    ) -> Any:
+        """The section is the rules engine's: its mistakes read as `load_triage` words them,
+        and the engine's config is built from the validated section (`section.engine`)."""
+        from dispatchq.triage.rules import triage_config  # noqa: PLC0415 (lazy: the CEL parser)
+
+        try:
+            section = handler(data)
+        except ValidationError as error:
+            lines = [
+                InitErrorDetails(
+                    type=PydanticCustomError(PROBLEM, "{message}", {"message": line, WHOLE: True}),
+                    loc=(),
+                    input=data,
+                )
+                for line in triage_problems(error, data)
+            ]
+            raise ValidationError.from_exception_data(cls.__name__, lines) from None
+        section.engine = triage_config(section, (info.context or {}).get("base_dir", "."))
+        return section
 
     @field_validator("kinds")
     @classmethod

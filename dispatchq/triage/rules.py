@@ -17,17 +17,32 @@ the config) rather than silently stringified.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
-from dispatchq.core.answers import ANSWER_TYPES, AnswerType, wire_question
+from dispatchq.core.answers import AnswerType, wire_question
 from dispatchq.core.judgement import canonical_json, is_plain_json, sha256_hex
-from dispatchq.errors import ConfigError, UserError
-from dispatchq.triage.cel import BINDINGS, RESERVED_WORDS, Condition
+from dispatchq.errors import UserError
+from dispatchq.triage.cel import Condition
+from dispatchq.triage.schema import (
+    DEFAULT_BUDGET_WINDOW,
+    EVENT_NAME,
+    EXECUTORS,
+    GITHUB_LOGIN,
+    KNOWN_OPS,
+    MODES,
+    QUESTION_ID,
+    RULE_ID,
+    STATE_PATH,
+    BudgetSection,
+    GateSection,
+    Mode,
+    TriageSection,
+    validate_triage,
+)
 
 __all__ = [
     "DEFAULT_BUDGET_WINDOW",
@@ -50,38 +65,11 @@ __all__ = [
     "decision_key",
     "event_matches",
     "load_triage",
+    "triage_config",
 ]
 
-Mode = Literal["shadow", "suggest", "auto"]
-MODES: tuple[Mode, ...] = ("shadow", "suggest", "auto")
-
-#: Every op a rule may plan. An executor supports a subset (row 7 covers the rest).
-KNOWN_OPS: tuple[str, ...] = (
-    "label.add",
-    "label.remove",
-    "comment",
-    "close",
-    "reopen",
-    "assign",
-    "lock",
-    "delete-branch",
-)
 #: Ops that destroy something a person may want back; each needs `allowDestructive` (row 6).
 DESTRUCTIVE_OPS = frozenset({"close", "lock", "delete-branch"})
-EXECUTORS: tuple[str, ...] = ("recording", "github")
-
-#: `<event>.<action>` (`issues.opened`), or `<event>` alone: for events with no action (`push`),
-#: and in a rule or question, every action of that event.
-EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?$")
-#: A rule's `state:` entry: a dotted path into the event's state (`issue.title`).
-STATE_PATH = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$")
-QUESTION_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-GITHUB_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
-_CLOSE_REASONS = ("completed", "not_planned")
-
-#: `triage.budget.window` when unset: the per-config budget counts over a rolling hour.
-DEFAULT_BUDGET_WINDOW = 3600
 
 # ----------------------------------------------------------------------------------- JSON
 
@@ -385,310 +373,63 @@ def config_hash(section: Mapping[str, Any]) -> str:
     return sha256_hex(canonical_json(plain))
 
 
-_TOP_KEYS = (
-    "mode",
-    "gate",
-    "budget",
-    "allowDestructive",
-    "executor",
-    "escalate",
-    "templates",
-    "questions",
-    "rules",
-    "repositories",
-)
-_REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
-_RULE_KEYS = ("id", "events", "if", "gateOn", "actions", "enabled", "description", "state")
-_QUESTION_KEYS = ("type", "instructions", "criteria", "events")
-_ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # op: (required params, optional params)
-    "label.add": (("label",), ()),
-    "label.remove": (("label",), ()),
-    "comment": (("template",), ()),
-    "close": ((), ("reason",)),
-    "reopen": ((), ()),
-    "assign": (("assignees",), ()),
-    "lock": ((), ("reason",)),
-    "delete-branch": ((), ()),
-}
-
-
-def _refuse_unknown(where: str, data: Mapping[Any, Any], allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    for key in data:
-        if key not in allowed:
-            hint = ""
-            if key in ("on", True):  # YAML 1.1 reads a bare `on` as the boolean true
-                hint = " (name events with 'events', not 'on')"
-            raise ConfigError(f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(allowed)}")
-
-
-def _mapping(where: str, value: Any) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _string(where: str, value: Any, *, pattern: re.Pattern[str] | None = None, what: str = "a string") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: expected {what}, got {value!r}")
-    if pattern is not None and not pattern.match(value):
-        raise ConfigError(f"{where}: {value!r} is not {what}")
-    return value
-
-
-def _fraction(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise ConfigError(f"{where}: expected a number between 0 and 1, got {value!r}")
-    return float(value)
-
-
 def event_matches(event_name: str, names: Iterable[str]) -> bool:
     """True when `names` has the event's own name or its event without the action (`issues`)."""
     return any(n == event_name or event_name.startswith(n + ".") for n in names)
 
 
-def _state_paths(where: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: expected a non-empty list of dotted paths such as issue.title")
-    out = [_string(f"{where}[{i}]", p, pattern=STATE_PATH, what="a dotted path") for i, p in enumerate(value)]
-    return tuple(dict.fromkeys(out))
-
-
-def _events(where: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: expected a non-empty list of '<event>.<action>' names")
-    out = []
-    for i, name in enumerate(value):
-        out.append(_string(f"{where}[{i}]", name, pattern=EVENT_NAME, what="an '<event>.<action>' name"))
-    return tuple(out)
-
-
 def load_triage(section: Any, base_dir: Path | str = ".") -> TriageConfig:
     """Validate the `triage` section the YAML loader handed over; ConfigError names the field.
 
-    Refused here (the file is refused): wrong types, unknown keys, an `if` that does not
-    parse, a name that is no question. What can fail only at run time (a question not
-    asked for an event, an op the executor lacks, a missing template file) is left to
-    `lint` and the resolution table, so a running system degrades visibly instead.
+    Refused (`dispatchq.triage.schema`, the file is refused): wrong types, unknown keys, an
+    `if` that does not parse, a name that is no question. What can fail only at run time
+    (a question not asked for an event, an op the executor lacks, a missing template file)
+    is left to `lint` and the resolution table, so a running system degrades visibly instead.
     """
-    top = _mapping("triage", section)
-    _refuse_unknown("triage", top, _TOP_KEYS)
-    base = Path(base_dir)
+    return triage_config(validate_triage(section), base_dir)
 
-    mode = top.get("mode", "shadow")
-    if mode not in MODES:
-        raise ConfigError(f"triage.mode: expected one of {', '.join(MODES)}, got {mode!r}")
 
-    gate = _mapping("triage.gate", top.get("gate", {}) or {})
-    _refuse_unknown("triage.gate", gate, ("suggest", "auto"))
-    gate_suggest = _fraction("triage.gate.suggest", gate.get("suggest", 0.6))
-    gate_auto = _fraction("triage.gate.auto", gate.get("auto", 0.85))
-    if gate_suggest > gate_auto:
-        raise ConfigError(f"triage.gate: suggest ({gate_suggest:g}) is above auto ({gate_auto:g})")
-
-    budget = _mapping("triage.budget", top.get("budget", {}) or {})
-    _refuse_unknown("triage.budget", budget, ("requests", "window"))
-    requests = budget.get("requests")
-    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests < 0):
-        raise ConfigError(f"triage.budget.requests: expected a whole number >= 0, got {requests!r}")
-    window = budget.get("window", DEFAULT_BUDGET_WINDOW)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ConfigError(f"triage.budget.window: expected a whole number of seconds >= 1, got {window!r}")
-
-    destructive = top.get("allowDestructive", []) or []
-    if not isinstance(destructive, list):
-        raise ConfigError("triage.allowDestructive: expected a list of ops")
-    for i, op in enumerate(destructive):
-        if op not in KNOWN_OPS:
-            raise ConfigError(
-                f"triage.allowDestructive[{i}]: unknown op {op!r}; known: {', '.join(KNOWN_OPS)}"
-            )
-
-    executor = top.get("executor", "recording")
-    if executor not in EXECUTORS:
-        raise ConfigError(f"triage.executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
-
-    escalate = top.get("escalate")
-    if escalate is not None:
-        escalate = _string("triage.escalate", escalate, what="a label name")
-
-    templates = _templates(top.get("templates", {}) or {})
-    questions = _questions(top.get("questions", {}) or {})
-    rules = _rules(top.get("rules", []) or [], questions)
-
-    plain = _json_data("triage", top, ConfigError)  # what config_hash hashes
+def triage_config(section: TriageSection, base_dir: Path | str = ".") -> TriageConfig:
+    """The engine's config from a validated section: nothing is checked again here."""
+    gate, budget = section.gate or GateSection(), section.budget or BudgetSection()
+    questions = {
+        str(qid): TriageQuestion(
+            str(qid), q.type, q.instructions, q.criteria, None if q.events is None else frozenset(q.events)
+        )
+        for qid, q in (section.questions or {}).items()
+    }
+    rules = tuple(
+        Rule(
+            rule.id,
+            tuple(rule.events),
+            rule.condition,
+            rule.condition.question_refs(questions) if rule.condition is not None else frozenset(),
+            None if rule.gate_on is None else tuple(dict.fromkeys(rule.gate_on)),
+            tuple(ActionSpec(action.op, action.params()) for action in rule.actions),
+            rule.enabled,
+            rule.description,
+            None if rule.state is None else tuple(dict.fromkeys(rule.state)),
+        )
+        for rule in section.rules or ()
+    )
+    repositories = section.repositories
     return TriageConfig(
-        mode=mode,
-        gate_suggest=gate_suggest,
-        gate_auto=gate_auto,
-        budget_requests=requests,
-        allow_destructive=frozenset(destructive),
-        executor=executor,
-        escalate=escalate,
-        templates=templates,
+        mode=section.mode,
+        gate_suggest=float(gate.suggest),
+        gate_auto=float(gate.auto),
+        budget_requests=budget.requests,
+        allow_destructive=frozenset(section.allow_destructive or ()),
+        executor=section.executor,
+        escalate=section.escalate,
+        templates=dict(section.templates or {}),
         questions=questions,
         rules=rules,
-        base_dir=base,
-        section=plain,
-        hash=config_hash(plain),
-        budget_window=window,
-        repositories=_repositories(top.get("repositories")),
+        base_dir=Path(base_dir),
+        section=section.section,
+        hash=config_hash(section.section),
+        budget_window=budget.window,
+        repositories=None if repositories is None else frozenset(name.lower() for name in repositories),
     )
-
-
-def _repositories(value: Any) -> frozenset[str] | None:
-    """The executor's allowlist: absent means any repository (serve warns at start)."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise ConfigError("triage.repositories: expected a list of owner/name")
-    for i, name in enumerate(value):
-        _string(f"triage.repositories[{i}]", name, pattern=_REPOSITORY, what="owner/name")
-    return frozenset(str(name).lower() for name in value)
-
-
-def _templates(value: Any) -> dict[str, str]:
-    templates = _mapping("triage.templates", value)
-    out: dict[str, str] = {}
-    for name, path in templates.items():
-        where = f"triage.templates.{name}"
-        path = _string(where, path, what="a path relative to the config file")
-        pure = PurePosixPath(path)
-        if pure.is_absolute() or PureWindowsPath(path).is_absolute() or ".." in pure.parts:
-            raise ConfigError(f"{where}: {path!r} must stay inside the config file's directory")
-        out[str(name)] = path
-    return out
-
-
-def _questions(value: Any) -> dict[str, TriageQuestion]:
-    questions = _mapping("triage.questions", value)
-    out: dict[str, TriageQuestion] = {}
-    for qid, spec in questions.items():
-        where = f"triage.questions.{qid}"
-        if not isinstance(qid, str) or not QUESTION_ID.match(qid):
-            raise ConfigError(f"{where}: a question id must be a CEL identifier (letters, digits, _)")
-        if qid in RESERVED_WORDS or qid in BINDINGS:
-            raise ConfigError(f"{where}: {qid!r} is reserved in rule expressions")
-        spec = _mapping(where, spec)
-        _refuse_unknown(where, spec, _QUESTION_KEYS)
-        qtype = spec.get("type")
-        if qtype not in ANSWER_TYPES:
-            raise ConfigError(f"{where}.type: expected one of {', '.join(ANSWER_TYPES)}, got {qtype!r}")
-        criteria = spec.get("criteria")
-        if qtype == "choice" and (not isinstance(criteria, Mapping) or not criteria):
-            raise ConfigError(f"{where}.criteria: a choice needs a non-empty mapping of labels")
-        if qtype == "score" and (not isinstance(criteria, list) or not criteria):
-            raise ConfigError(f"{where}.criteria: a score needs a non-empty list, one entry per level")
-        if qtype == "noul":
-            if criteria is not None:
-                crit = _mapping(f"{where}.criteria", criteria)
-                _refuse_unknown(f"{where}.criteria", crit, ("true", "false"))
-            if spec.get("instructions") is None and not criteria:
-                raise ConfigError(f"{where}: a noul needs instructions or criteria")
-        events = spec.get("events")
-        scoped = frozenset(_events(f"{where}.events", events)) if events is not None else None
-        instructions = _json_data(f"{where}.instructions", spec.get("instructions"), ConfigError)
-        criteria = _json_data(f"{where}.criteria", criteria, ConfigError)
-        out[qid] = TriageQuestion(qid, qtype, instructions, criteria, scoped)
-    return out
-
-
-def _rules(value: Any, questions: Mapping[str, TriageQuestion]) -> tuple[Rule, ...]:
-    if not isinstance(value, list):
-        raise ConfigError("triage.rules: expected a list of rules")
-    seen: set[str] = set()
-    rules: list[Rule] = []
-    for index, spec in enumerate(value):
-        label = spec.get("id") if isinstance(spec, Mapping) and isinstance(spec.get("id"), str) else index
-        where = f"triage.rules[{label}]"
-        spec = _mapping(where, spec)
-        _refuse_unknown(where, spec, _RULE_KEYS)
-        rid = _string(
-            f"{where}.id", spec.get("id"), pattern=RULE_ID, what="a rule id (letters, digits, . _ -)"
-        )
-        if rid in seen:
-            raise ConfigError(f"{where}.id: duplicate rule id {rid!r}")
-        seen.add(rid)
-        events = _events(f"{where}.events", spec.get("events"))
-
-        condition = None
-        refs: frozenset[str] = frozenset()
-        if "if" in spec:
-            source = _string(f"{where}.if", spec["if"], what="a CEL expression")
-            try:
-                condition = Condition.compile(source)
-            except ValueError as error:
-                raise ConfigError(f"{where}.if: {error}") from None
-            unknown = sorted(condition.names - set(questions) - BINDINGS)
-            if unknown:
-                raise ConfigError(f"{where}.if: {unknown[0]!r} is neither a question nor event/confidence")
-            unknown = sorted(condition.confidence_refs - set(questions))
-            if unknown:
-                raise ConfigError(f"{where}.if: confidence of {unknown[0]!r}, which is not a question")
-            refs = condition.question_refs(questions)
-
-        gate_on: tuple[str, ...] | None = None
-        if "gateOn" in spec:
-            gate = spec["gateOn"]
-            if not isinstance(gate, list) or not gate:
-                raise ConfigError(
-                    f"{where}.gateOn: expected a non-empty list of question ids (omit it to gate on the if)"
-                )
-            for i, qid in enumerate(gate):
-                if qid not in questions:
-                    raise ConfigError(f"{where}.gateOn[{i}]: {qid!r} is not a question")
-            gate_on = tuple(dict.fromkeys(gate))
-
-        actions_spec = spec.get("actions")
-        if not isinstance(actions_spec, list) or not actions_spec:
-            raise ConfigError(f"{where}.actions: expected a non-empty list of actions")
-        actions = tuple(_action(f"{where}.actions[{i}]", a) for i, a in enumerate(actions_spec))
-
-        enabled = spec.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise ConfigError(f"{where}.enabled: expected true or false")
-        description = spec.get("description")
-        if description is not None and not isinstance(description, str):
-            raise ConfigError(f"{where}.description: expected a string")
-        state = _state_paths(f"{where}.state", spec["state"]) if "state" in spec else None
-        rules.append(Rule(rid, events, condition, refs, gate_on, actions, enabled, description, state))
-    return tuple(rules)
-
-
-def _action(where: str, value: Any) -> ActionSpec:
-    spec = _mapping(where, value)
-    op = spec.get("op")
-    if op not in _ACTION_KEYS:
-        raise ConfigError(f"{where}.op: unknown op {op!r}; known: {', '.join(KNOWN_OPS)}")
-    required, optional = _ACTION_KEYS[op]
-    _refuse_unknown(where, spec, ("op", *required, *optional))
-    params: dict[str, Any] = {}
-    for key in required:
-        if key not in spec:
-            raise ConfigError(f"{where}: {op} needs {key!r}")
-    for key in (*required, *optional):
-        if key not in spec:
-            continue
-        item = spec[key]
-        if key == "assignees":
-            if not isinstance(item, list) or not item:
-                raise ConfigError(f"{where}.assignees: expected a non-empty list of logins")
-            for i, login in enumerate(item):
-                _string(f"{where}.assignees[{i}]", login, pattern=GITHUB_LOGIN, what="a GitHub login")
-            params[key] = list(item)
-        elif key == "label":
-            label = _string(f"{where}.label", item, what="a label name")
-            if len(label) > 50 or any(ord(c) < 32 for c in label):
-                raise ConfigError(f"{where}.label: labels are at most 50 printable characters")
-            params[key] = label
-        elif key == "reason" and op == "close":
-            if item not in _CLOSE_REASONS:
-                raise ConfigError(f"{where}.reason: expected one of {', '.join(_CLOSE_REASONS)}")
-            params[key] = item
-        else:
-            params[key] = _string(f"{where}.{key}", item)
-    return ActionSpec(op, params)
 
 
 # ------------------------------------------------------------------------- decision key
