@@ -39,6 +39,7 @@ __all__ = [
     "TypedPart",
     "UsageRow",
     "WaitingNote",
+    "WindowPart",
     "WorkerFacts",
     "status_json_schema",
 ]
@@ -175,6 +176,21 @@ class AuditEntry(_Stored):
     lifts_at: str | None = None
     who: str | None = None
     reason: str | None = None
+
+
+class WindowPart(_Part):
+    """The usage window's fields of the document, as `Window.status()` reads them.
+
+    The document keeps them at its top level (`Status` has each under the same name), so this
+    part is what the window hands `collect_status`, not a field of the document.
+    """
+
+    marker: MarkerView = Field(default_factory=MarkerView)
+    markers: list[MarkerView] = Field(default_factory=list)
+    window_usage: list[UsageRow] = Field(default_factory=list)
+    credentials: list[CredentialRow] = Field(default_factory=list)
+    sessions: SessionsPart = Field(default_factory=SessionsPart)
+    window_audit: list[AuditEntry] = Field(default_factory=list)
 
 
 class Counters(_Part):

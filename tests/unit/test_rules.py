@@ -877,9 +877,9 @@ def test_status_counts_the_last_runs_by_outcome(client: fakeredis.FakeRedis, sto
     go(config, CountingAsk(GOOD), store, recording)
 
     status = status_section(TriageStorage(client))
-    assert status["runs"] == 2
-    assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
-    assert status["needs_triage"] == 0
+    assert status.runs == 2
+    assert status.counts == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
+    assert status.needs_triage == 0
 
 
 # ----------------------------------------------------------------- answers outside the question
