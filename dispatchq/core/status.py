@@ -31,6 +31,7 @@ __all__ = [
     "MarkerView",
     "Retrigger",
     "SchedulerPart",
+    "ServerFacts",
     "SessionsPart",
     "Status",
     "StatusWarning",
@@ -61,6 +62,20 @@ class _Stored(BaseModel):
     """A part read back from what a process stored: its own extra keys are passed on."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class ServerFacts(_Part):
+    """What the Redis server says of itself (`storage.store.Store.server_facts`).
+
+    The document keeps these at its top level (`Status` has each under the same name), so this
+    part is what the store hands `collect_status`, not a field of the document.
+    """
+
+    redis_version: str | None = None
+    redis_appendfsync: str | None = None
+    redis_used_memory: int | None = None
+    redis_maxmemory: int | None = None
+    redis_unreadable: list[str] = Field(default_factory=list)
 
 
 class WorkerFacts(_Stored):

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import STATUSES
-from dispatchq.core.status import Brief, Counters, SchedulerPart, Status, TypedPart, WorkerFacts
+from dispatchq.core.status import Brief, SchedulerPart, Status, TypedPart, WorkerFacts
 from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import scheduled_retriggers
@@ -53,11 +53,16 @@ def collect_status(rt: Runtime) -> Status:
     answered = store.answered_counts()
     window = rt.window.status()
     retriggers = scheduled_retriggers(rt)
-    counters = Counters.model_validate(store.counters())  # monotonic: what `/metrics` exports as *_total
+    server = store.server_facts()
+    counters = store.counters()  # monotonic: what `/metrics` exports as *_total
     status = Status(
         now=time.time(),  # the server's clock: the page counts down from it, not the browser's
         redis=rt.settings.describe_redis(),
-        **store.server_facts(),
+        redis_version=server.redis_version,
+        redis_appendfsync=server.redis_appendfsync,
+        redis_used_memory=server.redis_used_memory,
+        redis_maxmemory=server.redis_maxmemory,
+        redis_unreadable=server.redis_unreadable,
         queues=depths,
         workers=workers,
         worker_details=sorted(details, key=lambda w: (w.tier or "", w.host or "", w.name or "")),
@@ -67,9 +72,9 @@ def collect_status(rt: Runtime) -> Status:
         waiting=waiting,
         waiting_reasons_distinct=distinct,
         waiting_by_class=live.waiting,
-        waiting_sample=[_brief(r) for r in store.waiting_sample()],
+        waiting_sample=[_brief(b) for b in store.waiting_sample()],
         judgements_by_tier=live.by_tier,
-        latest=[_brief(r) for r in store.latest(LATEST_SHOWN)],
+        latest=[_brief(b) for b in store.latest(LATEST_SHOWN)],
         scheduler=SchedulerPart(alive=scheduler_alive(rt), scheduled_jobs=rt.scheduler.count()),
         typed=_typed_status(rt, details),
         judgements_orphaned=_orphaned(rt, details),
@@ -90,9 +95,9 @@ def collect_status(rt: Runtime) -> Status:
     return status
 
 
-def _brief(record: dict[str, Any]) -> Brief:
+def _brief(brief: Brief) -> Brief:
     """A judgement as `status` lists it: what, where, why; never its whole input."""
-    return Brief(**{**record, "item": _short(record.get("item")), "value": _short(record.get("value"))})
+    return brief.model_copy(update={"item": _short(brief.item), "value": _short(brief.value)})
 
 
 def _short(value: Any, limit: int = 300) -> Any:

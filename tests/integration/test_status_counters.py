@@ -137,7 +137,7 @@ def test_counts_follow_every_move_of_a_record(store: Store) -> None:
     assert_exact(store)
     live = store.live_counts()
     assert live.by_tier["typed"] == {"waiting": 1}
-    finished = store.counters()["finished"]
+    finished = store.counters().finished
     assert finished == {
         "session:answered": 1,
         "session:failed": 1,
