@@ -30,6 +30,7 @@ __all__ = [
     "CredentialRow",
     "MarkerView",
     "Retrigger",
+    "RunningSession",
     "SchedulerPart",
     "ServerFacts",
     "SessionsPart",
@@ -175,8 +176,19 @@ class Retrigger(_Part):
     job: str = ""
 
 
+class RunningSession(_Stored):
+    """A session running now, as its worker wrote it (`tiers.session`): where, since when, which."""
+
+    host: str | None = None
+    session_id: str | None = None
+    started: float | None = None
+    probe: list[str] | None = None  # the scopes this session probes after a lift
+    pid: int | None = None
+    claim: str | None = None  # the claim token the worker holds (`tiers.lease`)
+
+
 class SessionsPart(_Part):
-    running: dict[str, dict[str, Any]] = Field(default_factory=dict)  # judgement id -> pid, host, session
+    running: dict[str, RunningSession] = Field(default_factory=dict)  # judgement id -> its session
     spawned: int = 0
     refused_at_spawn: int = 0
     blocked: dict[str, str] = Field(default_factory=dict)  # host -> why its sessions cannot start

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.core.status import AuditEntry, MarkerView, SessionsPart, WindowPart
+from dispatchq.core.status import AuditEntry, MarkerView, RunningSession, SessionsPart, WindowPart
 from dispatchq.errors import UserError
 from dispatchq.window import marker as markers_
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
@@ -114,7 +114,7 @@ class Window:
             window_usage=usage_rows(self.store.usage.read(), now),
             credentials=credential_rows(self.store.usage.credentials(), now),
             sessions=SessionsPart(
-                running=self.store.running(),
+                running={jid: RunningSession.model_validate(e) for jid, e in self.store.running().items()},
                 spawned=spawned,
                 refused_at_spawn=refused,
                 blocked=self.store.blocked(),
