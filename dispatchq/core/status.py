@@ -30,7 +30,9 @@ __all__ = [
     "CredentialRow",
     "MarkerView",
     "Retrigger",
+    "RunningSession",
     "SchedulerPart",
+    "ServerFacts",
     "SessionsPart",
     "Status",
     "StatusWarning",
@@ -39,6 +41,7 @@ __all__ = [
     "TypedPart",
     "UsageRow",
     "WaitingNote",
+    "WindowPart",
     "WorkerFacts",
     "status_json_schema",
 ]
@@ -60,6 +63,20 @@ class _Stored(BaseModel):
     """A part read back from what a process stored: its own extra keys are passed on."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class ServerFacts(_Part):
+    """What the Redis server says of itself (`storage.store.Store.server_facts`).
+
+    The document keeps these at its top level (`Status` has each under the same name), so this
+    part is what the store hands `collect_status`, not a field of the document.
+    """
+
+    redis_version: str | None = None
+    redis_appendfsync: str | None = None
+    redis_used_memory: int | None = None
+    redis_maxmemory: int | None = None
+    redis_unreadable: list[str] = Field(default_factory=list)
 
 
 class WorkerFacts(_Stored):
@@ -159,8 +176,19 @@ class Retrigger(_Part):
     job: str = ""
 
 
+class RunningSession(_Stored):
+    """A session running now, as its worker wrote it (`tiers.session`): where, since when, which."""
+
+    host: str | None = None
+    session_id: str | None = None
+    started: float | None = None
+    probe: list[str] | None = None  # the scopes this session probes after a lift
+    pid: int | None = None
+    claim: str | None = None  # the claim token the worker holds (`tiers.lease`)
+
+
 class SessionsPart(_Part):
-    running: dict[str, dict[str, Any]] = Field(default_factory=dict)  # judgement id -> pid, host, session
+    running: dict[str, RunningSession] = Field(default_factory=dict)  # judgement id -> its session
     spawned: int = 0
     refused_at_spawn: int = 0
     blocked: dict[str, str] = Field(default_factory=dict)  # host -> why its sessions cannot start
@@ -175,6 +203,21 @@ class AuditEntry(_Stored):
     lifts_at: str | None = None
     who: str | None = None
     reason: str | None = None
+
+
+class WindowPart(_Part):
+    """The usage window's fields of the document, as `Window.status()` reads them.
+
+    The document keeps them at its top level (`Status` has each under the same name), so this
+    part is what the window hands `collect_status`, not a field of the document.
+    """
+
+    marker: MarkerView = Field(default_factory=MarkerView)
+    markers: list[MarkerView] = Field(default_factory=list)
+    window_usage: list[UsageRow] = Field(default_factory=list)
+    credentials: list[CredentialRow] = Field(default_factory=list)
+    sessions: SessionsPart = Field(default_factory=SessionsPart)
+    window_audit: list[AuditEntry] = Field(default_factory=list)
 
 
 class Counters(_Part):

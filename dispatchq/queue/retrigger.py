@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dispatchq.core.entrypoints import RETRIGGER_JOB
+from dispatchq.core.status import Retrigger
 from dispatchq.window.face import Window
 
 if TYPE_CHECKING:
     from dispatchq.runtime import Runtime
 
-__all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "status_section"]
+__all__ = ["RETRIGGER_JOB", "retrigger", "schedule_retrigger", "scheduled_retriggers"]
 
 
 def schedule_retrigger(runtime: Runtime, window: Window, scope: str) -> str | None:
@@ -81,29 +82,11 @@ def retrigger(runtime: Runtime, scope: str, lifts_at: float) -> str:
     return runtime.window.lift(scope)
 
 
-def status_section(runtime: Runtime) -> dict[str, Any]:
-    """The usage-window part of `dispatchq status --json`."""
-    window = runtime.window
-    retriggers = []
+def scheduled_retriggers(runtime: Runtime) -> list[Retrigger]:
+    """The retriggers rq-scheduler holds, soonest first: the queue's part of `status`'s window."""
+    out = []
     for job, when in runtime.scheduler.get_jobs(with_times=True):
         if job.func_name == RETRIGGER_JOB:
             at = when.replace(tzinfo=UTC) if when.tzinfo is None else when
-            retriggers.append(
-                {"scope": job.args[0] if job.args else "?", "at": at.isoformat(), "job": job.id}
-            )
-    store = window.store
-    spawned, refused = store.session_counts()
-    section = window.status()
-    audit = section.pop("window_audit")
-    return {
-        **section,
-        "retrigger": retriggers[0]["at"] if retriggers else None,
-        "retriggers": retriggers,
-        "sessions": {
-            "running": store.running(),
-            "spawned": spawned,
-            "refused_at_spawn": refused,
-            "blocked": store.blocked(),
-        },
-        "window_audit": audit,
-    }
+            out.append(Retrigger(scope=job.args[0] if job.args else "?", at=at.isoformat(), job=job.id))
+    return out

@@ -36,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from dispatchq.core.judgement import FINISHED, STATUSES
-from dispatchq.core.tiers import TIERS
+from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.serve.body import REASONS, REFUSALS
 from dispatchq.serve.usage import usage_families
@@ -201,7 +201,7 @@ def _counter_families(counters: Counters) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "dispatchq_sessions_avoided",
         "Judgements answered below the session tier (code or typed)",
-        value=float(answered.get("code", 0) + answered.get("typed", 0)),
+        value=float(sum(answered.get(tier, 0) for tier in automatic_tiers())),
     )
     old_answered = CounterMetricFamily(
         "dispatchq_answered", _deprecated("dispatchq_answered_total"), labels=["tier"]

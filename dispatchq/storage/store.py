@@ -23,6 +23,7 @@ import redis
 from redis.client import Pipeline
 
 from dispatchq.core.judgement import FINISHED, STATUSES, Record, TrailEntry
+from dispatchq.core.status import Brief, Counters, ServerFacts
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
@@ -573,7 +574,7 @@ class Store:
         ranked = sorted(((as_text(k), int(v)) for k, v in raw.items()), key=lambda kv: (-kv[1], kv[0]))
         return {k: v for k, v in ranked[:limit] if v > 0}, distinct
 
-    def waiting_sample(self, limit: int = WAITING_SAMPLE) -> list[dict[str, Any]]:
+    def waiting_sample(self, limit: int = WAITING_SAMPLE) -> list[Brief]:
         """At most `limit` waiting judgements, briefly (the first the set yields, oldest first)."""
         found: list[str] = []
         cursor = 0
@@ -582,13 +583,13 @@ class Store:
             found += _texts(members)
             if len(found) >= limit or cursor == 0:
                 break
-        return sorted(self.briefs(sorted(set(found))[:limit]), key=lambda r: r["created_at"] or 0.0)
+        return sorted(self.briefs(sorted(set(found))[:limit]), key=lambda r: r.created_at or 0.0)
 
-    def latest(self, limit: int = 10) -> list[dict[str, Any]]:
+    def latest(self, limit: int = 10) -> list[Brief]:
         """The most recently enqueued judgements, briefly, newest first."""
         return self.briefs(_texts(self.redis.zrevrange(keys.ALL_IDS, 0, max(0, limit - 1))))
 
-    def briefs(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+    def briefs(self, ids: Sequence[str]) -> list[Brief]:
         """Judgements as lists show them (what, where, why), read field by field: no trail, no model."""
         names = ("in", "status", "tier", "value", "reason", "created", "updated")
         pipe = self.redis.pipeline(transaction=False)
@@ -601,22 +602,22 @@ class Store:
                 continue  # expired since it was listed
             data = json.loads(f["in"] or "{}")
             out.append(
-                {
-                    "id": jid,
-                    "kind": data.get("kind", "?"),
-                    "target": data.get("target", "?"),
-                    "item": data.get("item"),
-                    "status": f["status"],
-                    "tier": f["tier"] or None,
-                    "value": json.loads(f["value"]) if f["value"] else None,
-                    "reason": f["reason"] or None,
-                    "created_at": float(f["created"]) if f["created"] else None,
-                    "updated_at": float(f["updated"]) if f["updated"] else None,
-                }
+                Brief(
+                    id=jid,
+                    kind=data.get("kind", "?"),
+                    target=data.get("target", "?"),
+                    item=data.get("item"),
+                    status=f["status"],
+                    tier=f["tier"] or None,
+                    value=json.loads(f["value"]) if f["value"] else None,
+                    reason=f["reason"] or None,
+                    created_at=float(f["created"]) if f["created"] else None,
+                    updated_at=float(f["updated"]) if f["updated"] else None,
+                )
             )
         return out
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> Counters:
         """Every monotonic counter the store keeps, in one trip (what `/metrics` exports)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.mget(
@@ -627,16 +628,16 @@ class Store:
         pipe.hgetall(keys.STATS_TRIAGE_OUTCOMES)
         values, finished, triage = pipe.execute()
         spawned, refused, typed, *answered = (int(v or 0) for v in values)
-        return {
-            "sessions_spawned": spawned,
-            "sessions_refused": refused,
-            "typed_requests": typed,
-            "answered": dict(zip(TIERS, answered, strict=True)),
-            "finished": {as_text(k): int(v) for k, v in finished.items()},
-            "triage_outcomes": {as_text(k): int(v) for k, v in triage.items()},
-        }
+        return Counters(
+            sessions_spawned=spawned,
+            sessions_refused=refused,
+            typed_requests=typed,
+            answered=dict(zip(TIERS, answered, strict=True)),
+            finished={as_text(k): int(v) for k, v in finished.items()},
+            triage_outcomes={as_text(k): int(v) for k, v in triage.items()},
+        )
 
-    def server_facts(self) -> dict[str, Any]:
+    def server_facts(self) -> ServerFacts:
         """What `status` shows of the server in effect: version, fsync mode, memory.
 
         Read from the server itself, not from the settings: a server started by another
@@ -658,13 +659,13 @@ class Store:
         fsync = read(
             "CONFIG GET appendfsync", lambda: self.redis.config_get("appendfsync").get("appendfsync"), None
         )
-        return {
-            "redis_version": server.get("redis_version"),
-            "redis_appendfsync": as_text(fsync) if fsync is not None else None,
-            "redis_used_memory": int(memory["used_memory"]) if "used_memory" in memory else None,
-            "redis_maxmemory": int(memory["maxmemory"]) if "maxmemory" in memory else None,
-            "redis_unreadable": unreadable,
-        }
+        return ServerFacts(
+            redis_version=server.get("redis_version"),
+            redis_appendfsync=as_text(fsync) if fsync is not None else None,
+            redis_used_memory=int(memory["used_memory"]) if "used_memory" in memory else None,
+            redis_maxmemory=int(memory["maxmemory"]) if "maxmemory" in memory else None,
+            redis_unreadable=unreadable,
+        )
 
     def publish_worker(self, name: str, info: Mapping[str, Any], ttl: float) -> None:
         """A worker's own account of itself, kept while its heartbeat is (`status` reads it)."""

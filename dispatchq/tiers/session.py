@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
+from dispatchq.core.status import RunningSession
 from dispatchq.launcher.environment import read_secret, session_argv, session_environment
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
@@ -359,17 +360,15 @@ class _Attempt:
 
     def running(self, session_id: str | None) -> None:
         """Show the judgement as running here (`status`, `dispatchq result`), with its session."""
-        self.window.store.set_running(
-            self.record.id,
-            {
-                "host": self.settings.host,
-                "session_id": session_id,
-                "started": time.time(),
-                "probe": self.probes,
-                "pid": holder_pid(),
-                "claim": self.holding.claim,
-            },
+        entry = RunningSession(
+            host=self.settings.host,
+            session_id=session_id,
+            started=time.time(),
+            probe=self.probes,
+            pid=holder_pid(),
+            claim=self.holding.claim,
         )
+        self.window.store.set_running(self.record.id, entry.model_dump())
 
 
 @dataclass(frozen=True)

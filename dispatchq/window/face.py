@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from dispatchq.core.status import AuditEntry, MarkerView, RunningSession, SessionsPart, WindowPart
 from dispatchq.errors import UserError
 from dispatchq.window import marker as markers_
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
@@ -99,20 +100,27 @@ class Window:
     def audit_log(self, limit: int = 10) -> list[dict[str, Any]]:
         return self.store.audit_log(limit)
 
-    def status(self) -> dict[str, Any]:
-        """The markers and the recent audit, as `dispatchq status --json` shows them."""
+    def status(self) -> WindowPart:
+        """The markers, the reported use, the sessions and the recent audit, as `status` shows them."""
         tz = self.settings.timezone
         public = [m.public(tz) for m in self.markers()]
-        general = next((m for m in public if m["scope"] == GENERAL_SCOPE), None)
+        general = next((m for m in public if m.scope == GENERAL_SCOPE), None)
         now = time.time()
-        return {
-            "marker": general
-            or {"scope": GENERAL_SCOPE, "up": False, "lifts_at": None, "kind": None, "message": None},
-            "markers": public,
-            "window_usage": usage_rows(self.store.usage.read(), now),
-            "credentials": credential_rows(self.store.usage.credentials(), now),
-            "window_audit": self.audit_log(5),
-        }
+        spawned, refused = self.store.session_counts()
+        no_marker = MarkerView(scope=GENERAL_SCOPE, up=False, lifts_at=None, kind=None, message=None)
+        return WindowPart(
+            marker=general or no_marker,
+            markers=public,
+            window_usage=usage_rows(self.store.usage.read(), now),
+            credentials=credential_rows(self.store.usage.credentials(), now),
+            sessions=SessionsPart(
+                running={jid: RunningSession.model_validate(e) for jid, e in self.store.running().items()},
+                spawned=spawned,
+                refused_at_spawn=refused,
+                blocked=self.store.blocked(),
+            ),
+            window_audit=[AuditEntry.model_validate(entry) for entry in self.store.audit_log(5)],
+        )
 
     @property
     def probe_lease(self) -> int:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+from dispatchq.core.status import AuditEntry, MarkerView
 from dispatchq.window.limits import GENERAL_SCOPE
 from dispatchq.window.messages import LimitKind, limit_kind
 
@@ -83,24 +84,25 @@ class Marker:
         """True while no session in this scope may start."""
         return self.state == "closed" and (now if now is not None else time.time()) < self.lifts_at
 
-    def public(self, timezone: str) -> dict[str, Any]:
+    def public(self, timezone: str) -> MarkerView:
+        """The marker as `status` shows it (`lifts_at_local` in `timezone`)."""
         lifts = datetime.fromtimestamp(self.lifts_at, UTC)
-        return {
-            "scope": self.scope,
-            "up": self.closed(),
-            "state": "closed" if self.closed() else "probing",
-            "lifts_at": lifts.isoformat(),
-            "lifts_at_local": lifts.astimezone(ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M %Z"),
-            "lifts_at_epoch": self.lifts_at,
-            "countdown_seconds": max(0, math.ceil(self.lifts_at - time.time())),
-            "kind": self.kind,
-            "message": self.message,
-            "session": self.session,
-            "set_at": datetime.fromtimestamp(self.set_at, UTC).isoformat(),
-            "source": self.source,
-            "refusals": self.refusals,
-            "utilization": self.utilization,
-        }
+        return MarkerView(
+            scope=self.scope,
+            up=self.closed(),
+            state="closed" if self.closed() else "probing",
+            lifts_at=lifts.isoformat(),
+            lifts_at_local=lifts.astimezone(ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M %Z"),
+            lifts_at_epoch=self.lifts_at,
+            countdown_seconds=max(0, math.ceil(self.lifts_at - time.time())),
+            kind=self.kind,
+            message=self.message,
+            session=self.session,
+            set_at=datetime.fromtimestamp(self.set_at, UTC).isoformat(),
+            source=self.source,
+            refusals=self.refusals,
+            utilization=self.utilization,
+        )
 
 
 def marker_from_fields(scope: str, f: Mapping[str, str]) -> Marker | None:
@@ -186,12 +188,12 @@ def waiting_reason(marker: Marker) -> str:
 
 def audit(store: MarkerStore, scope: str, action: str, marker: Marker, *, who: str, reason: str) -> None:
     """One line in the capped audit log: who closed or opened which scope, and why."""
-    entry = {
-        "at": datetime.now(UTC).isoformat(),
-        "scope": scope,
-        "action": action,
-        "lifts_at": datetime.fromtimestamp(marker.lifts_at, UTC).isoformat(),
-        "who": who,
-        "reason": reason[:300],
-    }
-    store.append_audit(entry, AUDIT_LENGTH)
+    entry = AuditEntry(
+        at=datetime.now(UTC).isoformat(),
+        scope=scope,
+        action=action,
+        lifts_at=datetime.fromtimestamp(marker.lifts_at, UTC).isoformat(),
+        who=who,
+        reason=reason[:300],
+    )
+    store.append_audit(entry.model_dump(), AUDIT_LENGTH)

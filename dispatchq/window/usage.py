@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from dispatchq.core.status import Status
+from dispatchq.core.status import CredentialRow, Status, UsageRow
 
 __all__ = ["CREDENTIAL_WARNING", "credential_rows", "usage_lines", "usage_rows"]
 
@@ -34,30 +33,30 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def usage_rows(stored: Mapping[str, Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
+def usage_rows(stored: Mapping[str, Mapping[str, Any]], now: float) -> list[UsageRow]:
     """One row per window, by name: utilisation (0..1), reset, and how old the report is."""
     rows = []
     for window in sorted(stored):
         entry = stored[window]
         reported = _number(entry.get("reported_at"))
         rows.append(
-            {
-                "scope": window,
-                "utilization": _number(entry.get("utilization")),
-                "resets_at": _iso(entry.get("resets_at")),
-                "resets_at_epoch": _number(entry.get("resets_at")),
-                "status": entry.get("status"),
-                "reported_at": _iso(reported),
-                "reported_at_epoch": reported,
-                "age_seconds": max(0, math.floor(now - reported)) if reported is not None else None,
-                "session": entry.get("session") or None,
-                "host": entry.get("host") or None,
-            }
+            UsageRow(
+                scope=window,
+                utilization=_number(entry.get("utilization")),
+                resets_at=_iso(entry.get("resets_at")),
+                resets_at_epoch=_number(entry.get("resets_at")),
+                status=entry.get("status"),
+                reported_at=_iso(reported),
+                reported_at_epoch=reported,
+                age_seconds=max(0, math.floor(now - reported)) if reported is not None else None,
+                session=entry.get("session") or None,
+                host=entry.get("host") or None,
+            )
         )
     return rows
 
 
-def credential_rows(stored: Mapping[str, Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
+def credential_rows(stored: Mapping[str, Mapping[str, Any]], now: float) -> list[CredentialRow]:
     """Per host, when its stored login ends; `warning` set when that is within `CREDENTIAL_WARNING`."""
     rows = []
     for host in sorted(stored):
@@ -74,14 +73,14 @@ def credential_rows(stored: Mapping[str, Mapping[str, Any]], now: float) -> list
                 "(`claude auth login`), or give its sessions a token from `claude setup-token`"
             )
         rows.append(
-            {
-                "host": host,
-                "expires_at": _iso(expires),
-                "expires_at_epoch": expires,
-                "expires_in_seconds": math.floor(left),
-                "reported_at": _iso(stored[host].get("reported_at")),
-                "warning": warning,
-            }
+            CredentialRow(
+                host=host,
+                expires_at=_iso(expires),
+                expires_at_epoch=expires,
+                expires_in_seconds=math.floor(left),
+                reported_at=_iso(stored[host].get("reported_at")),
+                warning=warning,
+            )
         )
     return rows
 

@@ -26,6 +26,7 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from dispatchq.core.status import WorkerFacts
 from dispatchq.core.tiers import row
 from dispatchq.errors import UserError
 from dispatchq.launcher.releases import claude_code_fact
@@ -88,7 +89,7 @@ class DispatchqWorker(SimpleWorker):
                     # Also while a job runs (RQ's job monitor beats with a pipeline): a busy
                     # worker is alive, and `status` must not count it dead.
                     self.runtime.storage.records.publish_worker(
-                        self.name, self.facts(), ttl=self.worker_ttl + 60
+                        self.name, self.facts().model_dump(exclude_unset=True), ttl=self.worker_ttl + 60
                     )
                 return
             except Exception as error:
@@ -115,7 +116,7 @@ class DispatchqWorker(SimpleWorker):
         if self.stopping:
             raise StopRequested()
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> WorkerFacts:
         """What this worker runs with, as `status --json`'s `worker_details[]` shows it.
 
         Published by the worker itself: an operator's shell (another environment, perhaps
@@ -136,21 +137,20 @@ class DispatchqWorker(SimpleWorker):
             if spawns
             else None
         )
-        return {
-            "tier": self.tier,
-            "host": settings.host,
-            "machine_id": machine_id(),
-            "pid": os.getpid(),
-            "keyless": settings.typesafe_api_key is None,
-            "session_command_found": bool(argv)
-            and shutil.which(argv[0], path=environ.get("PATH")) is not None,
-            "subprocess_scrub": None if scrub is None else "on" if scrub.enabled else "off",
-            "subprocess_scrub_warning": None if scrub is None else scrub.warning,
+        return WorkerFacts(
+            tier=self.tier,
+            host=settings.host,
+            machine_id=machine_id(),
+            pid=os.getpid(),
+            keyless=settings.typesafe_api_key is None,
+            session_command_found=bool(argv) and shutil.which(argv[0], path=environ.get("PATH")) is not None,
+            subprocess_scrub=None if scrub is None else "on" if scrub.enabled else "off",
+            subprocess_scrub_warning=None if scrub is None else scrub.warning,
             # "on", "off" (unconfined: status says so) or "unavailable" (the host is blocked).
-            "sandbox": None if not spawns else "unavailable" if problem else settings.session_sandbox,
-            "sandbox_problem": problem,
-            "claude_code": claude_code_fact(settings.session_command, environ) if spawns else None,
-        }
+            sandbox=None if not spawns else "unavailable" if problem else settings.session_sandbox,
+            sandbox_problem=problem,
+            claude_code=claude_code_fact(settings.session_command, environ) if spawns else None,
+        )
 
     def register_death(self) -> None:
         if self.runtime is not None:

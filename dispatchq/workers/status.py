@@ -8,24 +8,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import STATUSES
-from dispatchq.core.status import (
-    Brief,
-    Counters,
-    SchedulerPart,
-    Status,
-    Suppressed,
-    TriagePart,
-    TypedPart,
-    WorkerFacts,
-)
+from dispatchq.core.status import Brief, SchedulerPart, Status, TypedPart, WorkerFacts
 from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.liveness import job_liveness
-from dispatchq.queue.retrigger import status_section as window_section
+from dispatchq.queue.retrigger import scheduled_retriggers
 from dispatchq.queue.scheduler import scheduler_alive
-from dispatchq.storage.triage import TriageStorage
 from dispatchq.triage.status import status_section as triage_section
 from dispatchq.workers.warnings import collect_warnings
 
@@ -51,55 +42,62 @@ def collect_status(rt: Runtime) -> Status:
             depths[tier] = store.line_depth([store.line_of(rt.settings.host), store.line_of()])
     # Workers as they describe themselves, alive by their own recent heartbeat: a killed
     # worker stops counting within a heartbeat, not when RQ's registration expires.
-    details = store.live_workers(ttl=rt.settings.heartbeat_interval + rt.settings.heartbeat_grace)
-    workers: dict[str, int] = dict.fromkeys(TIERS, 0)
-    for w in details:
-        if w.get("tier") in workers:
-            workers[w["tier"]] += 1
+    ttl = rt.settings.heartbeat_interval + rt.settings.heartbeat_grace
+    details = [WorkerFacts.model_validate(w) for w in store.live_workers(ttl=ttl)]
+    per_tier = Counter(w.tier for w in details)
+    workers = {tier: per_tier[tier] for tier in TIERS}
     counts: dict[str, int] = {s: store.count(s) for s in STATUSES}
     # Counts, never the waiting records themselves: constant time however many wait.
     live = store.live_counts()
     waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
+    window = rt.window.status()
+    retriggers = scheduled_retriggers(rt)
+    server = store.server_facts()
+    counters = store.counters()  # monotonic: what `/metrics` exports as *_total
     status = Status(
         now=time.time(),  # the server's clock: the page counts down from it, not the browser's
         redis=rt.settings.describe_redis(),
-        **store.server_facts(),
+        redis_version=server.redis_version,
+        redis_appendfsync=server.redis_appendfsync,
+        redis_used_memory=server.redis_used_memory,
+        redis_maxmemory=server.redis_maxmemory,
+        redis_unreadable=server.redis_unreadable,
         queues=depths,
         workers=workers,
-        worker_details=[
-            WorkerFacts.model_validate(w)
-            for w in sorted(details, key=lambda w: (w.get("tier", ""), w.get("host", ""), w.get("name", "")))
-        ],
+        worker_details=sorted(details, key=lambda w: (w.tier or "", w.host or "", w.name or "")),
         judgements=counts,
         answered=answered,
         sessions_avoided=sum(answered[t] for t in automatic_tiers()),
         waiting=waiting,
         waiting_reasons_distinct=distinct,
         waiting_by_class=live.waiting,
-        waiting_sample=[_brief(r) for r in store.waiting_sample()],
+        waiting_sample=[_brief(b) for b in store.waiting_sample()],
         judgements_by_tier=live.by_tier,
-        latest=[_brief(r) for r in store.latest(LATEST_SHOWN)],
+        latest=[_brief(b) for b in store.latest(LATEST_SHOWN)],
         scheduler=SchedulerPart(alive=scheduler_alive(rt), scheduled_jobs=rt.scheduler.count()),
         typed=_typed_status(rt, details),
         judgements_orphaned=_orphaned(rt, details),
-        **window_section(rt),
+        marker=window.marker,
+        markers=window.markers,
+        window_usage=window.window_usage,
+        credentials=window.credentials,
+        retrigger=retriggers[0].at if retriggers else None,
+        retriggers=retriggers,
+        sessions=window.sessions,
+        window_audit=window.window_audit,
+        counters=counters,
+        triage=triage_section(rt.storage.triage, outcomes_total=counters.triage_outcomes),
     )
     if live.rebuilt is not None:
         status.waiting_counts_rebuilt = live.rebuilt
-    triage = rt.storage.triage
-    counters = store.counters()
-    status.counters = Counters(**counters)  # monotonic: what `/metrics` exports as *_total
-    status.triage = TriagePart(
-        **triage_section(triage), outcomes_total=counters["triage_outcomes"], suppressed=_suppressed(triage)
-    )
     status.warnings = collect_warnings(status)  # the red facts at the top (workers/warnings.py)
     return status
 
 
-def _brief(record: dict[str, Any]) -> Brief:
+def _brief(brief: Brief) -> Brief:
     """A judgement as `status` lists it: what, where, why; never its whole input."""
-    return Brief(**{**record, "item": _short(record.get("item")), "value": _short(record.get("value"))})
+    return brief.model_copy(update={"item": _short(brief.item), "value": _short(brief.value)})
 
 
 def _short(value: Any, limit: int = 300) -> Any:
@@ -110,56 +108,25 @@ def _short(value: Any, limit: int = 300) -> Any:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _suppressed(storage: TriageStorage, runs: int = 20, decisions: int = 5) -> list[Suppressed]:
-    """What the last shadow-mode decisions suppressed: rule, reason and the numbers compared."""
-    out: list[Suppressed] = []
-    shadow = [r for r in storage.recent_runs(runs) if r.get("mode") == "shadow" and r.get("decision_id")]
-    for run in shadow[:decisions]:
-        decision = storage.decision(run["decision_id"]) or {}
-        result = decision.get("result") or {}
-        for entry in result.get("suppressed") or []:
-            out.append(
-                Suppressed(
-                    decision_id=run["decision_id"],
-                    event=run.get("event"),
-                    target=run.get("target"),
-                    time=run.get("time"),
-                    **{
-                        k: entry.get(k)
-                        for k in (
-                            "rule",
-                            "action",
-                            "reason",
-                            "explanation",
-                            "confidence",
-                            "threshold",
-                            "margin",
-                        )
-                    },
-                )
-            )
-    return out
-
-
-def _typed_status(rt: Runtime, details: list[dict[str, Any]]) -> TypedPart:
+def _typed_status(rt: Runtime, details: list[WorkerFacts]) -> TypedPart:
     """Keyless when the typed workers are: they are the tier, not the operator's shell.
 
     With typed workers running, their own report decides (all keyless: keyless). With none
     running, a typed worker's recent word that it ran without a key decides.
     """
     host = rt.storage.records.typed_keyless_host()
-    typed = [w for w in details if w.get("tier") == "typed"]
-    keyless = all(w.get("keyless") for w in typed) if typed else host is not None
+    typed = [w for w in details if w.tier == "typed"]
+    keyless = all(w.keyless for w in typed) if typed else host is not None
     return TypedPart(keyless=keyless, keyless_worker_host=host)
 
 
-def _orphaned(rt: Runtime, details: list[dict[str, Any]]) -> int:
+def _orphaned(rt: Runtime, details: list[WorkerFacts]) -> int:
     """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
     store = rt.storage.records
     running = [r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()]
     if not running:
         return 0
-    workers = {str(w.get("name")) for w in details}
+    workers = {str(w.name) for w in details}
     return sum(
         1
         for r in running

@@ -132,7 +132,7 @@ def test_counts_follow_every_move_of_a_record(counted_store: Store) -> None:
     assert_exact(counted_store)
     live = counted_store.live_counts()
     assert live.by_tier["typed"] == {"waiting": 1}
-    finished = counted_store.counters()["finished"]
+    finished = counted_store.counters().finished
     assert finished == {
         "session:answered": 1,
         "session:failed": 1,

@@ -361,9 +361,9 @@ def test_not_driven_a_stored_logins_end_is_a_warning_within_a_week() -> None:
     assert out.kind == "answer" and out.credential_expires_at == NOW + timedelta(days=3)
     now = NOW.timestamp()
     rows = credential_rows({"h1": {"expires_at": now + 3 * 86400, "reported_at": now}}, now)
-    assert rows[0]["warning"] is not None and "h1" in rows[0]["warning"] and "3.0 days" in rows[0]["warning"]
+    assert rows[0].warning is not None and "h1" in rows[0].warning and "3.0 days" in rows[0].warning
     later = credential_rows({"h1": {"expires_at": now + 30 * 86400, "reported_at": now}}, now)
-    assert later[0]["warning"] is None
+    assert later[0].warning is None
     assert usage_lines(Status.model_validate({"credentials": rows}))[0].startswith(
         "WARNING: the stored Claude login on host h1"
     )
@@ -377,8 +377,8 @@ def test_usage_rows_carry_their_age() -> None:
         {"five_hour": {"utilization": 0.42, "resets_at": now + 60, "reported_at": now - 90, "session": SID}},
         now,
     )
-    assert rows[0]["age_seconds"] == 90 and rows[0]["utilization"] == 0.42
-    resets = rows[0]["resets_at"]
+    assert rows[0].age_seconds == 90 and rows[0].utilization == 0.42
+    resets = rows[0].resets_at
     assert usage_lines(Status.model_validate({"window_usage": rows})) == [
         f"window usage [five_hour]: 42% used, resets {resets} (reported 90s ago by session {SID})"
     ]

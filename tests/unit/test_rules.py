@@ -878,9 +878,9 @@ def test_status_counts_the_last_runs_by_outcome(
     go(config, CountingAsk(GOOD), triage_store, recording)
 
     status = status_section(TriageStorage(fake_client))
-    assert status["runs"] == 2
-    assert status["counts"] == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
-    assert status["needs_triage"] == 0
+    assert status.runs == 2
+    assert status.counts == {"no_answers": 2, "shadow_mode": 1, "apply": 2}
+    assert status.needs_triage == 0
 
 
 # ----------------------------------------------------------------- answers outside the question

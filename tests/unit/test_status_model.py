@@ -18,7 +18,9 @@ import pytest
 from dispatchq.core.status import (
     OPTIONAL_FIELDS,
     SCHEMA_VERSION,
+    ServerFacts,
     Status,
+    WindowPart,
     status_json_schema,
 )
 
@@ -268,3 +270,11 @@ def test_a_part_dispatchq_builds_refuses_an_unknown_field() -> None:
         Status.model_validate({"scheduler": {"alive": True, "scheduled": 1}})
     with pytest.raises(ValueError, match="no_such"):
         Status.model_validate({"no_such": 1})
+
+
+@pytest.mark.parametrize("part", [WindowPart, ServerFacts])
+def test_a_part_kept_flat_in_the_document_is_fields_of_status_by_name_and_type(part: type[Any]) -> None:
+    """`collect_status` copies these parts' fields to the document's top level, one by one."""
+    for name, field in part.model_fields.items():
+        assert name in Status.model_fields, name
+        assert field.annotation == Status.model_fields[name].annotation, name
