@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dispatchq.settings import Settings
 from dispatchq.storage.connection import RedisClient
 from dispatchq.storage.gateway import Storage
-from dispatchq.storage.store import Store
 
 if TYPE_CHECKING:
     from dispatchq.config import Config
@@ -98,12 +97,6 @@ class Runtime:
     def storage(self) -> Storage:
         """Every Redis operation, one attribute per area (`dispatchq.storage.gateway`)."""
         return Storage(self.redis, result_ttl=self.settings.result_ttl)
-
-    @property
-    def store(self) -> Store:
-        """`storage.records`, under the short name tests and scripts use (dispatchq's own code asks
-        `storage.records`: `tests/unit/test_storage_boundary.py`)."""
-        return self.storage.records
 
     @cached_property
     def config(self) -> Config:

@@ -248,7 +248,7 @@ def page_populated(make_runtime: Any, dq_env: dict[str, str]) -> Any:
         'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
     )
     rt = make_runtime()
-    store = rt.store
+    store = rt.storage.records
     line = keys.session_line()
     entries = [
         NewRecord(
@@ -971,7 +971,7 @@ def previous_release(
         results = Client(runtime=rt).enqueue_many(
             [{"kind": "k", "target": "old-1"}, {"kind": "k", "target": "old-2"}]
         )
-    record = rt.store.get_many([results[0].id])[0]
+    record = rt.storage.records.get_many([results[0].id])[0]
     assert record is not None and record.job
     typed = Queue(keys.queue_name("typed"), connection=redis_client)
     deliveries = typed.enqueue_call(DELIVERIES_JOB, args=(["gone"],), result_ttl=600, failure_ttl=600)

@@ -286,7 +286,7 @@ def test_a_blocked_host_probes_once_per_interval_and_clears_itself(real: RealHar
 def test_a_resume_without_a_transcript_falls_back_to_a_fresh_session(real: RealHarness) -> None:
     real.api.answer("fresh")
     jid = real.enqueue("ask", "q")
-    real.rt.store.set_fields(jid, resume_session="0f0e5c0e-8a0b-4c9e-9d51-2f6f0c4c1a11")
+    real.rt.storage.records.set_fields(jid, resume_session="0f0e5c0e-8a0b-4c9e-9d51-2f6f0c4c1a11")
     done = real.cli("worker", "session", "--burst")
     assert done.returncode == 0, done.stderr
     record = real.record(jid)

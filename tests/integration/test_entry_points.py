@@ -92,7 +92,7 @@ def test_in_process_the_users_jobs_package_in_sys_modules_does_not_replace_dispa
 
     drain(rt, sessions=False)
 
-    (got,) = rt.store.get_many([results[0].id])
+    (got,) = rt.storage.records.get_many([results[0].id])
     assert (got.status, got.tier, got.value) == ("answered", "code", "user-says-rebuild")
     assert not users_jobs_imported.exists()
     assert failed_jobs(redis_client) == []
@@ -126,7 +126,7 @@ def test_a_job_function_outside_the_table_is_refused_and_the_worker_goes_on(
     assert not mark.exists()  # nothing of the refused name ran
     message = failure_of(redis_client, refused.id)
     assert f"refused job {name!r}" in message and "never imports a name read from Redis" in message
-    (got,) = rt.store.get_many([after[0].id])
+    (got,) = rt.storage.records.get_many([after[0].id])
     assert (got.status, got.value) == ("answered", "answered")  # the worker kept working
     assert calls_of(calls) == ["after-the-refused-job"]
 
@@ -161,7 +161,7 @@ def test_a_callback_outside_the_table_is_refused_before_the_job_runs(
 
     assert not ran.exists() and not mark.exists()
     assert f"refused {role} {name!r}" in failure_of(redis_client, refused.id)
-    (got,) = rt.store.get_many([after[0].id])
+    (got,) = rt.storage.records.get_many([after[0].id])
     assert (got.status, got.value) == ("answered", "answered")
     assert calls_of(calls) == ["after-the-refused-job"]
 

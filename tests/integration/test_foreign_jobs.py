@@ -103,7 +103,7 @@ def test_foreign_jobs_on_the_code_queues_fail_unrun_and_a_real_code_worker_goes_
     assert "Traceback" not in done.stderr, done.stderr
     assert not canary.exists()  # nothing of any foreign job ran
     assert_refused(redis_client, want)
-    (got,) = rt.store.get_many([after[0].id])
+    (got,) = rt.storage.records.get_many([after[0].id])
     assert (got.status, got.value) == ("answered", "answered")  # the worker kept working
     assert calls_of(calls) == ["after-the-foreign-jobs"]
 

@@ -21,7 +21,7 @@ from tests.support.helpers import calls_of, counting_check, run_cli, write_check
 
 
 def statuses(rt: Any, ids: list[str]) -> list[tuple[str, str | None]]:
-    return [(r.status, r.tier) for r in rt.store.get_many(ids)]
+    return [(r.status, r.tier) for r in rt.storage.records.get_many(ids)]
 
 
 # --- the ladder, end to end -------------------------------------------------------------------------
@@ -50,7 +50,7 @@ def test_a_batch_climbs_code_then_keyless_typed_then_a_person_or_the_session_lin
 
     drain(rt, sessions=False)
 
-    code, cannot_tell, person, session, typed_first = rt.store.get_many(ids)
+    code, cannot_tell, person, session, typed_first = rt.storage.records.get_many(ids)
     assert (code.status, code.tier, code.value) == ("answered", "code", "rebuild")
     assert (cannot_tell.status, cannot_tell.tier) == ("needs-triage", "needs-triage")
     assert [(s.tier, s.outcome) for s in cannot_tell.trail] == [("code", "moved-up")]
@@ -59,10 +59,10 @@ def test_a_batch_climbs_code_then_keyless_typed_then_a_person_or_the_session_lin
     assert "no TypeSafe key" in person.trail[1].why
     assert (session.status, session.tier) == ("queued", "session")
     assert [(s.tier, s.outcome) for s in session.trail] == [("code", "moved-up"), ("typed", "moved-up")]
-    assert rt.store.line_ids(keys.session_line()) == [session.id]
+    assert rt.storage.records.line_ids(keys.session_line()) == [session.id]
     assert (typed_first.status, typed_first.tier) == ("needs-triage", "needs-triage")
     assert [s.tier for s in typed_first.trail] == ["typed"]
-    assert rt.store.answered_counts() == {"code": 1, "typed": 0, "session": 0}
+    assert rt.storage.records.answered_counts() == {"code": 1, "typed": 0, "session": 0}
     assert sorted(calls_of(calls)) == sorted(
         ["answered-by-code", "lock-cannot-tell", "typed-then-person", "typed-then-session"]
     )
@@ -84,10 +84,10 @@ def test_the_same_batch_through_real_worker_processes(setup: Any, dq_env: dict[s
     for tier in ("code", "typed"):
         worker = run_cli(["worker", tier, "--burst"], dq_env)
         assert worker.returncode == 0, worker.stderr
-    a, b, c = rt.store.get_many(ids)
+    a, b, c = rt.storage.records.get_many(ids)
     assert (a.status, a.tier, a.value) == ("answered", "code", True)
     assert (b.status, b.tier) == ("queued", "session")
-    assert rt.store.line_ids(keys.session_line()) == [b.id]
+    assert rt.storage.records.line_ids(keys.session_line()) == [b.id]
     assert (c.status, c.tier) == ("failed", "code")
     assert calls_of(calls) == ["a", "b", "c"]
 
@@ -99,10 +99,10 @@ def test_batches_larger_than_one_job(setup: Any, make_runtime: Any) -> None:
     results = client.enqueue_many(
         [{"kind": "lock", "target": f"t{i}", "state": {"answer": i}} for i in range(10)]
     )
-    jobs = {getattr(r, "job", None) for r in rt.store.get_many([r.id for r in results])}
+    jobs = {getattr(r, "job", None) for r in rt.storage.records.get_many([r.id for r in results])}
     assert len(jobs) == 4  # 3 + 3 + 3 + 1
     drain(rt, sessions=False)
-    assert [r.value for r in rt.store.get_many([r.id for r in results])] == list(range(10))
+    assert [r.value for r in rt.storage.records.get_many([r.id for r in results])] == list(range(10))
     assert len(calls_of(calls)) == 10
 
 
@@ -123,7 +123,7 @@ def test_duplicate_enqueue_returns_the_same_id_and_does_no_work(setup: Any, dq_e
     assert cli.stdout.strip() == first
     drain(rt, sessions=False)
     assert calls_of(calls) == ["acme/app#1"]
-    assert rt.store.ids() == [first]
+    assert rt.storage.records.ids() == [first]
 
 
 def test_a_different_state_is_a_different_judgement(setup: Any) -> None:
@@ -145,7 +145,7 @@ def test_force_re_judges(setup: Any, dq_env: dict[str, str]) -> None:
     assert second != first
     drain(rt, sessions=False)
     assert calls_of(calls) == ["t", "t"]
-    assert rt.store.get(second).status == "answered"
+    assert rt.storage.records.get(second).status == "answered"
     assert client.enqueue("lock", "t", state={"answer": 1}) == second  # the newest is the live one
 
 
@@ -160,7 +160,7 @@ def test_a_failed_judgement_may_be_enqueued_again(setup: Any, tmp_path: Path) ->
     rt, client, calls = setup
     first = client.enqueue("lock", "t", state={"raise": True})
     drain(rt, sessions=False)
-    assert rt.store.get(first).status == "failed"
+    assert rt.storage.records.get(first).status == "failed"
     again = client.enqueue("lock", "t", state={"raise": True})
     assert again != first
     drain(rt, sessions=False)
@@ -180,19 +180,19 @@ def test_a_check_that_raises_fails_only_its_own_judgement(setup: Any) -> None:
         ]
     )
     ids = [r.id for r in results]
-    records = rt.store.get_many(ids)
+    records = rt.storage.records.get_many(ids)
     assert len({getattr(r, "job", None) for r in records}) == 1  # one RQ job carries all three
 
     drain(rt, sessions=False)
 
-    before, broken, after = rt.store.get_many(ids)
+    before, broken, after = rt.storage.records.get_many(ids)
     assert (before.status, before.value) == ("answered", 1)
     assert (after.status, after.value) == ("answered", 3)
     assert (broken.status, broken.tier) == ("failed", "code")  # failed, never escalated to a session
     assert "RuntimeError" in broken.reason and "check exploded on broken" in broken.reason
     assert [(s.tier, s.outcome) for s in broken.trail] == [("code", "failed")]
-    assert rt.store.line_ids(keys.session_line()) == []
-    assert rt.store.ids("failed") == [broken.id]
+    assert rt.storage.records.line_ids(keys.session_line()) == []
+    assert rt.storage.records.ids("failed") == [broken.id]
 
 
 def test_a_kind_removed_from_the_config_fails_visibly(setup: Any, tmp_path: Path, make_runtime: Any) -> None:
@@ -202,7 +202,7 @@ def test_a_kind_removed_from_the_config_fails_visibly(setup: Any, tmp_path: Path
     write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  other:\n    check: {check}\n")
     worker_rt = make_runtime()  # a worker started after the kind was deleted
     drain(worker_rt, sessions=False)
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert record.status == "failed" and "no longer in the config" in record.reason
 
 
@@ -212,9 +212,9 @@ def test_cancel_before_work(setup: Any) -> None:
     drop = client.enqueue("lock", "drop", state={"answer": 2})
     assert rt.dispatcher.cancel(drop) is True
     drain(rt, sessions=False)
-    assert rt.store.get(drop).status == "cancelled"
-    assert rt.store.get(drop).value is None
-    assert rt.store.get(keep).status == "answered"
+    assert rt.storage.records.get(drop).status == "cancelled"
+    assert rt.storage.records.get(drop).value is None
+    assert rt.storage.records.get(keep).status == "answered"
     assert calls_of(calls) == ["keep"]
     assert rt.dispatcher.cancel(drop) is False  # already finished
     # A cancelled judgement frees its content: enqueueing it again is new work.
@@ -225,9 +225,9 @@ def test_cancel_removes_a_judgement_from_the_session_line(setup: Any) -> None:
     rt, client, _ = setup
     jid = client.enqueue("lock-then-session", "t")
     drain(rt, sessions=False)
-    assert rt.store.line_ids(keys.session_line()) == [jid]
+    assert rt.storage.records.line_ids(keys.session_line()) == [jid]
     rt.dispatcher.cancel(jid)
-    assert rt.store.line_ids(keys.session_line()) == []
+    assert rt.storage.records.line_ids(keys.session_line()) == []
 
 
 def test_retry_re_judges_a_failed_judgement_from_its_entry_tier(setup: Any, tmp_path: Path) -> None:
@@ -248,13 +248,13 @@ def test_retry_re_judges_a_failed_judgement_from_its_entry_tier(setup: Any, tmp_
     write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  flaky:\n    check: {module}:check\n")
     jid = client.enqueue("flaky", "t")
     drain(rt, sessions=False)
-    assert rt.store.get(jid).status == "failed"
+    assert rt.storage.records.get(jid).status == "failed"
     flag.unlink()
     rt.dispatcher.retry(jid)
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert (record.status, record.tier, record.reason) == ("queued", "code", None)
     drain(rt, sessions=False)
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert (record.status, record.value) == ("answered", "fixed")
     assert [s.outcome for s in record.trail] == ["failed", "requeued", "answered"]
 
@@ -263,11 +263,11 @@ def test_retry_after_needs_triage_climbs_again(setup: Any) -> None:
     rt, client, calls = setup
     jid = client.enqueue("lock-then-typed", "t")
     drain(rt, sessions=False)
-    assert rt.store.get(jid).status == "needs-triage"
+    assert rt.storage.records.get(jid).status == "needs-triage"
     rt.dispatcher.retry(jid)
-    assert rt.store.get(jid).tier == "code"
+    assert rt.storage.records.get(jid).tier == "code"
     drain(rt, sessions=False)
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert record.status == "needs-triage"
     assert [s.tier for s in record.trail] == ["code", "typed", "code", "code", "typed"]
     assert calls_of(calls) == ["t", "t"]
@@ -296,10 +296,10 @@ def test_finished_records_get_the_ttl_and_unfinished_ones_do_not(setup: Any, red
 
     for jid in (answered, failed, person, cancelled):
         ttl = redis_client.ttl(keys.record(jid))
-        assert 0 < ttl <= 500, (rt.store.get(jid).status, ttl)
+        assert 0 < ttl <= 500, (rt.storage.records.get(jid).status, ttl)
     for jid in (waiting_session, queued):
-        assert redis_client.ttl(keys.record(jid)) == -1, rt.store.get(jid).status
-    assert rt.store.get(waiting_session).status == "queued"
+        assert redis_client.ttl(keys.record(jid)) == -1, rt.storage.records.get(jid).status
+    assert rt.storage.records.get(waiting_session).status == "queued"
 
 
 # --- admission ---------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ def test_enqueue_many_reports_bad_judgements_and_keeps_the_good(setup: Any) -> N
     assert [r.ok for r in results] == [True, False, False, False, True]
     assert [r.index for r in results] == [1, 2, 3, 4, 5]
     assert "target" in (results[3].error or "")
-    assert sorted(rt.store.ids()) == sorted([results[0].id, results[4].id])
+    assert sorted(rt.storage.records.ids()) == sorted([results[0].id, results[4].id])
 
 
 def test_a_checkout_judgement_runs_only_on_its_host(
@@ -348,12 +348,12 @@ def test_a_checkout_judgement_runs_only_on_its_host(
     )
     assert done.returncode == 0, done.stderr
     jid = done.stdout.strip()
-    assert rt.store.get(jid).host == "host-a"
+    assert rt.storage.records.get(jid).host == "host-a"
     run_cli(["worker", "code", "--burst"], {**dq_env, "DISPATCHQ_HOST": "host-b"})
-    assert rt.store.get(jid).status == "queued"  # another machine never touches it
+    assert rt.storage.records.get(jid).status == "queued"  # another machine never touches it
     assert calls_of(calls) == []
     run_cli(["worker", "code", "--burst"], env_a)
-    assert rt.store.get(jid).status in ("answered", "needs-triage")
+    assert rt.storage.records.get(jid).status in ("answered", "needs-triage")
     assert calls_of(calls) == ["t"]
 
 
@@ -382,14 +382,14 @@ def test_a_late_commit_never_overwrites_a_cancel(setup: Any) -> None:
 
     rt, client, _ = setup
     jid = client.enqueue("lock", "t", state={"answer": 1})
-    assert [c.id for c in rt.store.claim([jid], "code")] == [jid]  # a worker holds it
+    assert [c.id for c in rt.storage.records.claim([jid], "code")] == [jid]  # a worker holds it
     assert rt.dispatcher.cancel(jid) is True  # ...when a person cancels it
     moves = Moves()
     moves.answer(jid, "code", 1, "check answered")
     rt.dispatcher.commit(moves)  # the worker's commit arrives afterwards
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert (record.status, record.value) == ("cancelled", None)
-    assert rt.store.answered_counts()["code"] == 0
+    assert rt.storage.records.answered_counts()["code"] == 0
 
 
 def test_reconcile_re_enqueues_a_judgement_whose_job_was_lost(setup: Any, redis_client: Any) -> None:
@@ -397,14 +397,14 @@ def test_reconcile_re_enqueues_a_judgement_whose_job_was_lost(setup: Any, redis_
 
     rt, client, calls = setup
     jid = client.enqueue("lock", "t", state={"answer": "found"})
-    job = rt.store.get(jid).job  # type: ignore[union-attr]
+    job = rt.storage.records.get(jid).job  # type: ignore[union-attr]
     # An operator deletes RQ's keys by hand: the record says queued, nothing will run it.
     redis_client.delete(f"rq:job:{job}", "rq:queue:dispatchq-code")
     drain(rt, sessions=False)
-    assert rt.store.get(jid).status == "queued" and calls_of(calls) == []
+    assert rt.storage.records.get(jid).status == "queued" and calls_of(calls) == []
     assert reconcile(rt, min_age=0) == 1
     drain(rt, sessions=False)
-    assert (rt.store.get(jid).status, rt.store.get(jid).value) == ("answered", "found")
+    assert (rt.storage.records.get(jid).status, rt.storage.records.get(jid).value) == ("answered", "found")
     assert reconcile(rt, min_age=0) == 0
 
 

@@ -34,7 +34,7 @@ def test_a_current_worker_upgrades_the_previous_releases_jobs_and_runs_them(
     assert "Traceback" not in done.stderr, done.stderr
 
     rt = previous_release["rt"]
-    got = rt.store.get_many(previous_release["ids"])
+    got = rt.storage.records.get_many(previous_release["ids"])
     assert [(r.status, r.value) for r in got if r is not None] == [("answered", "answered")] * 2
     assert sorted(calls_of(previous_release["calls"])) == ["old-1", "old-2"]
     assert redis_client.exists(keys.JOBS_UPGRADED)

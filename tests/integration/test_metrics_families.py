@@ -60,7 +60,7 @@ def _scrape(rt: Any) -> dict[str, Any]:
 def test_the_families_parse_and_keep_the_naming_rules(make_runtime: Any, dq_env: dict[str, str]) -> None:
     Path(dq_env["DISPATCHQ_CONFIG"]).write_text('kinds:\n  k:\n    session:\n      prompt: "x"\n')
     rt = make_runtime()
-    store = rt.store
+    store = rt.storage.records
     store.create_many([_entry(f"j{i}", "code") for i in range(3)])
     claimed = store.claim(["j0", "j1"], "code")
     assert len(claimed) == 2

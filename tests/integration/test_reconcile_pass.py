@@ -64,7 +64,7 @@ def test_reconcile_finds_the_one_lost_job_among_a_backlog_and_leaves_the_rest(
         [{"kind": "echo", "target": f"t{i}", "state": {"n": i}} for i in range(300)]
     )
     ids = [str(r.id) for r in results]
-    records = rt.store.get_many(ids)
+    records = rt.storage.records.get_many(ids)
     lost_job = records[123].job  # type: ignore[union-attr]
     carried = [r.id for r in records if r is not None and r.job == lost_job]
     assert len(carried) == 10
@@ -72,8 +72,8 @@ def test_reconcile_finds_the_one_lost_job_among_a_backlog_and_leaves_the_rest(
     redis_client.delete(f"rq:job:{lost_job}")
 
     assert reconcile(rt, min_age=0) == 10
-    assert {r.job for r in rt.store.get_many(carried)}.isdisjoint({lost_job})  # new jobs
+    assert {r.job for r in rt.storage.records.get_many(carried)}.isdisjoint({lost_job})  # new jobs
     assert reconcile(rt, min_age=0) == 0  # the rest were waiting in their queue all along
     drain(rt, sessions=False)
-    assert rt.store.statuses(ids) == ["answered"] * 300
-    assert [r.value for r in rt.store.get_many(ids) if r is not None] == list(range(300))
+    assert rt.storage.records.statuses(ids) == ["answered"] * 300
+    assert [r.value for r in rt.storage.records.get_many(ids) if r is not None] == list(range(300))

@@ -197,14 +197,14 @@ def test_reconciliation_never_requeues_a_judgement_answered_since_it_was_read(
     write_config(tmp_path / "dispatchq.yaml", f"kinds:\n  plain:\n    check: {check}\n")
     rt = make_runtime()
     [result] = Client(runtime=rt).enqueue_many([{"kind": "plain", "target": "t", "state": {"answer": 1}}])
-    record = rt.store.get(result.id)
+    record = rt.storage.records.get(result.id)
     assert record is not None and record.status == "queued"
     seen = {record.id: ("queued", getattr(record, "job", None))}
     drain(rt, sessions=False)  # answered, its job deleted: what reconcile sees as "no job" a moment later
-    assert rt.store.get(record.id).status == "answered"
+    assert rt.storage.records.get(record.id).status == "answered"
 
     assert rt.dispatcher.requeue([record.id], "its job was lost; re-enqueued", seen=seen) == 0
-    after = rt.store.get(record.id)
+    after = rt.storage.records.get(record.id)
     assert after is not None and after.status == "answered"
     assert [t.outcome for t in after.trail].count("answered") == 1
     assert rt.dispatcher.requeue([record.id], "retry requested") == 1  # as read now: it goes back

@@ -166,7 +166,7 @@ def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_pa
     from dispatchq.tiers.session_logs import session_log_path
 
     base = f"http://127.0.0.1:{page_acting.port}"
-    store = page_populated.store
+    store = page_populated.storage.records
     dialogs: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)

@@ -148,7 +148,7 @@ def test_counts_follow_the_window_and_the_dispatcher(make_runtime: Any, dq_env: 
         'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
     )
     rt = make_runtime()
-    store = rt.store
+    store = rt.storage.records
     store.live_counts()
     client = Client(runtime=rt)
     ids = [client.enqueue("ask", f"o/r#{i}") for i in range(8)]
@@ -240,7 +240,7 @@ def test_status_reads_counters_not_the_waiting_records(make_runtime: Any, dq_env
     from dispatchq.workers.status import LATEST_SHOWN, collect_status
 
     rt = make_runtime()
-    store = rt.store
+    store = rt.storage.records
     line = keys.session_line()
     store.live_counts()
 
@@ -296,7 +296,7 @@ def test_a_host_block_counts_its_judgements_as_host_blocked(
     from dispatchq.tiers.session import block_host
 
     rt = make_runtime()
-    store = rt.store
+    store = rt.storage.records
     store.live_counts()
     line = keys.session_line(rt.settings.host)
     store.create_many([entry(f"h{i}", line=line) for i in range(4)])
@@ -314,8 +314,8 @@ def test_status_json_is_the_documented_document(make_runtime: Any, dq_env: dict[
     from dispatchq.core.status import SCHEMA_VERSION, Status, status_json_schema
 
     rt = make_runtime()
-    rt.store.create_many([entry("d1", line=keys.session_line())])
-    rt.store.transition("d1", "waiting", fields={"reason": WINDOW})
+    rt.storage.records.create_many([entry("d1", line=keys.session_line())])
+    rt.storage.records.transition("d1", "waiting", fields={"reason": WINDOW})
     done = run_cli(["status", "--json"], dq_env)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)

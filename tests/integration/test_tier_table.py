@@ -34,12 +34,12 @@ def test_a_throw_away_tier_answers_through_the_table(
     client = Client(runtime=runtime)
     clean = client.enqueue("lint-me", target="a", state={"clean": True})
     dirty = client.enqueue("lint-me", target="b", state={"clean": False})
-    assert runtime.store.get(clean).tier == LINT  # type: ignore[union-attr]
+    assert runtime.storage.records.get(clean).tier == LINT  # type: ignore[union-attr]
     assert sum(q.count for q in runtime.dispatcher.queues_for(LINT)) == 2  # a job per submit
 
     drain(runtime, tiers=("code", LINT, "typed"))
 
-    answered, passed_up = runtime.store.get(clean), runtime.store.get(dirty)
+    answered, passed_up = runtime.storage.records.get(clean), runtime.storage.records.get(dirty)
     assert answered is not None and (answered.status, answered.value) == ("answered", "clean")
     assert passed_up is not None and passed_up.status == "needs-triage"
     assert [t.tier for t in passed_up.trail][-1] == LINT

@@ -51,7 +51,7 @@ def enqueue(rt: Runtime, kind: str, state: Any = None, *, target: str = TARGET, 
 
 
 def record(rt: Runtime, jid: str) -> Record:
-    found = rt.store.get(jid)
+    found = rt.storage.records.get(jid)
     assert found is not None, f"no record for {jid}"
     return found
 
@@ -259,7 +259,7 @@ def test_what_falls_short_moves_up_as_the_kind_says_with_the_numbers(
 
     session = record(rt, to_session)
     assert (session.status, session.tier, session.value) == ("queued", "session", None)
-    assert rt.store.line_ids(keys.session_line()) == [to_session]
+    assert rt.storage.records.line_ids(keys.session_line()) == [to_session]
     person = record(rt, to_person)
     assert (person.status, person.tier) == ("needs-triage", "needs-triage")
     for found in (session, person):
@@ -395,7 +395,7 @@ def test_server_errors_exhausted_over_the_attempts_move_up_with_the_error(
     assert "503" in last["error"] or "Service unavailable" in last["error"]
     assert found.attempts == 2
     assert api.request_count == 6 and requests_counted(rt) == 2
-    assert rt.store.line_ids(keys.session_line()) == [jid]
+    assert rt.storage.records.line_ids(keys.session_line()) == [jid]
 
 
 def test_an_auth_error_moves_up_at_once_and_the_key_is_nowhere_in_the_record(
@@ -644,7 +644,7 @@ def test_order_sets_priority_without_a_gate_and_the_session_line_follows_it(
     drain(rt, sessions=False)
 
     # Higher priority first, then first come first served.
-    line = rt.store.line_ids(keys.session_line())
+    line = rt.storage.records.line_ids(keys.session_line())
     assert line == [ids["high-a"], ids["high-b"], ids["middle"], ids["low-first"], ids["unordered"]]
     assert record(rt, ids["high-a"]).priority == 2.0
     assert record(rt, ids["middle"]).priority == pytest.approx(1.2)
@@ -669,7 +669,7 @@ def test_a_choice_with_a_priority_map_orders_the_line(
     ]
     ids = [r.id for r in Client(runtime=rt).enqueue_many(judgements)]
     drain(rt, sessions=False)
-    assert rt.store.line_ids(keys.session_line()) == [ids[1], ids[0]]
+    assert rt.storage.records.line_ids(keys.session_line()) == [ids[1], ids[0]]
     assert [record(rt, jid).priority for jid in ids] == [1.0, 10.0]  # type: ignore[arg-type]
 
 
@@ -685,7 +685,7 @@ def test_keyless_typed_judgements_move_on_with_zero_requests(
     assert api.request_count == 0 and requests_counted(rt) == 0
     session = record(rt, to_session)
     assert (session.status, session.tier) == ("queued", "session")
-    assert rt.store.line_ids(keys.session_line()) == [to_session]
+    assert rt.storage.records.line_ids(keys.session_line()) == [to_session]
     person = record(rt, to_person)
     assert person.status == "needs-triage"
     for found in (session, person):
@@ -704,9 +704,9 @@ def test_keyless_typed_judgements_move_on_with_zero_requests(
     # The workers are the tier, not the operator's shell: a shell without a key does not make
     # the status say keyless, and live typed workers' own reports decide it.
     assert collect_status(make_rt(keyless=True)).typed.keyless is False
-    keyed.store.publish_worker("typed-a", {"tier": "typed", "host": "h", "keyless": True}, ttl=60)
+    keyed.storage.records.publish_worker("typed-a", {"tier": "typed", "host": "h", "keyless": True}, ttl=60)
     assert collect_status(keyed).typed.keyless is True
-    keyed.store.publish_worker("typed-b", {"tier": "typed", "host": "h", "keyless": False}, ttl=60)
+    keyed.storage.records.publish_worker("typed-b", {"tier": "typed", "host": "h", "keyless": False}, ttl=60)
     assert collect_status(keyed).typed.keyless is False
     assert {w.name for w in collect_status(keyed).worker_details} == {"typed-a", "typed-b"}
 

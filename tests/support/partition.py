@@ -147,7 +147,7 @@ class Cluster:
 
     def heartbeat_of(self, name: str) -> bool:
         ttl = self.rt.settings.heartbeat_interval + self.rt.settings.heartbeat_grace
-        return any(w.get("host") == name for w in self.rt.store.live_workers(ttl=ttl))
+        return any(w.get("host") == name for w in self.rt.storage.records.live_workers(ttl=ttl))
 
     def close(self) -> None:
         self._watching.set()
@@ -223,7 +223,7 @@ class Cluster:
         return Client(runtime=self.rt).enqueue("ask", target, context=context)
 
     def record(self, jid: str) -> Record:
-        record = self.rt.store.get(jid)
+        record = self.rt.storage.records.get(jid)
         assert record is not None, f"judgement {jid} has no record"
         return record
 

@@ -191,7 +191,7 @@ class Harness:
     def enqueue_ranked(self, target: str, priority: float) -> str:
         """A judgement the typed tier escalated with an `order` priority (as typed_tier commits it)."""
         jid = self.enqueue("ranked", target)
-        assert self.rt.store.claim([jid], "typed")
+        assert self.rt.storage.records.claim([jid], "typed")
         moves = Moves()
         kind = self.rt.config.kind("ranked")
         moves.move_up(jid, kind, "typed", "ordered by the typed tier", host=None, priority=priority)
@@ -199,18 +199,18 @@ class Harness:
         return jid
 
     def record(self, jid: str) -> Record:
-        record = self.rt.store.get(jid)
+        record = self.rt.storage.records.get(jid)
         assert record is not None, f"judgement {jid} has no record"
         return record
 
     def statuses(self, ids: list[str]) -> list[str | None]:
-        return self.rt.store.statuses(ids)
+        return self.rt.storage.records.statuses(ids)
 
     def all_status(self, ids: list[str], status: str) -> bool:
         return all(s == status for s in self.statuses(ids))
 
     def line(self) -> list[str]:
-        return self.rt.store.line_ids(keys.session_line())
+        return self.rt.storage.records.line_ids(keys.session_line())
 
     def claimed_order(self, ids: list[str]) -> list[str]:
         stamps = {jid: float(self.redis.hget(keys.record(jid), "claimed") or 0) for jid in ids}

@@ -21,7 +21,7 @@ def serves(kind: Kind) -> bool:
 def lint(ids: Sequence[str]) -> int:
     """The throw-away tier's module and entry point in one: answer `lint-yes`, pass the rest up."""
     runtime = get_runtime()
-    claimed = runtime.store.claim(list(ids), LINT)
+    claimed = runtime.storage.records.claim(list(ids), LINT)
     moves = Moves()
     for c in claimed:
         kind = runtime.config.kind(c.input["kind"])

@@ -220,20 +220,20 @@ def test_code_answers_are_never_asked_of_the_typed_tier_or_a_session(
 
     answered = {t: client_ids[t] for t in ("yes", "false", "zero")}
     for target, jid in answered.items():
-        record = rt.store.get(jid)
+        record = rt.storage.records.get(jid)
         assert record is not None
         assert (record.status, record.tier) == ("answered", "code"), target
         assert [step.tier for step in record.trail] == ["code"]
         assert jid not in seen_by_typed
-    assert rt.store.get(answered["false"]).value is False  # type: ignore[union-attr]
-    assert rt.store.get(answered["zero"]).value == 0  # type: ignore[union-attr]
+    assert rt.storage.records.get(answered["false"]).value is False  # type: ignore[union-attr]
+    assert rt.storage.records.get(answered["zero"]).value == 0  # type: ignore[union-attr]
 
     # Only "cannot tell" climbed: typed (keyless here) passed it on to the session line.
-    unknown = rt.store.get(client_ids["unknown"])
+    unknown = rt.storage.records.get(client_ids["unknown"])
     assert unknown is not None and unknown.tier == "session"
     assert [(s.tier, s.outcome) for s in unknown.trail] == [("code", "moved-up"), ("typed", "moved-up")]
     assert seen_by_typed == [client_ids["unknown"]]
-    assert rt.store.line_ids(keys.session_line()) == [client_ids["unknown"]]
+    assert rt.storage.records.line_ids(keys.session_line()) == [client_ids["unknown"]]
     assert sorted(calls.read_text().split()) == ["false", "unknown", "yes", "zero"]
 
 
@@ -248,11 +248,11 @@ def test_commit_refuses_a_move_that_does_not_go_up(tmp_path: Path, make_runtime:
     write_config(tmp_path / "dispatchq.yaml", LADDER_CONFIG.format(check=check))
     rt = make_runtime()
     [(jid, _)] = rt.dispatcher.submit([rt.dispatcher.prepare(_judgement("t", {}))])
-    assert rt.store.claim([jid], "code")
+    assert rt.storage.records.claim([jid], "code")
     kind = rt.config.kind("lock")
     moves = Moves()
     moves.move_up(jid, kind, "session", "would go nowhere higher", host=None)
     with pytest.raises(LadderError):
         rt.dispatcher.commit(moves)
-    record = rt.store.get(jid)
+    record = rt.storage.records.get(jid)
     assert record is not None and (record.status, record.tier, record.trail) == ("running", "code", [])

@@ -27,7 +27,7 @@ def _runtime(tmp_path: Path, parts: QueueParts | None = QUEUE_PARTS) -> Runtime:
 def test_each_part_is_made_once_and_kept(tmp_path: Path) -> None:
     rt = _runtime(tmp_path)
     assert isinstance(rt.storage, Storage) and rt.storage is rt.storage
-    assert rt.store is rt.storage.records
+    assert rt.storage.records is rt.storage.records
     assert rt.window is rt.window and rt.window.store is rt.storage.window
     assert isinstance(rt.dispatcher, Dispatcher) and rt.dispatcher is rt.dispatcher
     assert isinstance(rt.scheduler, DispatchqScheduler) and rt.scheduler is rt.scheduler
@@ -73,7 +73,7 @@ def test_the_window_reschedules_through_the_parts_it_was_given(tmp_path: Path) -
 
 def test_a_runtime_built_without_queue_parts_says_how_to_build_one(tmp_path: Path) -> None:
     rt = _runtime(tmp_path, None)
-    assert rt.storage.records is rt.store  # storage needs no queue part
+    assert rt.storage.records is rt.storage.records  # storage needs no queue part
     with pytest.raises(RuntimeError, match="QUEUE_PARTS"):
         rt.dispatcher  # noqa: B018
     with pytest.raises(RuntimeError, match="cannot make a scheduler"):
