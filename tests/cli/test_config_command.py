@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 from dispatchq.config import read_document
-from tests.conftest import REPO, run_cli, write_config
+from tests.support.helpers import REPO, run_cli, write_config
 
 EXAMPLES = REPO / "examples"
 

@@ -696,7 +696,8 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
         jid = Client(runtime=rt).enqueue("ask", "secrets")
         deadline = time.monotonic() + 60
         while rt.storage.records.statuses([jid])[0] != "answered":
-            assert time.monotonic() < deadline, f"the session did not answer: {rt.storage.records.get(jid)}\n{tails()}"
+            record = rt.storage.records.get(jid)
+            assert time.monotonic() < deadline, f"the session did not answer: {record}\n{tails()}"
             time.sleep(0.05)
         seen_env = json.loads(dump.read_text())
         environs = json.loads(report.read_text())

@@ -17,7 +17,7 @@ import pytest
 from rq import Worker
 
 from dispatchq.storage import keys
-from tests.conftest import wait_for, write_config
+from tests.support.helpers import wait_for, write_config
 from tests.support.serve import Server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,11 @@ def isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
     return grimp.build_graph("dispatchq", include_external_packages=True, exclude_type_checking_imports=False)
+
+
+@pytest.fixture
+def supervise_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """A clock that moves only when the loop sleeps: the sleeps, in order."""
+    slept: list[float] = []
+    monkeypatch.setattr(time, "monotonic", lambda: sum(slept))
+    return slept

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,14 +57,6 @@ def _runtime(tmp_path: Path, accepts: Callable[[], bool] = lambda: True) -> Runt
             storage=SimpleNamespace(records=SimpleNamespace(accepts_writes=accepts)),
         ),
     )
-
-
-@pytest.fixture
-def supervise_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """A clock that moves only when the loop sleeps: the sleeps, in order."""
-    slept: list[float] = []
-    monkeypatch.setattr(time, "monotonic", lambda: sum(slept))
-    return slept
 
 
 def _rounds(*steps: BaseException | float | Done, seen: list[str]) -> Callable[[], float | Done]:
