@@ -209,15 +209,20 @@ class StallProxy:
         pair.close()
 
     def _send(self, pair: _Pair, sink: socket.socket, data: bytes) -> bool:
+        """Send `data` on, counting it before the peer can see it: a test that reads `forwarded`
+        after its client got an answer must find that answer counted, or a count it takes at a
+        stall would move afterwards without a byte crossing the stall."""
         view = memoryview(data)
         while view:
             if not self._hold(pair):
                 return False
+            with self._lock:
+                self.forwarded += len(view)
             try:
                 sent = sink.send(view)
             except TimeoutError:
-                continue
+                sent = 0
             view = view[sent:]
             with self._lock:
-                self.forwarded += sent
+                self.forwarded -= len(view)  # not sent yet: counted again when it is
         return True
