@@ -85,7 +85,7 @@ from tests.support.non_dumpable import (
     chown_tree,
     dumpable_git,
 )
-from tests.support.page import EVIL, PAGE_TOKEN, WAITING
+from tests.support.page import EVIL, PAGE_TOKEN, WAITING, serving
 from tests.support.real_client import (
     RealHarness,
     skip_unless_ready,
@@ -318,29 +318,8 @@ def page_populated(make_runtime: Any, dq_env: dict[str, str]) -> Any:
 @pytest.fixture
 def page_served(page_populated: Any) -> Iterator[str]:
     """The three route lists in one Starlette app, served by uvicorn on 127.0.0.1."""
-    import uvicorn
-    from starlette.applications import Starlette
-
-    from dispatchq.serve import metrics, page, status
-
-    def get_runtime() -> Any:
-        return page_populated
-
-    app = Starlette(
-        routes=[*status.routes(get_runtime), *metrics.routes(get_runtime), *page.routes(get_runtime)]
-    )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, what="uvicorn to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(page_populated) as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,11 +10,8 @@ for a stored claude.ai login, so recorded here, not driven) is a WARNING on stat
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,41 +21,12 @@ from dispatchq.core.status import Status
 from dispatchq.serve.usage import usage_families
 from dispatchq.storage import usage as usage_store
 from dispatchq.testing.anthropic import Reply
-from tests.support.helpers import wait_for
-from tests.support.page import CHROMIUM_ARGS, chromium_or_skip, free_port
+from tests.support.page import CHROMIUM_ARGS, chromium_or_skip, serving
 from tests.support.real_client import RealHarness, refuse_a_missing_cli_under_ci
 
 refuse_a_missing_cli_under_ci()
 
 pytestmark = [pytest.mark.slow]
-
-
-@contextmanager
-def serving(runtime: Any) -> Iterator[str]:
-    """`/status`, `/metrics` and the page for `runtime`, served by uvicorn on 127.0.0.1."""
-    import uvicorn
-    from starlette.applications import Starlette
-
-    from dispatchq.serve import metrics, page, status
-
-    def get_runtime() -> Any:
-        return runtime
-
-    app = Starlette(
-        routes=[*status.routes(get_runtime), *metrics.routes(get_runtime), *page.routes(get_runtime)]
-    )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, what="uvicorn to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def fetch(url: str) -> bytes:
