@@ -336,6 +336,6 @@ class WindowStore:
 
     def subscribe_wake(self) -> PubSub:
         """A subscription to the wake channel (a marker came down or work arrived)."""
-        pubsub = cast("PubSub", self.redis.pubsub(ignore_subscribe_messages=True))
+        pubsub: PubSub = self.redis.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(keys.WAKE_CHANNEL)
         return pubsub
