@@ -28,15 +28,17 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from dispatchq.config.messages import problems_of
-from dispatchq.config.model import ConfigFile
+from dispatchq.config.model import ConfigFile, credentials_pool
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, Kinds
 from dispatchq.errors import ConfigError
+from dispatchq.pools.credentials import Pool
 
 __all__ = [
     "Config",
     "config_error",
     "config_source",
+    "kind_digest",
     "load_config",
     "parse_config",
     "read_document",
@@ -47,12 +49,21 @@ _log = logging.getLogger("dispatchq.config")
 _WARNED: set[str] = set()
 
 
+#: Keys of a kind that order its work and never change an answer: left out of its digest,
+#: so editing them re-judges nothing (`session.cost_estimate` inside the session block).
+_SCHEDULING_KEYS = ("priority",)
+_SESSION_SCHEDULING_KEYS = ("cost_estimate",)
+
+
 @dataclass(frozen=True)
 class Config:
     kinds: dict[str, Kind]
     triage: Any = None  # the rules engine's own config object, when a `triage` section exists
     path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
+    # The `credentials:` section as the pool (file paths absolute); None when the file has
+    # none, and the environment's one credential is the pool (`Pool.of_one`).
+    credentials: Pool | None = None
 
     def kind(self, name: str) -> Kind:
         try:
@@ -92,13 +103,23 @@ def parse_config(
     raw_kinds = data.get("kinds") or {}
     kinds = Kinds(
         {
-            str(name): section.kind(str(name), sha256_hex(canonical_json(raw_kinds[name])))
+            str(name): section.kind(str(name), kind_digest(raw_kinds[name]))
             for name, section in (document.kinds or {}).items()
         },
         builtin,
     )
     triage = document.triage.engine if document.triage is not None else None
-    return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir)
+    credentials = credentials_pool(document.credentials)
+    return Config(kinds=kinds, triage=triage, path=path, base_dir=base_dir, credentials=credentials)
+
+
+def kind_digest(raw: Mapping[str, Any]) -> str:
+    """The hash of a kind's definition as written, without the keys that only schedule it."""
+    kept = {k: v for k, v in raw.items() if k not in _SCHEDULING_KEYS}
+    session = kept.get("session")
+    if isinstance(session, dict):
+        kept["session"] = {k: v for k, v in session.items() if k not in _SESSION_SCHEDULING_KEYS}
+    return sha256_hex(canonical_json(kept))
 
 
 def _plain(value: Any) -> Any:

@@ -36,6 +36,18 @@ _TYPE_WORDS = {
 }
 
 
+#: Mistakes a field's `description` words better than pydantic does (it says what fits).
+_BOUNDS = (
+    "too_short",
+    "too_long",
+    "string_pattern_mismatch",
+    "string_too_short",
+    "greater_than",
+    "greater_than_equal",
+    "finite_number",
+)
+
+
 def _where(loc: tuple[str | int, ...]) -> str:
     out = ""
     for part in loc:
@@ -66,7 +78,7 @@ def _message(root: type[BaseModel], error: Mapping[str, Any], loc: tuple[str | i
         return "field required"
     _, field = field_at(root, loc)
     described = field is not None and field.description
-    if kind in _TYPE_WORDS or kind in ("too_short", "too_long", "string_pattern_mismatch"):
+    if kind in _TYPE_WORDS or kind in _BOUNDS:
         if described and field is not None:
             return f"must be {field.description} (got {value!r})"
         if kind in _TYPE_WORDS:

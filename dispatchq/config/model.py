@@ -14,6 +14,7 @@ names where its problem sits with `dispatchq.core.fields.problem(message, *at)`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -39,21 +40,28 @@ from dispatchq.core import tiers
 from dispatchq.core.answers import AnswerType
 from dispatchq.core.fields import Matching, NoulCriteria, first_non_json, problem
 from dispatchq.core.kinds import Kind, Question, SessionSpec
+from dispatchq.core.priority import DEFAULT_PRIORITY, Priority
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.launcher.environment import is_secret_name
+from dispatchq.pools.credentials import API_KEY_VAR, TOKEN_VAR, Credential, Pool, Serves, SpendCap
 from dispatchq.triage.schema import TriageSection, triage_problems
 
 __all__ = [
+    "FILE_KEYS",
     "ChoiceQuestion",
     "ConfigFile",
+    "CredentialSection",
     "KindSection",
     "NoulQuestion",
     "QuestionSection",
     "ScoreQuestion",
+    "ServesSection",
     "SessionSection",
+    "SpendCapSection",
     "TriageSection",
     "config_schema",
+    "credentials_pool",
 ]
 
 
@@ -127,7 +135,10 @@ def _known_placeholders(prompt: str) -> str:
 
 
 class SessionSection(_Section):
-    """`kinds.<name>.session`: how the session tier answers the kind."""
+    """`kinds.<name>.session`: how the session tier answers the kind.
+
+    `cost_estimate` schedules and never changes an answer, so the kind's digest leaves it out
+    (`dispatchq.config.load`)."""
 
     prompt: Annotated[str, AfterValidator(_known_placeholders)] = Field(
         pattern=r"\S", description="a text with {{ target }}-style placeholders"
@@ -139,6 +150,12 @@ class SessionSection(_Section):
         default_factory=list,
         description='a list of absolute paths, e.g. ["/opt/tool", "/srv/data:rw"]',
     )
+    cost_estimate: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="a number of USD above 0: what one session is expected to cost",
+    )
 
     def spec(self) -> SessionSpec:
         args, model = list(self.args), self.model
@@ -147,7 +164,7 @@ class SessionSection(_Section):
             model = args[index + 1] if index + 1 < len(args) else None
         elif model is not None and "--model" not in args:
             args = [*args, "--model", model]
-        return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind))
+        return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind), self.cost_estimate)
 
 
 class _Question(_Section):
@@ -205,7 +222,10 @@ QuestionSection = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field
 
 
 class KindSection(_Section):
-    """`kinds.<name>`: one kind of judgement and how each tier answers it."""
+    """`kinds.<name>`: one kind of judgement and how each tier answers it.
+
+    `priority` is the class its judgements get when their producer names none; it orders
+    work and never changes an answer, so the kind's digest leaves it out."""
 
     check: str | None = Field(default=None, description="'module:function'")
     produce: list[Argv] | None = Field(
@@ -228,6 +248,7 @@ class KindSection(_Section):
     env: list[Annotated[EnvName, AfterValidator(_secret_free)]] = Field(
         default_factory=list, description="a list of variable names or globs, e.g. [GOPATH, CARGO_*]"
     )
+    priority: Priority = DEFAULT_PRIORITY
 
     _check_fn: Callable[..., Any] | None = PrivateAttr(default=None)
 
@@ -302,7 +323,138 @@ class KindSection(_Section):
             session=self.session.spec() if self.session else None,
             env=tuple(self.env),
             digest=digest,
+            priority=self.priority,
         )
+
+
+# --------------------------------------------------------------------------- credentials
+
+_CREDENTIALNAME = Matching(
+    r"^[a-z0-9][a-z0-9_-]{0,39}$",
+    "a credential name (up to 40 lower-case letters, digits, '_' and '-', starting with a letter or digit)",
+)
+#: Never holds `/`: a credential's marker scopes are `<name>/<scope>` (`dispatchq.pools`).
+CredentialName = Annotated[str, _CREDENTIALNAME.validator, _CREDENTIALNAME.schema]
+#: The key that names a credential's file, by the variable its sessions see it under.
+FILE_KEYS: dict[str, str] = {TOKEN_VAR: "token_file", API_KEY_VAR: "api_key_file"}
+_FILE = "a file path (absolute, or relative to the config file's folder)"
+_USD = "a number of USD above 0"
+
+
+class SpendCapSection(_Section):
+    """`credentials.<name>.spend_cap`: USD the credential may spend per calendar day and/or month."""
+
+    day: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_USD)
+    month: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_USD)
+
+    @model_validator(mode="after")
+    def _some_cap(self) -> SpendCapSection:
+        if self.day is None and self.month is None:
+            raise problem("give day and/or month (USD)")
+        return self
+
+    def cap(self) -> SpendCap:
+        return SpendCap(day=self.day, month=self.month)
+
+
+class ServesSection(_Section):
+    """`credentials.<name>.serves`: who may use the credential, a priority floor and/or kinds."""
+
+    priority: Priority | None = None
+    kinds: list[KindName] | None = Field(
+        default=None, min_length=1, description="a non-empty list of kind names"
+    )
+
+    def serves(self) -> Serves:
+        return Serves(priority=self.priority, kinds=tuple(self.kinds) if self.kinds is not None else None)
+
+
+class CredentialSection(_Section):
+    """`credentials.<name>`: one credential a session may run under, and how it may be spent.
+
+    Exactly one file: `token_file` (a subscription's long-lived token, seen by its sessions as
+    `CLAUDE_CODE_OAUTH_TOKEN`) or `api_key_file` (an API key, seen as `ANTHROPIC_API_KEY`).
+    `billing` defaults by the file: an API key is billed per use, so it is `metered` unless
+    written otherwise, and a metered credential must name a `spend_cap`: no credential spends
+    money without a bound. A subscription takes no cap (its windows bound it; a cap that
+    stopped nothing would only mislead). `pacing` defaults to on for a subscription and off
+    for a metered credential. The file's path is kept as written, made absolute against the
+    config file's folder, never resolved through symlinks: a rotated secret mount that swaps
+    its link is read afresh.
+    """
+
+    token_file: str | None = Field(default=None, min_length=1, description=_FILE)
+    api_key_file: str | None = Field(default=None, min_length=1, description=_FILE)
+    backend: Literal["claude"] = "claude"
+    billing: Literal["subscription", "metered"] | None = None
+    spend_cap: SpendCapSection | None = None
+    serves: ServesSection | None = None
+    concurrency: int = Field(default=1, ge=1, description="a whole number of sessions at once, at least 1")
+    order: int = Field(default=0, description="a whole number, the lower preferred among equals")
+    pacing: bool | None = None
+    reserve_urgent: bool = False
+
+    _path: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _one_file_and_a_bound(self, info: ValidationInfo) -> CredentialSection:
+        if (self.token_file is None) == (self.api_key_file is None):
+            raise problem(
+                "give exactly one of token_file (a subscription's token) or api_key_file (an API key)"
+            )
+        if self.billed == "metered" and self.spend_cap is None:
+            raise problem("a metered credential needs spend_cap (USD per day and/or month)")
+        if self.billed == "subscription" and self.spend_cap is not None:
+            raise problem(
+                "spend_cap bounds a metered credential (billing: metered); a subscription's windows bound it"
+            )
+        base = Path((info.context or {}).get("base_dir", "."))
+        self._path = os.path.normpath(base / self.written)
+        return self
+
+    @property
+    def written(self) -> str:
+        """The file as the operator wrote it."""
+        return self.token_file if self.token_file is not None else str(self.api_key_file)
+
+    @property
+    def file_key(self) -> str:
+        return "token_file" if self.token_file is not None else "api_key_file"
+
+    @property
+    def path(self) -> str:
+        """The file, absolute (relative paths are the config file's folder's)."""
+        return self._path
+
+    @property
+    def billed(self) -> Literal["subscription", "metered"]:
+        if self.billing is not None:
+            return self.billing
+        return "subscription" if self.token_file is not None else "metered"
+
+    def credential(self, name: str) -> Credential:
+        """The pool's `Credential` named `name`."""
+        billing = self.billed
+        return Credential(
+            name=name,
+            variable=TOKEN_VAR if self.token_file is not None else API_KEY_VAR,
+            file=self.path,
+            backend=self.backend,
+            billing=billing,
+            concurrency=self.concurrency,
+            order=self.order,
+            spend_cap=self.spend_cap.cap() if self.spend_cap is not None else None,
+            serves=self.serves.serves() if self.serves is not None else Serves(),
+            pacing=self.pacing if self.pacing is not None else billing == "subscription",
+            reserve_urgent=self.reserve_urgent,
+        )
+
+
+def credentials_pool(sections: Mapping[str, CredentialSection] | None) -> Pool | None:
+    """The pool the section describes, in the order written (None: no section)."""
+    if not sections:
+        return None
+    return Pool(tuple(section.credential(str(name)) for name, section in sections.items()))
 
 
 # ---------------------------------------------------------------------------------- file
@@ -313,6 +465,9 @@ class ConfigFile(_Section):
 
     kinds: dict[KindName, KindSection] | None = Field(
         default=None, description="a mapping of kind name to definition"
+    )
+    credentials: dict[CredentialName, CredentialSection] | None = Field(
+        default=None, min_length=1, description="a mapping of credential name to credential"
     )
     triage: TriageSection | None = None
 
@@ -368,6 +523,45 @@ class ConfigFile(_Section):
                     str(name),
                 )
         return value
+
+    @field_validator("credentials")
+    @classmethod
+    def _credentials_fit_the_file(
+        cls, credentials: dict[str, CredentialSection] | None, info: ValidationInfo
+    ) -> Any:
+        """One file is one credential's (compared through symlinks), and `serves.kinds`
+        names kinds that exist: the file's and the built-in ones. When the kinds themselves
+        are wrong, their lines come first and the names are checked once they load."""
+        errors: list[InitErrorDetails] = []
+        owner: dict[str, str] = {}
+        for name, section in (credentials or {}).items():
+            real = os.path.realpath(section.path)
+            if real in owner:
+                message = f"{section.file_key} {section.path} is credential {owner[real]}'s file too"
+                errors.append(
+                    InitErrorDetails(
+                        type=problem(f"{message} (one file, one credential)"), loc=(name,), input=name
+                    )
+                )
+            owner.setdefault(real, name)
+        if "kinds" in info.data:
+            declared = sorted(info.data["kinds"] or {})
+            known = set(declared) | set((info.context or {}).get("builtin") or {})
+            for name, section in (credentials or {}).items():
+                for index, kind in enumerate(section.serves.kinds or () if section.serves else ()):
+                    if kind not in known:
+                        errors.append(
+                            InitErrorDetails(
+                                type=problem(
+                                    f"{kind!r} names no kind (kinds: {', '.join(declared) or 'none'})"
+                                ),
+                                loc=(name, "serves", "kinds", index),
+                                input=kind,
+                            )
+                        )
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return credentials
 
 
 def config_schema() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatchq.core.answers import wire_question
+from dispatchq.core.priority import DEFAULT_PRIORITY
 
 __all__ = ["Kind", "Kinds", "Question", "SessionSpec"]
 
@@ -40,6 +41,10 @@ class SessionSpec:
     # Extra paths the kind's confined session sees, as written: `/opt/tool` (read-only),
     # `/opt/tool:ro` or `/srv/data:rw`. The sandbox mounts them; `dispatchq.config` checks them.
     bind: tuple[str, ...] = ()
+    # What one session of this kind is expected to cost (USD): what admission reserves
+    # against a metered credential's cap before the run reports its real cost. None: the
+    # running mean of the kind's recent sessions.
+    cost_estimate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class Kind:
     # toolchain-neutral base (`dispatchq.launcher.environment.CHILD_BASE`), e.g. GOPATH.
     env: tuple[str, ...] = ()
     digest: str = ""
+    # The class a judgement of this kind gets when its producer names none
+    # (`dispatchq.core.priority`): urgent, normal or background.
+    priority: str = DEFAULT_PRIORITY
 
     @property
     def has_code(self) -> bool:

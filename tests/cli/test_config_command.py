@@ -45,7 +45,8 @@ BROKEN = {
           pr-risk:
             session: {prompt: "Judge {{ target }}", promt: typo}
         """,
-        "kinds.pr-risk.session.promt: unknown key (allowed: args, bind, format, model, prompt)",
+        "kinds.pr-risk.session.promt: unknown key "
+        "(allowed: args, bind, cost_estimate, format, model, prompt)",
     ),
     "wrong type": (
         """
@@ -93,6 +94,15 @@ BROKEN = {
         """,
         "kinds.pr-risk: declares no tier (give a check, produce/verify, questions or a session)",
     ),
+    "a metered credential without a cap": (
+        """
+        credentials:
+          api-overflow:
+            api_key_file: /etc/dispatchq/anthropic
+            billing: metered
+        """,
+        "credentials.api-overflow: a metered credential needs spend_cap (USD per day and/or month)",
+    ),
 }
 
 
@@ -122,12 +132,18 @@ def test_several_mistakes_are_one_line_each_and_json_lists_them(tmp_path: Path) 
         f"{path}: kinds.a.effect: must be local or external (got 'global')",
         f"{path}: kinds.b.session.prompt: unknown placeholder {{{{ owner }}}} "
         "(known: context, item, state, target)",
-        f"{path}: colours: unknown top-level key (allowed: kinds, triage)",
+        f"{path}: colours: unknown top-level key (allowed: credentials, kinds, triage)",
     ]
     assert (done.returncode, done.stderr.splitlines()) == (2, expected), done.stderr
     as_json = run_cli(["config", "check", "--json"], env)
     assert as_json.returncode == 2
-    assert json.loads(as_json.stdout) == {"file": str(path), "ok": False, "problems": expected, "kinds": []}
+    assert json.loads(as_json.stdout) == {
+        "file": str(path),
+        "ok": False,
+        "problems": expected,
+        "kinds": [],
+        "credentials": [],
+    }
     assert "Traceback" not in done.stderr + as_json.stderr
 
 
@@ -213,3 +229,57 @@ def test_the_schema_accepts_the_shipped_examples_and_the_init_starter(tmp_path: 
 def test_the_schema_refuses_a_broken_file(document: dict[str, Any]) -> None:
     validator = _validator()
     assert list(validator.iter_errors(document)), document
+
+
+#: Two credentials, their files beside the config file (relative paths are its folder's).
+POOL = """
+kinds:
+  pr-risk:
+    session: {prompt: "Judge {{ target }}", cost_estimate: 0.5}
+    priority: urgent
+credentials:
+  team-max:
+    token_file: team-max.token
+    concurrency: 2
+  api-overflow:
+    api_key_file: anthropic.key
+    billing: metered
+    spend_cap: {day: 20.0, month: 300.0}
+    serves: {priority: urgent, kinds: [pr-risk]}
+"""
+
+
+def test_a_good_file_with_credentials_is_ok_and_lists_them(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "pool.yaml", POOL)
+    (tmp_path / "team-max.token").write_text("sk-ant-oat01-not-a-real-token\n")
+    (tmp_path / "anthropic.key").write_text("sk-ant-api03-not-a-real-key\n")
+    env = _offline_env(tmp_path)
+    done = run_cli(["config", "check", str(path)], env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{path}: OK (1 kind, 2 credentials)\n", "")
+    as_json = run_cli(["config", "check", "--json", str(path)], env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["credentials"] == ["team-max", "api-overflow"]
+    assert "not-a-real" not in done.stdout + as_json.stdout
+
+
+def test_a_missing_or_empty_credential_file_is_one_line_naming_credential_and_path(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "pool.yaml", POOL)
+    (tmp_path / "anthropic.key").write_text("\n")
+    env = _offline_env(tmp_path)
+    done = run_cli(["config", "check", str(path)], env)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.splitlines() == [
+        f"{path}: credentials.team-max: token_file {tmp_path / 'team-max.token'} does not exist",
+        f"{path}: credentials.api-overflow: api_key_file {tmp_path / 'anthropic.key'} is empty",
+    ]
+    assert done.stdout == ""
+    as_json = run_cli(["config", "check", "--json", str(path)], env)
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout)["problems"] == done.stderr.splitlines()
+    away = run_cli(["config", "check", "--no-files", str(path)], env)
+    assert (away.returncode, away.stdout) == (0, f"{path}: OK (1 kind, 2 credentials)\n"), away.stderr
+
+
+def test_the_schema_accepts_a_pool_file(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "pool.yaml", POOL)
+    assert [e.message for e in _validator().iter_errors(read_document(path))] == []

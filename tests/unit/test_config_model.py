@@ -46,7 +46,7 @@ def test_several_mistakes_are_reported_together_one_line_each() -> None:
         "kinds.b.session.args: must be a list of strings (got '--x')",
         "kinds.b.session.format: must be text or json (got 'yaml')",
         "kinds.c.verify: produce and verify go together (the verifier judges what was produced)",
-        "extra: unknown top-level key (allowed: kinds, triage)",
+        "extra: unknown top-level key (allowed: credentials, kinds, triage)",
     ]
 
 
@@ -54,7 +54,7 @@ def test_an_unknown_key_names_the_keys_allowed_there() -> None:
     (line,) = problems({"kinds": {"k": {"session": SESSION, "escalte": "session"}}})
     assert line == (
         "kinds.k.escalte: unknown key (allowed: answer, check, effect, env, escalate, gateOn, "
-        "order, produce, questions, session, verify)"
+        "order, priority, produce, questions, session, verify)"
     )
     (deep,) = problems(
         {"kinds": {"k": {"questions": {"q": {"type": "noul", "instructions": "?", "why": 1}}, "answer": "q"}}}
@@ -150,7 +150,7 @@ def test_every_section_of_the_schema_refuses_unknown_keys() -> None:
     assert schema["$defs"]
     for name, section in schema["$defs"].items():
         assert section.get("additionalProperties") is False, name
-    assert set(schema["properties"]) == set(ConfigFile.model_fields) == {"kinds", "triage"}
+    assert set(schema["properties"]) == set(ConfigFile.model_fields) == {"credentials", "kinds", "triage"}
 
 
 def test_the_schema_s_key_names_are_the_file_s() -> None:
