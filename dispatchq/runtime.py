@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dispatchq.errors import UserError
+from dispatchq.pools.credentials import Pool
 from dispatchq.settings import Settings
 from dispatchq.storage.connection import RedisClient
 from dispatchq.storage.gateway import Storage
@@ -118,7 +120,21 @@ class Runtime:
             self.settings,
             kinds=lambda: self.config.kinds,
             reschedule=lambda scope: self._queue_parts("the window's retrigger").reschedule(self, scope),
+            pool=self.pool,
         )
+
+    def pool(self) -> Pool:
+        """The credentials sessions may use: the file's `credentials:`, else the environment's one.
+
+        A process with no readable config (an operator's shell) sees the environment's one,
+        named `default`, as every store written before pools does.
+        """
+        settings = self.settings
+        try:
+            configured = getattr(self.config, "credentials", None)
+        except UserError:
+            configured = None
+        return configured or Pool.of_one(settings.session_credential_var, settings.session_concurrency)
 
     @cached_property
     def dispatcher(self) -> Dispatching:

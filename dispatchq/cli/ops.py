@@ -394,20 +394,29 @@ def window() -> None:
 @click.option(
     "--force", is_flag=True, help="Replace a marker that lifts later (shorten a reservation or a limit)."
 )
-def window_close(until: str, reason: str, force: bool) -> None:
+@click.option(
+    "--credential",
+    "credential",
+    default=None,
+    help="Close this credential's window only (see `dispatchq credentials`; default: `default`).",
+)
+def window_close(until: str, reason: str, force: bool, credential: str | None) -> None:
     """Close the window: no session starts until then (audited in status).
 
     A marker already up that lifts later (a longer reservation, or a usage limit a session
-    saw) is kept unless --force: a second close must not silently shorten the first.
+    saw) is kept unless --force: a second close must not silently shorten the first. With
+    several credentials, --credential names whose window (the others keep answering).
     """
+    from dispatchq.pools.credentials import qualify
     from dispatchq.window.limits import GENERAL_SCOPE
 
     rt = runtime(config=False)
+    name = _credential_named(rt, credential)
     when = parse_until(until, rt.settings.timezone)
     if when <= datetime.now(UTC):
         raise UserError(f"--until: {when.isoformat()} is in the past")
     face = rt.window
-    current = face.get(GENERAL_SCOPE)
+    current = face.get(qualify(name, GENERAL_SCOPE))
     if current is not None and current.lifts_at > when.timestamp() and not force:
         longer = datetime.fromtimestamp(current.lifts_at, UTC)
         raise UserError(
@@ -417,9 +426,27 @@ def window_close(until: str, reason: str, force: bool) -> None:
     # Several writes (old marker replaced, audit, retrigger, waiting judgements marked):
     # under `maxmemory` refuse before the first, or the old marker would go and no new one come.
     rt.storage.server.require_room()
-    m = face.close(when, reason=reason or "closed by an operator")
+    m = face.close(when, reason=reason or "closed by an operator", credential=name)
     lifts = datetime.fromtimestamp(m.lifts_at, UTC)
-    click.echo(f"usage window closed until {_both_times(lifts, rt.settings.timezone)}")
+    whose = "" if credential is None else f" of {name}"
+    click.echo(f"usage window{whose} closed until {_both_times(lifts, rt.settings.timezone)}")
+
+
+def _credential_named(rt: Any, credential: str | None) -> str:
+    """The credential an operator named (`default` when none), refused unless it is in the pool."""
+    from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
+
+    pool = rt.pool()
+    name = credential or DEFAULT_CREDENTIAL
+    if credential is None and pool.single:
+        return pool.names[0]
+    if credential is None and name not in pool.names:
+        raise UserError(
+            f"--credential: the pool has several credentials; name one of {', '.join(pool.names)}"
+        )
+    if name not in pool.names:
+        raise UserError(f"--credential: no credential named {name!r} (the pool: {', '.join(pool.names)})")
+    return name
 
 
 def _both_times(at: datetime, zone: str) -> str:
@@ -440,7 +467,13 @@ def _both_times(at: datetime, zone: str) -> str:
     default=None,
     help="Clear this host's block after a host-wide failure instead (no NAME: DISPATCHQ_HOST).",
 )
-def window_open(host: str | None) -> None:
+@click.option(
+    "--credential",
+    "credential",
+    default=None,
+    help="Open this credential's window only, and clear its block (a refused credential, once fixed).",
+)
+def window_open(host: str | None, credential: str | None) -> None:
     """Open the window now: markers removed, waiting sessions released (audited)."""
 
     rt = runtime(config=False)
@@ -452,5 +485,6 @@ def window_open(host: str | None) -> None:
         cleared = unblock_host(rt.window, name)
         click.echo(f"host {name}: sessions unblocked" if cleared else f"host {name} was not blocked")
         return
-    opened = rt.window.open()
+    whose = _credential_named(rt, credential) if credential is not None else None
+    opened = rt.window.open(credential=whose)
     click.echo(f"opened: {', '.join(opened)}" if opened else "the window was already open")

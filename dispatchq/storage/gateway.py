@@ -23,6 +23,7 @@ from dispatchq.storage import histograms, history, rqstate
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import require_room
+from dispatchq.storage.pools import PoolStore
 from dispatchq.storage.sentinel import await_replica
 from dispatchq.storage.serve import ServeStorage
 from dispatchq.storage.store import Store
@@ -163,6 +164,11 @@ class Storage:
         return UsageStore(self.redis)
 
     @cached_property
+    def pool(self) -> PoolStore:
+        """The credentials' slots, spend reservations and settlements, and blocks."""
+        return PoolStore(self.redis)
+
+    @cached_property
     def typed(self) -> TypedStorage:
         """The typed tier's answer cache, per-state sets and request counts."""
         return TypedStorage(self.redis)
@@ -208,6 +214,7 @@ AREAS: tuple[str, ...] = (
     "records",
     "window",
     "usage",
+    "pool",
     "typed",
     "triage",
     "serve",

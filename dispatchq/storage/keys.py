@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ALL_IDS",
     "CONTROL_QUEUE",
+    "CREDENTIAL_BLOCKED",
     "JOBS_UPGRADED",
     "MARKER_AUDIT",
     "MARKER_SCOPES",
@@ -54,6 +55,10 @@ __all__ = [
     "retrigger_request",
     "session_host_probe",
     "session_line",
+    "session_slots",
+    "spend",
+    "spend_recent",
+    "spend_reservation",
     "status_index",
     "triage_budget_log",
     "triage_decision",
@@ -128,7 +133,30 @@ def session_line(host: str | None = None) -> str:
     return f"{PREFIX}:session:line@{host}" if host else f"{PREFIX}:session:line"
 
 
-SESSION_SLOTS = f"{PREFIX}:session:slots"  # sorted set: slot holder -> lease expiry
+SESSION_SLOTS = f"{PREFIX}:session:slots"  # sorted set: slot holder -> lease expiry (`default`'s)
+
+
+def session_slots(credential: str) -> str:
+    """Sorted set: one credential's slot holders -> lease expiry (`default` keeps the old key)."""
+    return SESSION_SLOTS if credential == "default" else f"{SESSION_SLOTS}:{credential}"
+
+
+def spend(credential: str, period: str) -> str:
+    """Float: USD one credential spent (and holds reserved) in a day `2026-12-05` or month `2026-12`."""
+    return f"{PREFIX}:spend:{credential}:{period}"
+
+
+def spend_recent(credential: str) -> str:
+    """List: the costs of one credential's last sessions, newest first (its running mean)."""
+    return f"{PREFIX}:spend:{credential}:recent"
+
+
+def spend_reservation(slot: str) -> str:
+    """String with a TTL: what one admitted session reserved (credential, estimate, periods)."""
+    return f"{PREFIX}:spend:reservation:{slot}"
+
+
+CREDENTIAL_BLOCKED = f"{PREFIX}:session:credential-blocked"  # hash: credential -> why it is refused
 SESSION_BLOCKED = f"{PREFIX}:session:blocked"  # hash: host -> why sessions cannot start there
 SESSION_RUNNING = f"{PREFIX}:session:running"  # hash: judgement id -> json (pid, host, session id)
 WAKE_CHANNEL = f"{PREFIX}:wake"  # pub/sub: a marker came down or work arrived

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
 from dispatchq.storage.histograms import observe_session
+from dispatchq.storage.pools import PoolStore
 from dispatchq.storage.scripts import CLEAR_RUNNING
 from dispatchq.storage.usage import UsageStore
 
@@ -89,6 +90,8 @@ class WindowStore:
         self._clear_running = client.register_script(CLEAR_RUNNING)
         #: The window's usage as sessions report it (`storage.usage`), on the same client.
         self.usage = UsageStore(client)
+        #: The credentials' slots, spend and blocks (`storage.pools`), on the same client.
+        self.pool = PoolStore(client)
 
     def on(self, records: Store) -> WindowStore:
         """The same operations on `records`' client (a holder's bounded one), or this store."""
@@ -178,15 +181,17 @@ class WindowStore:
     def renew_probe(self, scope: str, lease: float) -> None:
         self.redis.expire(keys.probe(scope), int(lease))
 
-    def acquire_slot(self, holder: str, lease: float, limit: int) -> bool:
-        """Take (or renew) one of `limit` session slots shared by every machine."""
+    def acquire_slot(self, holder: str, lease: float, limit: int, credential: str = "default") -> bool:
+        """Take (or renew) one of a credential's `limit` session slots, shared by every machine."""
         now = time.time()
         return bool(
-            self._slot(keys=[keys.SESSION_SLOTS], args=[repr(now), repr(now + lease), holder, str(limit)])
+            self._slot(
+                keys=[keys.session_slots(credential)], args=[repr(now), repr(now + lease), holder, str(limit)]
+            )
         )
 
-    def release_slot(self, holder: str) -> None:
-        self.redis.zrem(keys.SESSION_SLOTS, holder)
+    def release_slot(self, holder: str, credential: str = "default") -> None:
+        self.redis.zrem(keys.session_slots(credential), holder)
 
     # --- audit --------------------------------------------------------------------------
     def append_audit(self, entry: Mapping[str, Any], keep: int) -> None:

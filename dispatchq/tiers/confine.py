@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind
 
 if TYPE_CHECKING:
     from dispatchq.core.kinds import Kind
+    from dispatchq.pools.credentials import Credential
     from dispatchq.settings import Settings
 
 __all__ = [
@@ -43,6 +44,8 @@ __all__ = [
     "credential_problem",
     "forget",
     "judgement_dir",
+    "pool_credential_problem",
+    "read_pool_credential",
     "sandbox_refusal",
     "secret_paths",
     "spawn_refusal",
@@ -102,15 +105,18 @@ def sweep(settings: Settings, statuses: Callable[[list[str]], list[str | None]])
     return gone
 
 
-def secret_paths(settings: Settings, environ: Mapping[str, str]) -> tuple[str, ...]:
+def secret_paths(
+    settings: Settings, environ: Mapping[str, str], credential_files: Sequence[str] = ()
+) -> tuple[str, ...]:
     """What must stay hidden even where it lies under a folder a session sees.
 
     The data dir (the store's socket, its password, the append-only file), every file a
     `*_FILE` variable names (the TypeSafe key, the GitHub token, the session credential's own
-    file: the credential reaches the session as a value, never as a readable file) and
-    `/etc/dispatchq`.
+    file: the credential reaches the session as a value, never as a readable file), every
+    pool credential's file (`credential_files`: the chosen one's too) and `/etc/dispatchq`.
     """
     found = [str(settings.data_dir.expanduser().resolve()), "/etc/dispatchq"]
+    found += [os.path.realpath(path) for path in credential_files]
     for name, value in environ.items():
         if name.upper().endswith("_FILE") and value.startswith("/"):
             found.append(os.path.realpath(value))
@@ -143,9 +149,46 @@ def credential_or_empty(settings: Settings, environ: Mapping[str, str]) -> str:
         return ""
 
 
-def spawn_refusal(settings: Settings, environ: Mapping[str, str]) -> str | None:
-    """Why no session may be spawned on this host right now (credential, then sandbox), or None."""
-    return credential_problem(settings, environ) or sandbox_refusal(settings, environ)
+def spawn_refusal(
+    settings: Settings, environ: Mapping[str, str], credential: Credential | None = None
+) -> str | None:
+    """Why no session may be spawned on this host right now (credential, then sandbox), or None.
+
+    `credential`: a pool credential read from its file (None or the environment's `default`:
+    the variable, as always)."""
+    if credential is not None and credential.file is not None:
+        problem = pool_credential_problem(credential)
+    else:
+        problem = credential_problem(settings, environ)
+    return problem or sandbox_refusal(settings, environ)
+
+
+def read_pool_credential(credential: Credential) -> str:
+    """A pool credential's secret from its file, stripped; `SettingsError` naming it when unreadable."""
+    assert credential.file is not None
+    try:
+        content = Path(credential.file).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise SettingsError(
+            f"credential {credential.name}: file {credential.file!r} does not exist"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise SettingsError(
+            f"credential {credential.name}: cannot read {credential.file!r} ({reason})"
+        ) from None
+    if not content:
+        raise SettingsError(f"credential {credential.name}: file {credential.file!r} is empty")
+    return content
+
+
+def pool_credential_problem(credential: Credential) -> str | None:
+    """Why a pool credential cannot be read now (one line naming it), or None."""
+    try:
+        read_pool_credential(credential)
+    except SettingsError as error:
+        return str(error)
+    return None
 
 
 def sandbox_refusal(settings: Settings, environ: Mapping[str, str]) -> str | None:
@@ -178,6 +221,7 @@ def confinement(
     env: Mapping[str, str],
     workdir: Path,
     config: Path,
+    credential_files: Sequence[str] = (),
 ) -> Confinement:
     """The sandbox for a spawn in `workdir` with `env` (the session's own environment)."""
     try:
@@ -192,6 +236,6 @@ def confinement(
         workdir=workdir,
         config_dir=config,
         binds=_binds(settings, kind),
-        hide=secret_paths(settings, environ),
+        hide=secret_paths(settings, environ, credential_files),
     )
     return Confinement(plan, egress)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.judgement import TrailEntry
+from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.storage.connection import process_alive
 from dispatchq.storage.outage import is_outage
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
@@ -191,9 +192,7 @@ class Holding:
     def renew_once(self) -> None:
         """One round: the slot (for as long as the lease), the probes, the claim's lease."""
         sent = time.monotonic()
-        self.window.store.acquire_slot(
-            self.slot, max(SLOT_LEASE, self.lease), self.window.settings.session_concurrency
-        )
+        self.window.renew_slot(self.slot, max(SLOT_LEASE, self.lease))
         for scope in self.probes:
             self.window.store.renew_probe(scope, self.window.probe_lease)
         if self.claim is not None and not self.window.records.renew_claim(self.jid, self.claim, self.lease):
@@ -569,6 +568,7 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
         limit_signals(body.get("model"), outcome),
         session=outcome.session_id,
         asked_at=started if isinstance(started, float) else None,
+        credential=str(body.get("credential") or DEFAULT_CREDENTIAL),  # a spool from before pools: default
     )
     record = window.records.get(entry.jid)
     if record is None or record.status != "running":

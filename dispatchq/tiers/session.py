@@ -24,11 +24,7 @@ signal, or refused at spawn, goes back to the front too, and costs nothing.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -44,16 +40,25 @@ from dispatchq.core.status import RunningSession
 from dispatchq.launcher.environment import read_secret, session_argv, session_environment
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
+from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
-from dispatchq.storage.store import Store
+from dispatchq.tiers.blocks import (
+    block_credential,
+    block_host,
+    held,
+    host_fingerprint,
+    lines_for,
+    recheck_blocked,
+    unblock_host,
+)
 from dispatchq.tiers.confine import (
     Confinement,
     config_dir,
     confinement,
-    credential_or_empty,
     forget,
+    read_pool_credential,
     spawn_refusal,
     work_dir,
 )
@@ -76,11 +81,20 @@ from dispatchq.tiers.lease import (
 )
 from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
-from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, read_outcome, reserve_signals, window_state
+from dispatchq.window.limits import (
+    GENERAL_SCOPE,
+    SessionOutcome,
+    is_credential_refused,
+    read_outcome,
+    reserve_signals,
+    window_state,
+)
+from dispatchq.window.pooling import slot_credential
 
 if TYPE_CHECKING:
     from dispatchq.core.judgement import Record
     from dispatchq.core.kinds import Kind
+    from dispatchq.pools.credentials import Credential
     from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
     from dispatchq.storage.spool import SpoolKind
@@ -133,11 +147,6 @@ _SHUTDOWN_CODES = frozenset(int(s) for s in _SHUTDOWN_SIGNALS)  # -N: killed by 
 _SHUTDOWN_EXITS = frozenset(128 + int(s) for s in _SHUTDOWN_SIGNALS)  # the supervisor's 128+N
 
 
-def lines_for(host: str) -> list[str]:
-    """The lines this host serves: its own (judgements bound to its checkouts), then the shared one."""
-    return [Store.line_of(host), Store.line_of()]
-
-
 def model_of(kinds: Mapping[str, Kind], kind_name: str) -> str | None:
     """The model a kind's session names (None: the account default)."""
     kind = kinds.get(kind_name)
@@ -161,70 +170,9 @@ def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission |
     return window.admit(holder, entries, model)
 
 
-def held(window: Window, host: str) -> list[Record]:
-    """Every judgement waiting in this host's lines."""
-    ids: list[str] = []
-    for line in lines_for(host):
-        ids += window.records.line_ids(line)
-    return [r for r in window.records.get_many(ids) if r is not None]
-
-
 def hold_paused(window: Window, host: str, model: ModelOf) -> None:
     """Every queued session judgement a closed marker holds back shows `waiting`, with why."""
     window.hold_paused(lambda: held(window, host), model)
-
-
-def host_fingerprint(settings: Settings, environ: Mapping[str, str]) -> str:
-    """What a host block was set under: the command, where it resolves, the credential (hashed).
-
-    A block clears by itself when any of these changes: the executable got installed, the
-    session command was changed, a new token (or token file) was put in place. Only a digest
-    is stored; the credential itself never leaves this process.
-    """
-    argv = build_argv(settings.session_command)
-    resolved = shutil.which(argv[0], path=environ.get("PATH")) or ""
-    var = settings.session_credential_var
-    secret = credential_or_empty(settings, environ)  # a deleted *_FILE still fingerprints
-    file_name = environ.get(f"{var}_FILE") or ""
-    stamp = ""
-    if file_name:
-        with contextlib.suppress(OSError):
-            stamp = repr(os.stat(file_name).st_mtime_ns)
-    parts = [
-        settings.session_command,
-        resolved,
-        settings.session_sandbox,
-        shutil.which("bwrap", path=environ.get("PATH")) or "",
-        var,
-        hashlib.sha256(secret.encode()).hexdigest(),
-        file_name,
-        stamp,
-    ]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-
-
-def unblock_host(window: Window, host: str) -> bool:
-    """Clear a host's block and release the judgements it held; True if it was blocked."""
-    was = window.store.unblock(host)
-    for record in held(window, host):
-        if record.status == "waiting" and not (record.reason or "").startswith("usage window"):
-            window.records.transition(record.id, "queued", expect=["waiting"], delete=["reason"])
-    return was
-
-
-def recheck_blocked(window: Window, settings: Settings, environ: Mapping[str, str]) -> None:
-    """A blocked host's setting may have changed since (executable installed, new credential)."""
-    host = settings.host
-    if not window.store.blocked_reason(host):
-        return
-    stored = window.store.blocked_fingerprint(host)
-    if stored:
-        if stored != host_fingerprint(settings, environ):
-            unblock_host(window, host)
-        return
-    argv = build_argv(settings.session_command)  # a block set before fingerprints were kept
-    if shutil.which(argv[0], path=environ.get("PATH")):
-        unblock_host(window, host)
 
 
 def take_back(window: Window, jid: str, slot: str | None, probes: list[str]) -> Record | None:
@@ -298,6 +246,7 @@ def run_claimed(
     record = shared.records.get(jid)
     if record is None or record.status != "running" or (claim and getattr(record, "claim", None) != claim):
         shared.release(slot, probes)
+        shared.settle(slot, None, ran=False)
         shared.store.clear_running(jid, claim)
         return "not running any more"
     holding = Holding(shared, jid, slot, probes, claim, bound=host_bound(record))
@@ -315,7 +264,14 @@ def run_claimed(
             )
             return "failed"
         kind_hooks = (hooks or {}).get(record.kind, NO_HOOKS)
-        return _run(runtime, holding, record, kind, kind_hooks, parent_environment())
+        name = slot_credential(slot)
+        credential = window.credential(name)
+        if credential is None:  # the pool was edited since admission: ask again, uncharged
+            why = f"credential {name} is no longer in the pool"
+            window.settle(slot, None, ran=False)
+            requeue_front(window, record, why, claim=holding.token)
+            return "credential gone"
+        return _run(runtime, holding, record, kind, kind_hooks, parent_environment(), credential)
     finally:
         holding.close()
 
@@ -334,6 +290,7 @@ class _Attempt:
     kind: Kind
     hooks: SessionHooks
     environ: Mapping[str, str]
+    credential: Credential
 
     @property
     def window(self) -> Window:
@@ -352,6 +309,24 @@ class _Attempt:
     @property
     def settings(self) -> Settings:
         return self.window.settings
+
+    @property
+    def slot(self) -> str:
+        return self.holding.slot
+
+    @property
+    def credential_files(self) -> list[str]:
+        """Every pool credential's file: none of them is readable inside the sandbox."""
+        return [c.file for c in self.window.pool() if c.file is not None]
+
+    def settle(self, cost: float | None, *, ran: bool = True) -> None:
+        """Charge the session (`tiers.session` calls it once per outcome; a second settle moves
+        nothing); never out of the run because the store blinked (the estimate then stays)."""
+        try:
+            self.window.settle(self.slot, cost, ran=ran)
+        except Exception as error:
+            if not is_outage(error):
+                raise
 
     @property
     def resume(self) -> str | None:
@@ -445,16 +420,19 @@ def _run(
     kind: Kind,
     hooks: SessionHooks,
     environ: Mapping[str, str],
+    credential: Credential,
 ) -> str:
     """Spawn one admitted judgement's session and account for what it did; returns the job's result."""
     assert kind.session is not None
-    attempt = _Attempt(runtime, holding, record, kind, hooks, environ)
+    attempt = _Attempt(runtime, holding, record, kind, hooks, environ, credential)
     window = attempt.window
     refused = _refused_before_spawn(attempt)
     if refused is not None:
+        attempt.settle(None, ran=False)
         return refused
-    unconfinable = spawn_refusal(attempt.settings, environ)  # credential unreadable, or no sandbox
+    unconfinable = spawn_refusal(attempt.settings, environ, credential)  # credential unreadable, no sandbox
     if unconfinable is not None:
+        attempt.settle(None, ran=False)
         block_host(
             window, record, unconfinable, host_fingerprint(attempt.settings, environ), claim=attempt.claim
         )
@@ -497,7 +475,7 @@ def _refused_before_spawn(attempt: _Attempt) -> str | None:
     """
     assert attempt.kind.session is not None
     window, record = attempt.window, attempt.record
-    closed = window.closed_for(attempt.kind.session.model)
+    closed = window.closed_for(attempt.kind.session.model, attempt.credential.name)
     if closed:
         requeue_front(
             window,
@@ -524,14 +502,20 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     argv = session_argv(
         build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
     )
-    credential = read_secret(settings.session_credential_var, environ)
+    chosen = attempt.credential
+    credential: str | None
+    if chosen.file is not None:
+        variable, credential = chosen.variable, read_pool_credential(chosen)
+    else:
+        variable = settings.session_credential_var
+        credential = read_secret(variable, environ)
     confined = settings.session_sandbox == "on"
     scrub = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     env = session_environment(
         environ,
         deny=settings.session_deny_env,
         allow=settings.session_allow_env,
-        credential_var=settings.session_credential_var,
+        credential_var=variable,
         credential_value=credential,
         scrub_subprocesses=scrub.enabled,
     )
@@ -552,7 +536,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         prompt=prompt,
         cwd=cwd,
         env=env,
-        confined=confinement(settings, attempt.kind, environ, env, cwd, config),
+        confined=confinement(settings, attempt.kind, environ, env, cwd, config, attempt.credential_files),
     )
 
 
@@ -562,6 +546,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     if result.missing_executable:
         fingerprint = host_fingerprint(settings, attempt.environ)
         block_host(window, record, result.missing_executable, fingerprint, claim=attempt.claim)
+        attempt.settle(None, ran=False)
         # Undo what before_spawn prepared.
         attempt.hooks.not_spawned(attempt.runtime, record, result.missing_executable)
         return "missing executable"
@@ -569,6 +554,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     window.store.observe_session(time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
     if ended_by_shutdown(result):
+        attempt.settle(None)  # what it cost is unknown: its estimate stays charged
         return _settle_shutdown(attempt, result)
     outcome = read_outcome(
         result.stdout,
@@ -578,7 +564,11 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         returncode=result.returncode,
         stderr=result.stderr,
     )
-    window.report_usage(outcome)  # each window's use and the login's end, for status and the page
+    # Charged whatever the outcome (cut off, throttled, retried): what the session reported, else
+    # the estimate reserved at admission stays.
+    attempt.settle(outcome.total_cost_usd)
+    # Each of its credential's windows' use and the login's end, for status and the page.
+    window.report_usage(outcome, attempt.credential.name)
     not_the_judgements = _settle_host(attempt, outcome, result)
     if not_the_judgements is not None:
         return not_the_judgements
@@ -591,10 +581,17 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         watch.open_window,
         started,
         claim=attempt.claim,
+        credential=attempt.credential.name,
     )
     now = datetime.now(UTC)
     for signal, used in reserve_signals(outcome.events, reserve=settings.window_reserve, now=now):
-        window.raise_marker(signal, session=outcome.session_id, source="reserve", utilization=used)
+        window.raise_marker(
+            signal,
+            session=outcome.session_id,
+            source="reserve",
+            utilization=used,
+            credential=attempt.credential.name,
+        )
     attempt.hooks.after_session(attempt.runtime, record, outcome, result)
     if window.records.statuses([record.id])[0] in FINISHED:
         forget(settings, record.id)  # its transcripts and scratch folder end with it
@@ -629,6 +626,17 @@ def _settle_host(attempt: _Attempt, outcome: SessionOutcome, result: LaunchResul
     the outcome is the judgement's own (and a blocked host that got this far is unblocked).
     """
     window, record, settings = attempt.window, attempt.record, attempt.settings
+    credential = attempt.credential
+    if (
+        outcome.kind == "host"
+        and not result.timed_out
+        and credential.file is not None
+        and is_credential_refused(outcome.text, outcome.api_error_status)
+    ):
+        reason = outcome.text or "the credential was refused"
+        block_credential(window, record, credential.name, reason, claim=attempt.claim)
+        attempt.hooks.not_spawned(attempt.runtime, record, f"credential {credential.name} refused")
+        return "credential blocked"
     if outcome.kind == "host" and not result.timed_out:
         block_host(
             window,
@@ -662,37 +670,6 @@ def ended_by_shutdown(result: LaunchResult) -> bool:
     return -result.returncode in _SHUTDOWN_CODES or result.returncode in _SHUTDOWN_EXITS
 
 
-def block_host(
-    window: Window, record: Record, reason: str, fingerprint: str, *, claim: str | None = None
-) -> None:
-    """A host-wide failure: block the host, this judgement back to the front uncharged, hold the rest.
-
-    Costs at most one spawn per host until an operator (`dispatchq window open --host`), a
-    changed command or credential, or the periodic probe clears it. `claim`: the holder's
-    token, which fences the put-back of this judgement (not the others it holds).
-    """
-    settings = window.settings
-    why = reason  # what the judgement, `run` and `status` show (`sessions.blocked` names the host)
-    window.store.block(
-        settings.host, reason, fingerprint=fingerprint, probe_after=settings.host_probe_interval
-    )
-    requeue_front(
-        window,
-        record,
-        why,
-        status="waiting",
-        trail_why=f"host-wide failure (no cost): {reason}",
-        wclass="host_blocked",
-        claim=claim,
-    )
-    for other in held(window, settings.host):
-        if other.status == "queued":
-            window.records.transition(
-                other.id, "waiting", expect=["queued"], fields={"reason": why, "wclass": "host_blocked"}
-            )
-    log.warning("sessions blocked on host %s: %s", settings.host, reason)
-
-
 def _account(
     window: Window,
     record: Record,
@@ -703,13 +680,16 @@ def _account(
     started: float | None = None,
     *,
     claim: str | None = None,
+    credential: str = DEFAULT_CREDENTIAL,
 ) -> str:
     store = window.records
     sid = outcome.session_id
     meta: dict[str, Any] = {"session_id": sid, "turns": outcome.num_turns, "cost_usd": outcome.total_cost_usd}
     if outcome.kind == "limit":
         assert outcome.limit is not None
-        reason = window.report_limit(limit_signals(kind_model(kind), outcome), session=sid, asked_at=started)
+        reason = window.report_limit(
+            limit_signals(kind_model(kind), outcome), session=sid, asked_at=started, credential=credential
+        )
         if outcome.refused_at_spawn:
             window.store.count_refused()
             requeue_front(
@@ -757,7 +737,11 @@ def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, w
     """
     settings = attempt.settings
     outcome = outcome_of(settings, result.stdout, result.returncode, result.stderr, datetime.now(UTC))
-    body: dict[str, Any] = {"model": kind_model(attempt.kind), "session_id": outcome.session_id}
+    body: dict[str, Any] = {
+        "model": kind_model(attempt.kind),
+        "session_id": outcome.session_id,
+        "credential": attempt.credential.name,
+    }
     spooled: SpoolKind | None = None
     if outcome.kind == "limit":
         spooled = "limit"

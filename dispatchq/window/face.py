@@ -30,9 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.status import AuditEntry, MarkerView, RunningSession, SessionsPart, WindowPart
 from dispatchq.errors import UserError
+from dispatchq.pools.credentials import DEFAULT_CREDENTIAL, Credential, Pool, qualify
+from dispatchq.pools.routing import Route, route
+from dispatchq.pools.routing import waiting_reason as pool_waiting_reason
+from dispatchq.pools.spend import estimate_for, spend_periods
 from dispatchq.window import marker as markers_
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
+from dispatchq.window.pooling import credential_markers, slot_credential, slot_name, states_for
 from dispatchq.window.usage import credential_rows, usage_rows
 
 if TYPE_CHECKING:
@@ -49,11 +54,12 @@ SLOT_LEASE = 30.0  # seconds a session slot is held without renewal (a dead work
 
 @dataclass
 class Admission:
-    """One judgement may spawn now, holding `slot` (and probing `probes`)."""
+    """One judgement may spawn now on `credential`, holding `slot` (and probing `probes`)."""
 
     jid: str
     slot: str
     probes: list[str] = field(default_factory=list)
+    credential: str = DEFAULT_CREDENTIAL
 
 
 @dataclass
@@ -68,6 +74,56 @@ def _no_reschedule(scope: str) -> None:
     """Used where no scheduler is wired (the workers time the lift themselves)."""
 
 
+class _Pass:
+    """One admission's reads, made once however many judgements it looks at."""
+
+    def __init__(self, window: Window, pool: Pool, markers: list[Marker], now: float) -> None:
+        self.window = window
+        self.pool = pool
+        self.markers = markers
+        self.now = now
+        self.periods = spend_periods(now, window.settings.timezone)
+        self.full: dict[str, str] = {}  # credential -> why it takes no more now (slots, a cap)
+        self._stored: dict[str, Any] | None = None
+        self._usage: dict[str, dict[str, Any]] | None = None
+
+    def _read(self) -> None:
+        """The pool's stored state, read only when routing needs more than the markers.
+
+        One subscription credential (the pool before pools) routes on its markers alone: its
+        slots are checked by the admission script, so an admission costs what it did.
+        """
+        if self._stored is not None:
+            return
+        pool = self.pool
+        plain = pool.single and not any(c.metered for c in pool)
+        store = self.window.store
+        self._stored = {} if plain else dict(store.pool.states(pool.names, self.periods))
+        self._usage = {} if pool.single else store.usage.read()
+
+    def stored(self, credential: str) -> Any:
+        """The stored state of one credential (None: not read, an idle `default`)."""
+        self._read()
+        assert self._stored is not None
+        return self._stored.get(credential)
+
+    def route(self, model: str | None, kind: str, urgency: str | None, kind_estimate: float | None) -> Route:
+        self._read()
+        assert self._stored is not None and self._usage is not None
+        states = states_for(
+            self.pool,
+            self.markers,
+            model,
+            stored=self._stored,
+            usage=self._usage,
+            kind_estimate=kind_estimate,
+            now=self.now,
+        )
+        return route(
+            states, priority=urgency, kind=kind, now=self.now, timezone=self.window.settings.timezone
+        )
+
+
 class Window:
     """The usage window as the session tier, the operator and the retrigger see it."""
 
@@ -79,12 +135,33 @@ class Window:
         *,
         kinds: Callable[[], Mapping[str, Kind]] = dict,
         reschedule: Callable[[str], object] = _no_reschedule,
+        pool: Callable[[], Pool] | None = None,
     ) -> None:
         self.store = store
         self.records = records
         self.settings = settings
         self._kinds = kinds
         self._reschedule = reschedule
+        self._pool = pool
+
+    def pool(self) -> Pool:
+        """The credentials sessions may use (the environment's one, `default`, when none are configured)."""
+        if self._pool is not None:
+            return self._pool()
+        return Pool.of_one(self.settings.session_credential_var, self.settings.session_concurrency)
+
+    def credential(self, name: str) -> Credential | None:
+        return self.pool().get(name)
+
+    def _kind_parts(self, kind_name: str) -> tuple[str | None, float | None]:
+        """A kind's session model and cost estimate (none when no config is readable here)."""
+        try:
+            kind = self._kinds().get(kind_name)
+        except UserError:
+            return None, None
+        if kind is None or kind.session is None:
+            return None, None
+        return kind.session.model, getattr(kind.session, "cost_estimate", None)
 
     # --- reading ------------------------------------------------------------------------
     def get(self, scope: str) -> Marker | None:
@@ -93,9 +170,10 @@ class Window:
     def markers(self) -> list[Marker]:
         return markers_.all_markers(self.store)
 
-    def closed_for(self, model: str | None) -> list[Marker]:
-        """The markers that forbid a spawn for `model` right now (re-checked before a spawn)."""
-        return blocking(self.markers(), model)
+    def closed_for(self, model: str | None, credential: str = DEFAULT_CREDENTIAL) -> list[Marker]:
+        """The markers of `credential` that forbid a spawn for `model` right now (re-checked
+        before a spawn)."""
+        return blocking(credential_markers(self.markers(), credential, model), model)
 
     def audit_log(self, limit: int = 10) -> list[dict[str, Any]]:
         return self.store.audit_log(limit)
@@ -130,42 +208,109 @@ class Window:
     def admit(
         self, holder: str, entries: Sequence[LineEntry], model_of: Callable[[str], str | None]
     ) -> Admission | Wait:
-        """Take a slot and pick the first waiting judgement no marker pauses; claim it.
+        """Pick the first waiting judgement some credential may run now; take its slot; claim it.
 
-        `entries` are the heads of the lines, best first; a judgement backing off after a
-        transient throttle, or paused by a closed marker of its model, is skipped (the next
-        kind may run on another model). After a lift exactly one probe is elected per scope.
+        `entries` are the heads of the lines, best first (urgent before normal before
+        background, FIFO within). A judgement backing off after a transient throttle is
+        skipped. For each other one the pool is routed (`dispatchq.pools.routing`): its usable
+        credentials, best first, are tried in turn with the one admission script (markers,
+        slot, spend cap, atomically); after a lift exactly one probe is elected per scope of a
+        credential. A judgement no credential may take shows `waiting`, naming each one.
         """
-        markers = self.markers()
-        slot = f"{holder}:{uuid.uuid4().hex[:8]}"
-        if not self.store.acquire_slot(slot, SLOT_LEASE, self.settings.session_concurrency):
-            return Wait(f"all {self.settings.session_concurrency} session slot(s) busy")
-        now = time.time()
+        pool = self.pool()
+        run = _Pass(self, pool, self.markers(), time.time())
+        now = run.now
         earliest: float | None = None
-        why = "waiting for the probe session to show the window open"
+        why = "no session judgements waiting"
         self.store.describe(entries)
         for entry in entries:
+            if len(run.full) == len(pool):
+                break
             if entry.not_before > now:  # backing off after a transient throttle
                 earliest = entry.not_before if earliest is None else min(earliest, entry.not_before)
                 why = "backing off after a transient throttle"
                 continue
             model = model_of(entry.kind)
-            closed = blocking(markers, model, now)
-            if closed:
-                lift = max(m.lifts_at for m in closed)
-                earliest = lift if earliest is None else min(earliest, lift)
-                why = closed[0].message or f"usage window closed ({closed[0].kind})"
-                if entry.status == "queued":
-                    self.hold(entry.jid, closed)
+            urgency = getattr(entry, "urgency", None) or None
+            plan = run.route(model, entry.kind, urgency, self._kind_parts(entry.kind)[1])
+            if plan.waits:
+                lift = plan.opens_at
+                if lift is not None:
+                    earliest = lift if earliest is None else min(earliest, lift)
+                why = pool_waiting_reason(plan, single=pool.single, timezone=self.settings.timezone)
+                if entry.status == "queued" and plan.waiting:
+                    self.records.transition(entry.jid, "waiting", expect=["queued"], fields={"reason": why})
                 continue
-            probes = self._elect(markers, model, now, slot)
+            admitted = self._try(run, entry, plan.usable, model, holder, urgency)
+            if isinstance(admitted, Admission):
+                return admitted
+            if admitted:
+                why = admitted
+        if run.full and len(run.full) == len(pool):
+            why = "; ".join(run.full.values()) if not pool.single else next(iter(run.full.values()))
+        return Wait(why, earliest)
+
+    def _try(
+        self,
+        run: _Pass,
+        entry: LineEntry,
+        usable: Sequence[Credential],
+        model: str | None,
+        holder: str,
+        urgency: str | None,
+    ) -> Admission | str:
+        """Try `entry` on each usable credential in turn; the admission, or why none took it."""
+        why = ""
+        for credential in usable:
+            if credential.name in run.full:
+                continue
+            slot = slot_name(holder, uuid.uuid4().hex[:8], credential.name)
+            mine = credential_markers(run.markers, credential.name, model)
+            estimate = self._estimate(run, credential, entry.kind)
+            cap = credential.spend_cap if credential.metered else None
+            verdict = self.store.pool.admit(
+                credential.name,
+                slot,
+                lease=SLOT_LEASE,
+                limit=credential.concurrency,
+                markers=[m.scope for m in mine],
+                estimate=estimate,
+                caps=(cap.day, cap.month) if cap is not None else (None, None),
+                periods=run.periods,
+                reserve_open=credential.reserve_urgent and urgency == "urgent",
+            )
+            if verdict == "slots":
+                run.full[credential.name] = (
+                    f"all {credential.concurrency} session slot(s) busy"
+                    if run.pool.single
+                    else f"{credential.name}: all {credential.concurrency} session slot(s) busy"
+                )
+                continue
+            if verdict != "ok":  # a marker or a cap moved since the markers were read
+                why = f"{credential.name}: {verdict} refused"
+                continue
+            probes = self._elect(mine, model, run.now, slot)
             if probes is None:
+                self._give_back(slot, [])
+                why = "waiting for the probe session to show the window open"
                 continue
             if self.records.claim_from_line(entry.line, entry.member, entry.jid):
-                return Admission(entry.jid, slot, probes)
-            self._end_probes(probes, slot)
-        self.store.release_slot(slot)
-        return Wait(why, earliest)
+                return Admission(entry.jid, slot, probes, credential.name)
+            self._give_back(slot, probes)
+            return why  # claimed elsewhere meanwhile: the next judgement
+        return why
+
+    def _estimate(self, run: _Pass, credential: Credential, kind: str) -> float:
+        """What `credential` reserves for one session of `kind`: a metered one its expected cost."""
+        if not credential.metered:
+            return 0.0
+        held = run.stored(credential.name)
+        return estimate_for(self._kind_parts(kind)[1], held.recent if held is not None else ())
+
+    def _give_back(self, slot: str, probes: Iterable[str]) -> None:
+        """An admission that did not go through: slot, probes and reservation back, nothing charged."""
+        self.release(slot, probes)
+        self.store.pool.settle(slot, None, ran=False)
 
     def _elect(self, markers: Iterable[Marker], model: str | None, now: float, slot: str) -> list[str] | None:
         """The lifted scopes this slot probes, or None when another holder probes one of them."""
@@ -182,44 +327,66 @@ class Window:
         for scope in probes:
             self.store.end_probe(scope, slot)
 
+    def renew_slot(self, slot: str, lease: float = SLOT_LEASE) -> None:
+        """Keep a running session's slot on its credential for `lease` more seconds."""
+        name = slot_credential(slot)
+        credential = self.credential(name)
+        limit = credential.concurrency if credential is not None else self.settings.session_concurrency
+        self.store.acquire_slot(slot, lease, limit, credential=name)
+
     def renew(self, slot: str, probes: Iterable[str]) -> None:
         """Keep a running session's slot and probe leases alive."""
-        self.store.acquire_slot(slot, SLOT_LEASE, self.settings.session_concurrency)
+        self.renew_slot(slot)
         for scope in probes:
             self.store.renew_probe(scope, self.probe_lease)
 
     def release(self, slot: str, probes: Iterable[str]) -> None:
         """The session is over (or never started): its slot and probes go back."""
-        self.store.release_slot(slot)
+        self.store.release_slot(slot, credential=slot_credential(slot))
         self._end_probes(probes, slot)
 
-    def hold(self, jid: str, closed: Sequence[Marker]) -> None:
-        """Show why a judgement that joined the line while the window was closed is held back."""
-        reason = waiting_reason(max(closed, key=lambda m: m.lifts_at))
-        self.records.transition(jid, "waiting", expect=["queued"], fields={"reason": reason})
+    def settle(self, slot: str, cost: float | None, *, ran: bool = True) -> None:
+        """Charge the session its reported cost (None: the estimate reserved stays charged);
+        `ran=False`: nothing was spawned, the reservation is given back."""
+        self.store.pool.settle(slot, cost, ran=ran)
 
     def hold_paused(
         self, records: Callable[[], Iterable[Record]], model_of: Callable[[str], str | None]
     ) -> None:
-        """Every queued judgement among `records()` that a closed marker holds back shows `waiting`.
+        """Every queued judgement among `records()` that no credential may take shows `waiting`.
 
-        `records` is only called when some marker is closed, so an open window costs one read.
+        `records` is only called when some marker is closed or a credential blocked, so an
+        open window costs one read.
         """
-        closed_markers = [m for m in self.markers() if m.closed()]
-        if not closed_markers:
+        markers = self.markers()
+        pool = self.pool()
+        if not any(m.closed() for m in markers) and (pool.single or not self.store.pool.blocked()):
             return
+        run = _Pass(self, pool, markers, time.time())
         for record in records():
-            if record.status == "queued":
-                closed = blocking(closed_markers, model_of(record.kind))
-                if closed:
-                    self.hold(record.id, closed)
+            if record.status != "queued":
+                continue
+            plan = run.route(
+                model_of(record.kind),
+                record.kind,
+                getattr(record, "urgency", None),
+                self._kind_parts(record.kind)[1],
+            )
+            if plan.waiting:
+                why = pool_waiting_reason(plan, single=pool.single, timezone=self.settings.timezone)
+                self.records.transition(record.id, "waiting", expect=["queued"], fields={"reason": why})
 
     # --- this is what the session reported ----------------------------------------------
-    def report_usage(self, outcome: SessionOutcome) -> None:
-        """Keep what the session said of each window's use and of its login's end, for people."""
+    def report_usage(self, outcome: SessionOutcome, credential: str = DEFAULT_CREDENTIAL) -> None:
+        """Keep what the session said of each of its credential's windows, and of its login's end."""
         now = time.time()
         reports = [
-            {"window": r.window, "utilization": r.utilization, "resets_at": r.resets_at, "status": r.status}
+            {
+                "window": qualify(credential, r.window),
+                "utilization": r.utilization,
+                "resets_at": r.resets_at,
+                "status": r.status,
+            }
             for r in outcome.usage
         ]
         if reports:
@@ -237,14 +404,23 @@ class Window:
             )
 
     def report_limit(
-        self, signals: Iterable[LimitSignal], *, session: str | None, asked_at: float | None = None
+        self,
+        signals: Iterable[LimitSignal],
+        *,
+        session: str | None,
+        asked_at: float | None = None,
+        credential: str = DEFAULT_CREDENTIAL,
     ) -> str:
-        """The session hit a limit: raise every marker it names; the reason the judgement shows.
+        """The session hit a limit on `credential`: raise every marker it names there; the
+        reason the judgement shows.
 
         `asked_at`: when that session started (a probe refused a moment after the stated reset
         is clock skew, however long the session took to report it).
         """
-        raised = [self.raise_marker(signal, session=session, asked_at=asked_at) for signal in signals]
+        raised = [
+            self.raise_marker(signal, session=session, asked_at=asked_at, credential=credential)
+            for signal in signals
+        ]
         return waiting_reason(max(raised, key=lambda m: m.lifts_at))
 
     def opened(self, scopes: Iterable[str], why: str) -> None:
@@ -261,6 +437,7 @@ class Window:
         reason: str = "",
         utilization: float | None = None,
         asked_at: float | None = None,
+        credential: str = DEFAULT_CREDENTIAL,
     ) -> Marker:
         """Record that the window is closed until `signal.lifts_at`; keep the later time.
 
@@ -268,7 +445,7 @@ class Window:
         before is pushed out by `DISPATCHQ_REPROBE_MIN`, doubling, so a stale "resets 3am"
         message cannot make a spawn loop.
         """
-        scope = signal.scope or GENERAL_SCOPE
+        scope = qualify(credential, signal.scope or GENERAL_SCOPE)
         current = self.get(scope)
         refusals = 1
         if current is not None and not current.closed() and source == "session":
@@ -332,8 +509,10 @@ class Window:
         return "lifted: one probe goes first"
 
     # --- operators ----------------------------------------------------------------------
-    def close(self, until: datetime, *, reason: str, who: str | None = None) -> Marker:
-        """An operator reserves the window (e.g. for their own sessions) until `until`."""
+    def close(
+        self, until: datetime, *, reason: str, who: str | None = None, credential: str = DEFAULT_CREDENTIAL
+    ) -> Marker:
+        """An operator reserves a credential's window (e.g. for their own sessions) until `until`."""
         signal = LimitSignal(
             lifts_at=until.astimezone(UTC),
             kind="operator",
@@ -344,14 +523,23 @@ class Window:
         )
         who = who or getpass.getuser()
         # An operator's close replaces any earlier time (it may shorten a reservation too).
-        self.store.delete_marker(GENERAL_SCOPE)
-        return self.raise_marker(signal, session=f"operator {who}", source="operator", reason=reason)
+        self.store.delete_marker(qualify(credential, GENERAL_SCOPE))
+        return self.raise_marker(
+            signal, session=f"operator {who}", source="operator", reason=reason, credential=credential
+        )
 
-    def open(self, *, who: str | None = None, scope: str | None = None) -> list[str]:
-        """An operator opens the window now: markers removed, waiting sessions released."""
+    def open(
+        self, *, who: str | None = None, scope: str | None = None, credential: str | None = None
+    ) -> list[str]:
+        """An operator opens the window now (of one credential, or all): markers removed, its
+        block (an authentication failure) cleared, waiting sessions released."""
         who = who or getpass.getuser()
         opened = []
+        if credential is not None and self.store.pool.unblock(credential):
+            self._release_waiting()
         for marker in self.markers():
+            if credential is not None and marker.credential != credential:
+                continue
             if scope is None or marker.scope == scope:
                 self.window_open(marker.scope, why=f"opened by operator {who}", who=f"operator {who}")
                 opened.append(marker.scope)
@@ -365,7 +553,14 @@ class Window:
         return [r for r in self.records.get_many(ids) if r is not None]
 
     def _mark_waiting(self, marker: Marker) -> None:
-        """Make the pause visible on every judgement it holds back (status `waiting`, with why)."""
+        """Make the pause visible on every judgement it holds back (status `waiting`, with why).
+
+        With several credentials a judgement is held back only when no other one may take it:
+        routing decides that (`hold_paused`), the rest stay queued for the open peers.
+        """
+        if not self.pool().single:
+            self.hold_paused(self._line_records, lambda name: self._kind_parts(name)[0])
+            return
         reason = waiting_reason(marker)
         try:
             kinds = self._kinds()

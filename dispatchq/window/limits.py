@@ -59,6 +59,7 @@ from dispatchq.window.messages import (
     MODELS,
     SKEW_WINDOW,
     STATEMENT_PRECISION,
+    WEEKLY_SCOPE,
     LimitKind,
     LimitSignal,
     detect_limit,
@@ -94,6 +95,7 @@ __all__ = [
     "UsageReport",
     "WindowState",
     "detect_limit",
+    "is_credential_refused",
     "is_host_wide",
     "is_transient",
     "limit_from_event",
@@ -219,6 +221,8 @@ def _event_kind(rate_type: object) -> tuple[LimitKind, str]:
     model = rate_type.removeprefix("seven_day_")
     if rate_type.startswith("seven_day_") and model in _EVENT_MODELS:
         return limit_kind(rate_type), f"model:{model}"
+    if rate_type == "seven_day":
+        return "seven_day", WEEKLY_SCOPE
     return limit_kind(rate_type), GENERAL_SCOPE
 
 
@@ -374,22 +378,36 @@ def window_state(event: Mapping[str, Any]) -> WindowState | None:
 
 
 # --- host-wide failures --------------------------------------------------------------------
-_HOST_WIDE = re.compile(
+#: What a refused credential says (rejected, revoked, expired, out of credit): with a pool, another
+#: credential still answers, so these block the credential, not the host.
+_CREDENTIAL_WORDS = (
     r"not logged in|please run /login"
     r"|invalid api key|invalid bearer token|failed to authenticate"
-    r"|oauth token has been revoked|token (?:has )?expired|authentication_error"
+    r"|oauth token has been revoked|token (?:has )?expired|authentication_(?:error|failed)"
     r"|credit balance is too low"
     r"|your account does not have access to claude"
     r"|this service is disabled for your org"
-    r"|unable to connect to api|connectionrefused|econnrefused|enotfound|getaddrinfo"
-    r"|bubblewrap is required"
     # Claude Code 2.1.332's sign-in failures (its message table; all say so in these words).
     r"|invalid auth token|fix external auth token|login expired|reached its time limit"
-    r"|authentication required · sign in again|invalid anthropic_custom_headers"
-    r"|apikeyhelper script is failing|could not refresh your login",
+    r"|authentication required · sign in again|could not refresh your login"
+)
+_CREDENTIAL_REFUSED = re.compile(_CREDENTIAL_WORDS, re.IGNORECASE)
+_HOST_WIDE = re.compile(
+    _CREDENTIAL_WORDS + r"|unable to connect to api|connectionrefused|econnrefused|enotfound|getaddrinfo"
+    r"|bubblewrap is required|invalid anthropic_custom_headers|apikeyhelper script is failing",
     re.IGNORECASE,
 )
 _NO_TRANSCRIPT = re.compile(r"no conversation found with session id", re.IGNORECASE)
+
+
+def is_credential_refused(
+    text: str, api_error_status: int | None = None, *, auth_failed: bool = False
+) -> bool:
+    """A host-wide failure that is the credential's (rejected, revoked, out of credit), not the
+    host's (no network, no sandbox): with a pool, another credential still answers."""
+    if api_error_status in (401, 403) or auth_failed:
+        return True
+    return bool(_CREDENTIAL_REFUSED.search(normalize_message(text)))
 
 
 def is_host_wide(text: str, api_error_status: int | None = None, *, auth_failed: bool = False) -> bool:

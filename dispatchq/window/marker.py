@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from dispatchq.core.status import AuditEntry, MarkerView
+from dispatchq.pools.credentials import credential_of, qualify, unqualified
 from dispatchq.window.limits import GENERAL_SCOPE
 from dispatchq.window.messages import LimitKind, limit_kind
 
@@ -57,6 +58,7 @@ __all__ = [
     "get",
     "marker_from_fields",
     "probing",
+    "qualified_scope",
     "scope_pausing",
     "waiting_reason",
 ]
@@ -79,6 +81,11 @@ class Marker:
     retrigger: str | None = None
     utilization: float | None = None  # the share of the window last reported used (a reserve marker)
     stated_at: float | None = None  # the instant `stated` names (the same reset, stated another way)
+
+    @property
+    def credential(self) -> str:
+        """Whose window this marker closes (`default` for an unqualified scope)."""
+        return credential_of(self.scope)
 
     def closed(self, now: float | None = None) -> bool:
         """True while no session in this scope may start."""
@@ -149,6 +156,7 @@ def applies(scope: str, model: str | None) -> bool:
     pauses every kind except one whose session explicitly names another model; a kind on
     the default model is paused by every model scope, since the default may be that model.
     """
+    scope = unqualified(scope)  # a credential's `team-max/model:opus` pauses as `model:opus` does
     if scope == GENERAL_SCOPE or not scope.startswith("model:"):
         return True
     if model is None:
@@ -168,6 +176,11 @@ def scope_pausing(scope: str, model: str | None) -> str:
     if applies(scope, model) or model is None:
         return scope
     return f"model:{model.lower()}"
+
+
+def qualified_scope(credential: str, scope: str) -> str:
+    """`scope` as one credential's marker scope (`default`'s keeps its bare name)."""
+    return qualify(credential, scope)
 
 
 def blocking(markers: Iterable[Marker], model: str | None, now: float | None = None) -> list[Marker]:

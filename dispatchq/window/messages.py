@@ -26,6 +26,7 @@ __all__ = [
     "PERSON_HOLD",
     "SKEW_WINDOW",
     "STATEMENT_PRECISION",
+    "WEEKLY_SCOPE",
     "LimitKind",
     "LimitSignal",
     "detect_limit",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 GENERAL_SCOPE = "general"
+#: The plan's weekly window (`seven_day`): its own marker, so a later weekly lift neither hides
+#: the 5-hour one in status nor is taken down by a probe that only showed the 5-hour one open.
+WEEKLY_SCOPE = "weekly"
 #: An organisation's usage paused by its daily cap (`dailyCapPaused`, "Usage is paused for your
 #: organization"): every session of the account waits, apart from the plan's own windows.
 ORG_PAUSED_SCOPE = "org:paused"
@@ -105,6 +109,8 @@ def spend_scope(kind: LimitKind) -> str:
     """
     if kind == "org_paused":
         return ORG_PAUSED_SCOPE
+    if kind == "seven_day":
+        return WEEKLY_SCOPE
     return f"spend:{kind.removesuffix('_spend')}" if kind in _SPEND_KINDS else GENERAL_SCOPE
 
 

@@ -29,7 +29,7 @@ from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
-from dispatchq.tiers.confine import CREDENTIAL_HINT, sandbox_refusal, sweep
+from dispatchq.tiers.confine import CREDENTIAL_HINT, pool_credential_problem, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
 from dispatchq.tiers.preflight import warn_if_command_missing
 from dispatchq.tiers.session import (
@@ -82,7 +82,12 @@ def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> 
     settings = runtime.settings
     environ = parent_environment()
     var = settings.session_credential_var
-    if require_credential and read_secret(var, environ) is None:
+    pool = runtime.pool()
+    unreadable = [p for p in (pool_credential_problem(c) for c in pool if c.file is not None) if p]
+    if unreadable:
+        raise SettingsError("\n".join(unreadable))
+    from_environment = any(c.file is None for c in pool)
+    if require_credential and from_environment and read_secret(var, environ) is None:
         raise SettingsError(f"{var} is not set: {CREDENTIAL_HINT.format(var=var)}")
     warn_if_command_missing(settings, environ)  # a WARNING now, not when a judgement comes
     problem = sandbox_refusal(settings, environ)

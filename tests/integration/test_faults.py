@@ -466,7 +466,7 @@ def _session_env(env: dict[str, str], tmp_path: Path, *steps: dict[str, Any]) ->
 def _spawns(tmp_path: Path, scenario: str | None = None) -> int:
     log = tmp_path / "spawns.log"
     lines = log.read_text().splitlines() if log.exists() else []
-    return sum(1 for line in lines if scenario is None or line.split()[-1] == scenario)
+    return sum(1 for line in lines if scenario is None or line.split()[1] == scenario)
 
 
 def _enqueue_sessions(env: dict[str, str], targets: list[str]) -> list[str]:

@@ -69,7 +69,15 @@ DEFAULT_MESSAGES = {
 }
 
 
+def seen_credential() -> str:
+    """The credential this session was given (a pool test's steps can be meant for one)."""
+    return os.environ.get("CLAUDE_CODE_OAUTH_TOKEN") or os.environ.get("ANTHROPIC_API_KEY") or ""
+
+
 def fits(step: dict, prompt: str) -> bool:
+    credential = step.get("credential")
+    if credential is not None and credential != seen_credential():
+        return False
     match = step.get("match")
     if match is None:
         return True
@@ -199,7 +207,7 @@ def main() -> int:
     spawn_log = setting("SPAWN_LOG")
     if spawn_log:
         with open(spawn_log, "a", encoding="utf-8") as handle:
-            handle.write(f"{os.getpid()} {scenario}\n")
+            handle.write(f"{os.getpid()} {scenario} {seen_credential() or '-'}\n")
     prompt_log = setting("PROMPT_LOG")
     if prompt_log:
         with open(prompt_log, "a", encoding="utf-8") as handle:

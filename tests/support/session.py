@@ -223,6 +223,11 @@ class Harness:
     def spawns(self) -> int:
         return len(self.spawn_log.read_text().splitlines()) if self.spawn_log.exists() else 0
 
+    def spawns_on(self, credential: str) -> int:
+        """How many sessions were given `credential` (the fake logs the one it saw)."""
+        lines = self.spawn_log.read_text().splitlines() if self.spawn_log.exists() else []
+        return sum(1 for line in lines if line.split()[2:3] == [credential])
+
     def spawns_stay(self, count: int, period: float = 1.5) -> int:
         """Watch the spawn log for `period` seconds; return the count (the caller asserts it)."""
         deadline = time.monotonic() + period

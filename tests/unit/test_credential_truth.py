@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from dispatchq.errors import SettingsError
+from dispatchq.pools.credentials import Pool
 from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.workers.session import check_session_host
@@ -40,7 +41,8 @@ def test_a_session_worker_without_its_credential_refuses_to_start_with_the_hint(
     for name in ("CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings({"DISPATCHQ_DATA_DIR": str(tmp_path)})
-    runtime = cast(Runtime, SimpleNamespace(settings=settings))
+    pool = Pool.of_one(settings.session_credential_var, settings.session_concurrency)
+    runtime = cast(Runtime, SimpleNamespace(settings=settings, pool=lambda: pool))
     with pytest.raises(SettingsError, match="CLAUDE_CODE_OAUTH_TOKEN is not set") as refused:
         check_session_host(runtime)
     assert "claude setup-token" in str(refused.value)

@@ -109,7 +109,7 @@ FORMS = [
         NOW,
         utc(2025, 12, 2, 16, 0),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="weekly-zone",
     ),
@@ -136,7 +136,7 @@ FORMS = [
         utc(2026, 7, 28, 10, 0),
         utc(2026, 7, 31, 2, 0),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="weekly-utc",
     ),
@@ -172,7 +172,7 @@ FORMS = [
         utc(2026, 7, 28, 10, 0),
         utc(2026, 7, 31, 2, 0),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="json-escapes",
     ),
@@ -208,7 +208,7 @@ FORMS = [
         utc(2025, 12, 30, 10, 0),
         utc(2026, 1, 2, 9, 0),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="year-rollover",
     ),
@@ -217,7 +217,7 @@ FORMS = [
         utc(2025, 12, 30, 10, 0),
         utc(2026, 1, 2, 0, 0),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="year-rollover-date-only",
     ),
@@ -226,7 +226,7 @@ FORMS = [
         NOW,  # start of today is past: it has reset
         NOW,
         "seven_day",
-        "general",
+        "weekly",
         True,
         id="date-today-just-reset",
     ),
@@ -289,7 +289,7 @@ FORMS = [
         NOW,
         NOW + timedelta(hours=3),
         "seven_day",
-        "general",
+        "weekly",
         False,
         id="relative",
     ),
@@ -406,7 +406,7 @@ def test_look_alike_model_word_is_not_a_model_scope() -> None:
     signal = detect("Claude weekly limit reached · resets Oct 22, 6am (UTC)", whole=False)
 
     assert signal is not None
-    assert (signal.kind, signal.scope) == ("seven_day", "general")
+    assert (signal.kind, signal.scope) == ("seven_day", "weekly")
 
 
 def test_normalisation_unifies_separators_apostrophes_and_escapes() -> None:
@@ -454,7 +454,7 @@ def rate_event(
             rate_event("rejected", rate_type="seven_day"),
             datetime.fromtimestamp(1761000000, UTC),
             "seven_day",
-            "general",
+            "weekly",
         ),
         (
             rate_event("rejected", rate_type="seven_day_opus"),

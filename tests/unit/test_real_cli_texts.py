@@ -228,7 +228,7 @@ def detect(text: str, now: datetime = NOW) -> Any:
         (
             "You've hit your weekly limit · resets 6:46am (UTC)",
             "seven_day",
-            "general",
+            "weekly",
             datetime(2026, 12, 2, 6, 46, tzinfo=UTC),
             False,
         ),
@@ -265,7 +265,7 @@ def detect(text: str, now: datetime = NOW) -> Any:
         (
             "You've hit your weekly limit · resets Jan 10, 2027, 7:13am (Europe/Berlin)",
             "seven_day",
-            "general",
+            "weekly",
             datetime(2027, 1, 10, 6, 13, tzinfo=UTC),
             False,
         ),
