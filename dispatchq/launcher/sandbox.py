@@ -266,6 +266,7 @@ class SandboxPlan:
     binds: tuple[Bind, ...] = ()
     egress_socket: Path | None = None
     hide: tuple[str, ...] = ()  # secrets to mask wherever a bound folder would show them
+    config_var: str = "CLAUDE_CONFIG_DIR"  # the backend's name for `config_dir` inside
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The session's environment as it is inside: private HOME and TMPDIR, the proxy."""
@@ -276,7 +277,7 @@ class SandboxPlan:
             for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
                 inside[name] = proxy
         if self.config_dir is not None:
-            inside["CLAUDE_CONFIG_DIR"] = str(self.config_dir)
+            inside[self.config_var] = str(self.config_dir)
         return inside
 
     def command(self, executable: str, argv: Sequence[str], python: str) -> list[str]:

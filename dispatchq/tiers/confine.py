@@ -12,7 +12,7 @@ nothing else" can be read off one page:
   the one credential);
 - with `DISPATCHQ_SESSION_SANDBOX=on`, the bubblewrap plan (`dispatchq.launcher.sandbox`)
   with the deployment's and the kind's extra binds, the secrets to keep hidden even under a
-  bound folder, and the egress allow-list (`dispatchq.launcher.egress`).
+  bound folder, and the egress allow-list (the session's `dispatchq.backends` backend).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 from dispatchq.core.judgement import FINISHED
 from dispatchq.errors import SettingsError
-from dispatchq.launcher.egress import allowed_destinations
 from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind, sandbox_problem
 
 if TYPE_CHECKING:
+    from dispatchq.backends.base import SessionBackend
     from dispatchq.core.kinds import Kind
     from dispatchq.pools.credentials import Credential
     from dispatchq.settings import Settings
@@ -222,10 +222,16 @@ def confinement(
     workdir: Path,
     config: Path,
     credential_files: Sequence[str] = (),
+    *,
+    backend: SessionBackend,
 ) -> Confinement:
-    """The sandbox for a spawn in `workdir` with `env` (the session's own environment)."""
+    """The sandbox for a spawn in `workdir` with `env` (the session's own environment).
+
+    `backend` says where its CLI's API lies (the egress allow-list) and what the config
+    folder's variable is called inside.
+    """
     try:
-        egress = allowed_destinations(env, settings.session_egress)
+        egress = backend.egress(env, settings.session_egress)
     except ValueError as error:
         raise SettingsError(f"DISPATCHQ_SESSION_EGRESS: {error}") from None
     if settings.session_sandbox != "on":
@@ -237,5 +243,6 @@ def confinement(
         config_dir=config,
         binds=_binds(settings, kind),
         hide=secret_paths(settings, environ, credential_files),
+        config_var=backend.config_var,
     )
     return Confinement(plan, egress)

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatchq.backends import DEFAULT_BACKEND, SessionBackend, backend_for
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.storage.connection import process_alive
@@ -49,7 +50,7 @@ from dispatchq.storage.outage import is_outage
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
 from dispatchq.storage.store import LEGACY_CLAIM
 from dispatchq.window.face import SLOT_LEASE
-from dispatchq.window.limits import SessionOutcome, read_outcome
+from dispatchq.window.limits import SessionOutcome
 from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
@@ -529,9 +530,16 @@ def cleanup_dir(data_dir: Path, record: Record) -> None:
 
 
 def outcome_of(
-    settings: Settings, stdout: str, returncode: int | None, stderr: str, now: datetime
+    settings: Settings,
+    stdout: str,
+    returncode: int | None,
+    stderr: str,
+    now: datetime,
+    *,
+    backend: SessionBackend,
 ) -> SessionOutcome:
-    return read_outcome(
+    """What a run amounted to, read by the backend whose CLI printed it."""
+    return backend.read_outcome(
         stdout,
         now=now,
         default_tz=settings.timezone,
@@ -560,6 +568,7 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
         body.get("returncode"),
         str(body.get("stderr") or ""),
         now,
+        backend=backend_for(str(body.get("backend") or DEFAULT_BACKEND)),
     )
     if outcome.limit is None:
         return

@@ -34,12 +34,13 @@ from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
+from dispatchq.backends import SessionBackend, backend_for
 from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
 from dispatchq.core.status import RunningSession
-from dispatchq.launcher.environment import read_secret, session_argv, session_environment
+from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.scrub import decide_scrub
-from dispatchq.launcher.spawn import LaunchResult, build_argv, launch
+from dispatchq.launcher.spawn import LaunchResult, launch
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
@@ -81,14 +82,7 @@ from dispatchq.tiers.lease import (
 )
 from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
-from dispatchq.window.limits import (
-    GENERAL_SCOPE,
-    SessionOutcome,
-    is_credential_refused,
-    read_outcome,
-    reserve_signals,
-    window_state,
-)
+from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, is_credential_refused
 from dispatchq.window.pooling import slot_credential
 
 if TYPE_CHECKING:
@@ -282,6 +276,8 @@ class _Attempt:
 
     `_run` is a pipeline (refuse before spawn, build the spawn, watch the stream, settle the
     result); each step is its own function over this one value rather than seven arguments.
+    `backend` is the CLI the session runs (`dispatchq.backends`): its argv, environment and
+    output readers.
     """
 
     runtime: Runtime
@@ -291,6 +287,7 @@ class _Attempt:
     hooks: SessionHooks
     environ: Mapping[str, str]
     credential: Credential
+    backend: SessionBackend
 
     @property
     def window(self) -> Window:
@@ -389,7 +386,7 @@ class _ProbeWatch:
                 attempt.running(sid)
 
             attempt.holding.write(record_session)
-        state = window_state(event)
+        state = attempt.backend.window_state(event)
         if state == "closed":
             self.limited.set()
         elif state == "open" and not self.limited.is_set():
@@ -424,7 +421,9 @@ def _run(
 ) -> str:
     """Spawn one admitted judgement's session and account for what it did; returns the job's result."""
     assert kind.session is not None
-    attempt = _Attempt(runtime, holding, record, kind, hooks, environ, credential)
+    attempt = _Attempt(
+        runtime, holding, record, kind, hooks, environ, credential, backend_for(credential.backend)
+    )
     window = attempt.window
     refused = _refused_before_spawn(attempt)
     if refused is not None:
@@ -499,9 +498,8 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     """argv (resuming the judgement's session if it has one), scrubbed environment, cwd, prompt."""
     assert attempt.kind.session is not None
     settings, record, environ = attempt.settings, attempt.record, attempt.environ
-    argv = session_argv(
-        build_argv(settings.session_command, extra_args=attempt.kind.session.args, resume=attempt.resume)
-    )
+    backend = attempt.backend
+    argv = backend.argv(settings.session_command, attempt.kind.session.args, resume=attempt.resume)
     chosen = attempt.credential
     credential: str | None
     if chosen.file is not None:
@@ -511,18 +509,18 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         credential = read_secret(variable, environ)
     confined = settings.session_sandbox == "on"
     scrub = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
-    env = session_environment(
+    config = config_dir(settings, record.id)
+    env = backend.environment(
         environ,
         deny=settings.session_deny_env,
         allow=settings.session_allow_env,
         credential_var=variable,
         credential_value=credential,
         scrub_subprocesses=scrub.enabled,
+        config_dir=config,
     )
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else work_dir(settings, record.id)
-    config = config_dir(settings, record.id)
-    env["CLAUDE_CONFIG_DIR"] = str(config)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
     # own way and keeps its own lines outside the frame); every other kind is rendered here.
     prompt = attempt.hooks.render_prompt(attempt.runtime, record)
@@ -536,7 +534,9 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         prompt=prompt,
         cwd=cwd,
         env=env,
-        confined=confinement(settings, attempt.kind, environ, env, cwd, config, attempt.credential_files),
+        confined=confinement(
+            settings, attempt.kind, environ, env, cwd, config, attempt.credential_files, backend=backend
+        ),
     )
 
 
@@ -556,7 +556,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
     if ended_by_shutdown(result):
         attempt.settle(None)  # what it cost is unknown: its estimate stays charged
         return _settle_shutdown(attempt, result)
-    outcome = read_outcome(
+    outcome = attempt.backend.read_outcome(
         result.stdout,
         now=datetime.now(UTC),
         default_tz=settings.timezone,
@@ -584,7 +584,8 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         credential=attempt.credential.name,
     )
     now = datetime.now(UTC)
-    for signal, used in reserve_signals(outcome.events, reserve=settings.window_reserve, now=now):
+    reserve = attempt.backend.reserve_signals(outcome.events, reserve=settings.window_reserve, now=now)
+    for signal, used in reserve:
         window.raise_marker(
             signal,
             session=outcome.session_id,
@@ -736,12 +737,15 @@ def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, w
     session's dispatch marker stays, so its next dispatch verifies first.
     """
     settings = attempt.settings
-    outcome = outcome_of(settings, result.stdout, result.returncode, result.stderr, datetime.now(UTC))
+    outcome = outcome_of(
+        settings, result.stdout, result.returncode, result.stderr, datetime.now(UTC), backend=attempt.backend
+    )
     body: dict[str, Any] = {
         "model": kind_model(attempt.kind),
         "session_id": outcome.session_id,
         "credential": attempt.credential.name,
     }
+    body["backend"] = attempt.backend.name  # a replay reads the output with the same CLI's readers
     spooled: SpoolKind | None = None
     if outcome.kind == "limit":
         spooled = "limit"

@@ -20,10 +20,10 @@ from rq import Callback, Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
 
+from dispatchq.backends import DEFAULT_BACKEND, backend_for
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
-from dispatchq.launcher.releases import warn_if_unsupported
 from dispatchq.launcher.scrub import decide_scrub
 from dispatchq.queue.entrypoints import DispatchqQueue
 from dispatchq.queue.stopping import stop_requested
@@ -107,7 +107,8 @@ def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> 
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
         _say_once(logging.WARNING, decision.warning)
-    warn_if_unsupported(settings.session_command, environ)  # outside the range, a WARNING
+    # The installed CLI outside the tested range: a WARNING, once.
+    backend_for(DEFAULT_BACKEND).check_release(settings.session_command, environ)
 
 
 class SessionWorker(DispatchqWorker):
