@@ -84,12 +84,25 @@ class Client:
         context: dict[str, Any] | None = None,
         state: Any = None,
         key: str | None = None,
+        priority: str | None = None,
         force: bool = False,
     ) -> str:
-        """Enqueue one judgement; return its id (the live duplicate's id if already queued)."""
+        """Enqueue one judgement; return its id (the live duplicate's id if already queued).
+
+        `priority`: `urgent`, `normal` or `background` (None: the kind's default, else
+        normal); the session line serves a higher class first.
+        """
         try:
-            judgement = JudgementIn(
-                kind=kind, target=target, item=item, context=context or {}, state=state, key=key
+            judgement = JudgementIn.model_validate(
+                {
+                    "kind": kind,
+                    "target": target,
+                    "item": item,
+                    "context": context or {},
+                    "state": state,
+                    "key": key,
+                    "priority": priority,
+                }
             )
         except ValidationError as error:
             raise UserError(describe_validation(error)) from None

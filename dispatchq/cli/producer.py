@@ -15,6 +15,7 @@ import click
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.core.judgement import FINISHED, STATUSES, Record
+from dispatchq.core.priority import PRIORITIES
 from dispatchq.core.tiers import TIERS, automatic_tiers
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import out_of_memory_message, outage_reason
@@ -70,6 +71,11 @@ def _cut_off(client: Any, first: int | None, count: int) -> None:
 @click.option("--state", "state_text", help="JSON the typed tier reads, or @file.")
 @click.option("--context", "context_text", help="JSON object (context.checkout: a directory), or @file.")
 @click.option("--key", help="Your own idempotency key, instead of the content key.")
+@click.option(
+    "--priority",
+    type=click.Choice(PRIORITIES),
+    help="Its class: the session line serves urgent, then normal, then background (default: the kind's).",
+)
 @click.option("--force", is_flag=True, help="Judge again even if the same judgement is live.")
 @click.option("--json", "as_json", is_flag=True, help="With '-': print one JSON object per input line.")
 def enqueue(
@@ -80,6 +86,7 @@ def enqueue(
     state_text: str | None,
     context_text: str | None,
     key: str | None,
+    priority: str | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -100,8 +107,11 @@ def enqueue(
     if source is not None:
         if source != "-":
             raise UserError(f"unexpected argument {source!r} (use '-' to read JSON Lines from stdin)")
-        if any(v is not None for v in (kind, target, item, state_text, context_text, key)):
-            raise UserError("with '-', every judgement comes from stdin; drop --kind/--target/... options")
+        if any(v is not None for v in (kind, target, item, state_text, context_text, key, priority)):
+            raise UserError(
+                "with '-', every judgement comes from stdin (a line's own `priority` field included); "
+                "drop --kind/--target/... options"
+            )
         results = client.enqueue_lines(sys.stdin.buffer, force=force)
         failed = 0
         out = []
@@ -131,7 +141,10 @@ def enqueue(
     context = parse_json_arg(context_text, "--context") if context_text is not None else {}
     if not isinstance(context, dict):
         raise UserError("--context: must be a JSON object")
-    click.echo(client.enqueue(kind, target, item=item, context=context, state=state, key=key, force=force))
+    jid = client.enqueue(
+        kind, target, item=item, context=context, state=state, key=key, priority=priority, force=force
+    )
+    click.echo(jid)
 
 
 @click.command()

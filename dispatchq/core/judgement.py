@@ -17,6 +17,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dispatchq.core.priority import DEFAULT_PRIORITY, PRIORITIES, Priority, parse_priority
+
 __all__ = [
     "FINISHED",
     "REUSABLE",
@@ -118,6 +120,21 @@ class JudgementIn(BaseModel):
     key: str | None = Field(
         None, min_length=1, max_length=1000, description="Producer's own idempotency key."
     )
+    priority: Priority | None = Field(
+        None, description="urgent, normal or background; none: the kind's default (else normal)."
+    )
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _known_priority(cls, value: Any) -> Priority | None:
+        # Checked here, before pydantic's own literal check, so the refusal names the three
+        # classes in the words `dispatchq enqueue --help` uses. "" is "not said", like null.
+        if value is None or value == "":
+            return None
+        try:
+            return parse_priority(value)
+        except ValueError:
+            raise ValueError(f"must be one of {', '.join(PRIORITIES)} (got {value!r})") from None
 
     @field_validator("context")
     @classmethod
@@ -214,7 +231,11 @@ class Record(BaseModel):
     content_key: str | None = None
     effect: str = "local"
     host: str | None = None
+    #: The typed tier's `order` score: orders judgements within one class of `urgency`.
     priority: float | None = None
+    #: The judgement's class (the producer's `priority`, else its kind's): the line serves
+    #: higher classes first. Named apart from `priority`, which is the `order` score above.
+    urgency: Priority = DEFAULT_PRIORITY
     raw: Any = None
     created_at: float | None = None
     updated_at: float | None = None

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Literal, cast, get_args
 
-__all__ = ["DEFAULT_PRIORITY", "PRIORITIES", "Priority", "at_least", "line_band", "parse_priority", "rank"]
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "PRIORITIES",
+    "Priority",
+    "at_least",
+    "line_band",
+    "line_score",
+    "parse_priority",
+    "rank",
+    "stored_priority",
+]
 
 Priority = Literal["urgent", "normal", "background"]
 #: Highest first.
@@ -37,6 +47,23 @@ def at_least(priority: str | None, floor: str | None) -> bool:
 def line_band(priority: str | None) -> float:
     """What a class adds to a judgement's order score in the session line (higher goes first)."""
     return (rank(priority) - 1) * _BAND
+
+
+def line_score(order: float | None, priority: str | None) -> float:
+    """A judgement's score in a session line (lowest goes first): its class, then its `order` score.
+
+    A score written before classes existed is `-order`, which is exactly a `normal` one's.
+    """
+    return -((order or 0.0) + line_band(priority))
+
+
+def stored_priority(value: object) -> Priority:
+    """A class as a store holds it: anything unreadable (none, an unknown word) reads as `normal`.
+
+    Reading is lenient where writing is strict: a record must never become unreadable
+    because of its class.
+    """
+    return cast("Priority", value) if isinstance(value, str) and value in _RANK else DEFAULT_PRIORITY
 
 
 def parse_priority(value: object) -> Priority:

@@ -110,6 +110,8 @@ class Brief(_Stored):
     reason: str | None = None
     created_at: float | None = None
     updated_at: float | None = None
+    #: Its class: `urgent`, `normal` or `background` (the session line serves higher first).
+    urgency: str = "normal"
 
 
 class SchedulerPart(_Part):

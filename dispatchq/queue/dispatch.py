@@ -22,6 +22,7 @@ from dispatchq.core.entrypoints import FAILURE_CALLBACK
 from dispatchq.core.judgement import JudgementIn, Record, TrailEntry, content_key, state_digest
 from dispatchq.core.kinds import Kind
 from dispatchq.core.ladder import entry_tier, next_tier
+from dispatchq.core.priority import DEFAULT_PRIORITY, Priority, line_score, parse_priority
 from dispatchq.core.tiers import NEEDS_TRIAGE, TierRow, rank, row, row_of
 from dispatchq.errors import EnqueueInterrupted, UserError
 from dispatchq.git import runner as git
@@ -43,6 +44,7 @@ __all__ = [
     "Prepared",
     "Seen",
     "parse_json_arg",
+    "urgency_of",
 ]
 
 #: A record as a caller saw it when it decided to act: (status, RQ job id).
@@ -69,6 +71,8 @@ class Prepared:
     tier: str
     host: str | None
     force: bool = False
+    #: Its class: the producer's `priority`, else its kind's default.
+    urgency: Priority = DEFAULT_PRIORITY
 
 
 @dataclass
@@ -220,7 +224,9 @@ class Dispatcher:
         elif kind.produce:
             raise UserError(f"kind {kind.name} produces and verifies in a checkout: give context.checkout")
         ckey = content_key(judgement, kind.digest, fingerprint)
-        return Prepared(_new_id(), judgement, kind, ckey, entry_tier(kind), host, force)
+        return Prepared(
+            _new_id(), judgement, kind, ckey, entry_tier(kind), host, force, urgency_of(judgement, kind)
+        )
 
     def submit(self, prepared: Sequence[Prepared]) -> list[tuple[str, bool]]:
         """Write records and their jobs; returns (id, created) in input order.
@@ -270,6 +276,8 @@ class Dispatcher:
                     self.storage.typed.state_set(state_digest(p.judgement.state))
                     if _groups_by_state(p.tier)
                     else "",
+                    p.urgency,
+                    repr(line_score(None, p.urgency)),
                 )
             )
         pipe = self.store.transaction()
@@ -306,6 +314,7 @@ class Dispatcher:
                 fields["priority"] = priority
             store.transition(jid, "queued", expect=["running"], trail=trail, fields=fields, pipe=pipe)
             if spec.admission == "line":
+                # Its class is on its record: the script reads it there (urgency=None).
                 store.add_to_line(jid, store.line_of(host), priority, pipe=pipe)
                 wake = True
             else:
@@ -369,7 +378,8 @@ class Dispatcher:
             pipe=pipe,
         )
         if spec.admission == "line":
-            store.add_to_line(record.id, store.line_of(record.host), record.priority, pipe=pipe)
+            line = store.line_of(record.host)
+            store.add_to_line(record.id, line, record.priority, urgency=record.urgency, pipe=pipe)
             store.wake(pipe=pipe)
         else:
             job_id = _new_id()
@@ -409,6 +419,16 @@ class Dispatcher:
                 fields={"reason": "cancelled by request"},
             )
         )
+
+
+def urgency_of(judgement: JudgementIn, kind: Kind) -> Priority:
+    """The judgement's class: what its producer said, else its kind's default, else `normal`."""
+    if judgement.priority is not None:
+        return judgement.priority
+    try:
+        return parse_priority(kind.priority)
+    except ValueError as error:
+        raise UserError(f"kind {kind.name}: {error}") from None
 
 
 def _admission(rung: str | None) -> str | None:

@@ -43,7 +43,7 @@ local function fenced(rkey, claim)
 end
 """.replace("$LEGACY", LEGACY_CLAIM)
 
-# ARGV: now, then one JSON array of entries, each the 10 fields of `NewRecord` in order
+# ARGV: now, then one JSON array of entries, each the 12 fields of `NewRecord` in order
 # (one argument rather than 10 per entry: packing arguments costs more than cjson).
 # Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
 # (everything new) then costs no reply at all. Index writes are batched per call.
@@ -75,7 +75,10 @@ for i = 1, #entries do
       local member = string.format('%015d:%s', seq, id)
       table.insert(args, 'line'); table.insert(args, line)
       table.insert(args, 'lmember'); table.insert(args, member)
-      redis.call('ZADD', line, 0, member)
+      redis.call('ZADD', line, (e[12] ~= nil and e[12] ~= '') and e[12] or 0, member)
+    end
+    if e[11] ~= nil and e[11] ~= '' then
+      table.insert(args, 'urgency'); table.insert(args, e[11])
     end
     redis.call('HSET', '$P:j:' .. id, unpack(args))
     if e[10] ~= '' then redis.call('SADD', e[10], id) end
@@ -307,19 +310,26 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 
 # Put a record in a session line (escalation, refusal at spawn, re-queue after a cut).
-# KEYS: record, line. ARGV: score, front ('1' puts it ahead of everything at its priority).
+# KEYS: record, line. ARGV: front ('1' puts it ahead of everything at its score), its class
+# ('' = the record's own `urgency` field, none = normal), then (class, score) pairs: the
+# score the record takes in each class, computed by the caller (`core.priority.line_score`).
 # Members at one score sort bytewise: '-' sorts before every digit, so front members go first
 # and keep FIFO among themselves (several sessions refused at once keep their order).
 LINE_ADD = """
 local rkey, line = KEYS[1], KEYS[2]
+local class = ARGV[2]
+if class == '' then class = redis.call('HGET', rkey, 'urgency') or 'normal' end
+local scores = {}
+for i = 3, #ARGV, 2 do scores[ARGV[i]] = ARGV[i + 1] end
+local score = scores[class] or scores['normal']
 local id = string.sub(rkey, string.len('$P:j:') + 1)
 local seq = redis.call('HGET', rkey, 'seq') or '0'
 local member
-if ARGV[2] == '1' then member = string.format('-%014d:%s', tonumber(seq), id)
+if ARGV[1] == '1' then member = string.format('-%014d:%s', tonumber(seq), id)
 else member = string.format('%015d:%s', tonumber(seq), id) end
 local old_line, old = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
 if old_line and old then redis.call('ZREM', old_line, old) end
-redis.call('ZADD', line, tonumber(ARGV[1]), member)
+redis.call('ZADD', line, score, member)
 redis.call('HSET', rkey, 'line', line, 'lmember', member)
 return member
 """.replace("$P", P)

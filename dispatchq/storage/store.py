@@ -23,6 +23,7 @@ import redis
 from redis.client import Pipeline
 
 from dispatchq.core.judgement import FINISHED, STATUSES, Record, TrailEntry
+from dispatchq.core.priority import PRIORITIES, line_score, stored_priority
 from dispatchq.core.status import Brief, Counters, ServerFacts
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
@@ -76,6 +77,8 @@ class NewRecord(NamedTuple):
     host: str  # "" when not bound to a host
     job: str  # the RQ job that will run it, or ""
     group: str  # the typed tier's same-state set to join, or ""
+    urgency: str = ""  # its class (`dispatchq.core.priority`); "" writes none, read as normal
+    score: str = ""  # its score in `line` (`line_score`), or "" for 0
 
 
 @dataclass(frozen=True)
@@ -273,14 +276,22 @@ class Store:
         line: str,
         priority: float | None,
         *,
+        urgency: str | None = None,
         front: bool = False,
         pipe: Pipeline | None = None,
     ) -> None:
-        """Place a record in a session line: higher priority first, then FIFO (or front)."""
-        score = -(priority or 0.0)
-        client = pipe if pipe is not None else None
+        """Place a record in a session line: higher class first, then higher `priority` (the
+        `order` score), then FIFO (or `front`: ahead of its equals).
+
+        `urgency` is the record's class; None leaves it to the script to read from the record
+        (a caller moving judgements it holds only by id), where a record written before
+        classes existed reads as `normal`. The score of each class is computed here, so the
+        script does no float arithmetic (Lua would print it back with 14 digits).
+        """
+        chosen = "" if urgency is None else stored_priority(urgency)
+        scores = [x for name in PRIORITIES for x in (name, repr(line_score(priority, name)))]
         self._line_add(
-            keys=[keys.record(jid), line], args=[repr(score), "1" if front else "0"], client=client
+            keys=[keys.record(jid), line], args=["1" if front else "0", chosen, *scores], client=pipe
         )
 
     def claim_from_line(self, line: str, member: str, jid: str) -> str:
@@ -591,7 +602,7 @@ class Store:
 
     def briefs(self, ids: Sequence[str]) -> list[Brief]:
         """Judgements as lists show them (what, where, why), read field by field: no trail, no model."""
-        names = ("in", "status", "tier", "value", "reason", "created", "updated")
+        names = ("in", "status", "tier", "value", "reason", "created", "updated", "urgency")
         pipe = self.redis.pipeline(transaction=False)
         for jid in ids:
             pipe.hmget(keys.record(jid), *names)
@@ -613,6 +624,7 @@ class Store:
                     reason=f["reason"] or None,
                     created_at=float(f["created"]) if f["created"] else None,
                     updated_at=float(f["updated"]) if f["updated"] else None,
+                    urgency=stored_priority(f["urgency"]),
                 )
             )
         return out
@@ -774,6 +786,7 @@ def _record(jid: str, raw: Mapping[Any, Any]) -> Record:
             "effect": f.get("effect", "local"),
             "host": f.get("host") or None,
             "priority": j("priority"),
+            "urgency": stored_priority(f.get("urgency")),
             "raw": j("raw"),
             "created_at": float(f["created"]) if f.get("created") else None,
             "updated_at": float(f["updated"]) if f.get("updated") else None,

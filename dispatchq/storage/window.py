@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from dispatchq.core.priority import DEFAULT_PRIORITY, stored_priority
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
 from dispatchq.storage.histograms import observe_session
@@ -64,12 +65,23 @@ return 0
 
 
 class LineEntry:
-    """One judgement at the head of a session line, as admission sees it."""
+    """One judgement at the head of a session line, as admission sees it.
 
-    __slots__ = ("jid", "kind", "line", "member", "not_before", "score", "status")
+    `urgency` is its class (`dispatchq.core.priority`), which decides who may spend what
+    (a credential kept for `urgent` work); `describe` fills it, with `kind` and `status`.
+    """
+
+    __slots__ = ("jid", "kind", "line", "member", "not_before", "score", "status", "urgency")
 
     def __init__(
-        self, score: float, member: str, line: str, kind: str = "", status: str = "", not_before: float = 0.0
+        self,
+        score: float,
+        member: str,
+        line: str,
+        kind: str = "",
+        status: str = "",
+        not_before: float = 0.0,
+        urgency: str = DEFAULT_PRIORITY,
     ) -> None:
         self.score = score
         self.member = member
@@ -78,6 +90,7 @@ class LineEntry:
         self.kind = kind
         self.status = status
         self.not_before = not_before
+        self.urgency = urgency
 
 
 class WindowStore:
@@ -215,14 +228,16 @@ class WindowStore:
         return out
 
     def describe(self, entries: Sequence[LineEntry]) -> None:
-        """Fill each entry's kind, status and not-before instant from its record, in one trip."""
+        """Fill each entry's kind, status, not-before instant and class from its record, in one
+        trip (a record without a class, written before classes existed, is `normal`)."""
         pipe = self.redis.pipeline(transaction=False)
         for entry in entries:
-            pipe.hmget(keys.record(entry.jid), "in", "status", "not_before")
-        for entry, (raw, status, later) in zip(entries, pipe.execute(), strict=True):
+            pipe.hmget(keys.record(entry.jid), "in", "status", "not_before", "urgency")
+        for entry, (raw, status, later, urgency) in zip(entries, pipe.execute(), strict=True):
             entry.kind = json.loads(raw)["kind"] if raw else ""
             entry.status = as_text(status) if status else ""
             entry.not_before = float(later) if later else 0.0
+            entry.urgency = stored_priority(as_text(urgency))
 
     def any_waiting(self, lines: Iterable[str]) -> bool:
         return any(self.redis.zcard(line) for line in lines)
@@ -241,6 +256,7 @@ class WindowStore:
         fields: Mapping[str, Any],
         line: str,
         priority: float | None,
+        urgency: str | None = None,
         claim: str | None = None,
     ) -> bool:
         """Back to the front of its line and workers woken, in one MULTI, with nothing charged.
@@ -254,7 +270,7 @@ class WindowStore:
         records.transition(
             jid, status, expect=["running"], trail=trail, fields=dict(fields), pipe=pipe, claim=claim
         )
-        records.add_to_line(jid, line, priority, front=True, pipe=pipe)
+        records.add_to_line(jid, line, priority, urgency=urgency, front=True, pipe=pipe)
         pipe.publish(keys.WAKE_CHANNEL, "work")
         moved, member, _ = pipe.execute()
         if int(moved) == 1:

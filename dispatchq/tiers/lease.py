@@ -341,6 +341,7 @@ def take_over(
         fields={"reason": why, "resume_session": "" if not host_bound(record) else record_resume(record)},
         line=window.records.line_of(record.host),
         priority=record.priority,
+        urgency=record.urgency,
     )
     log.warning("session judgement %s: %s", record.id, why)
     return "taken"
@@ -448,6 +449,7 @@ def requeue_front(
         fields=values,
         line=window.records.line_of(record.host),
         priority=record.priority,
+        urgency=record.urgency,
         claim=claim,
     )
 

@@ -211,6 +211,52 @@ def test_enqueue_jsonl_json_output(core_env: dict[str, str]) -> None:
     assert second["line"] == 2 and second["id"] is None and "x: unknown field" in second["error"]
 
 
+# --- priority classes ------------------------------------------------------------------------------------
+
+
+def test_a_bad_priority_exits_2_naming_the_option_and_writes_nothing(
+    core_env: dict[str, str], redis_client: Any
+) -> None:
+    done = run_cli(["enqueue", "--kind", "lock", "--target", "a", "--priority", "bogus"], core_env)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    named = [line for line in done.stderr.splitlines() if "--priority" in line and "'bogus'" in line]
+    assert named and "urgent" in named[0], done.stderr
+    assert records(redis_client) == []
+
+
+def test_the_class_said_is_the_class_a_result_shows(core_env: dict[str, str]) -> None:
+    urgent = enqueue(core_env, "--kind", "lock", "--target", "a", "--priority", "urgent")
+    plain = enqueue(core_env, "--kind", "lock", "--target", "b")
+    assert result_json(core_env, urgent)["urgency"] == "urgent"
+    assert result_json(core_env, plain)["urgency"] == "normal"
+    # The class is not part of the judgement: asking again more urgently finds the live one.
+    assert enqueue(core_env, "--kind", "lock", "--target", "b", "--priority", "background") == plain
+
+
+def test_a_json_line_says_its_own_priority(core_env: dict[str, str], redis_client: Any) -> None:
+    lines = "\n".join(
+        [
+            '{"kind": "lock", "target": "a", "priority": "background"}',
+            '{"kind": "lock", "target": "b", "priority": "soon"}',
+            '{"kind": "lock", "target": "c"}',
+        ]
+    )
+    done = run_cli(["enqueue", "-"], core_env, input=lines + "\n")
+    assert done.returncode == 1, done.stderr
+    ids = dict(line.split("\t") for line in done.stdout.splitlines())
+    assert set(ids) == {"1", "3"}
+    assert "line 2: priority: must be one of urgent, normal, background (got 'soon')" in done.stderr
+    assert result_json(core_env, ids["1"])["urgency"] == "background"
+    assert result_json(core_env, ids["3"])["urgency"] == "normal"
+    assert len(records(redis_client)) == 2
+
+
+def test_priority_with_stdin_is_refused_in_one_line(core_env: dict[str, str]) -> None:
+    done = run_cli(["enqueue", "-", "--priority", "urgent"], core_env, input="")
+    assert_one_line_error(done, "a line's own `priority` field")
+
+
 # --- results and the public contract ------------------------------------------------------------------------
 
 

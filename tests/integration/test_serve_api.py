@@ -95,6 +95,29 @@ def test_a_record_is_found_by_a_unique_prefix_as_result_json_prints_it(
     assert request(api_server.port, "GET", f"/judgements/{jid}", headers=AUTH).status == 200  # exact wins
 
 
+def test_a_bad_priority_is_refused_naming_it_and_a_good_one_is_the_records_class(api_server: Server) -> None:
+    bad = request(
+        api_server.port,
+        "POST",
+        "/judgements",
+        json.dumps({"kind": "echo", "target": "acme/app#20", "priority": "asap"}).encode(),
+        {**AUTH, "Content-Type": "application/json"},
+    )
+    assert bad.status == 422, bad.body
+    refused = "priority: must be one of urgent, normal, background (got 'asap')"
+    assert bad.json == [{"line": 1, "error": refused}]
+    good = request(
+        api_server.port,
+        "POST",
+        "/judgements",
+        json.dumps({"kind": "echo", "target": "acme/app#21", "priority": "urgent"}).encode(),
+        {**AUTH, "Content-Type": "application/json"},
+    )
+    assert good.status == 200, good.body
+    shown = request(api_server.port, "GET", f"/judgements/{good.json[0]['id']}", headers=AUTH)
+    assert shown.status == 200 and shown.json["urgency"] == "urgent"
+
+
 def test_without_the_token_every_route_but_health_and_webhooks_is_401(api_server: Server) -> None:
     body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {API_TOKEN}"}):
