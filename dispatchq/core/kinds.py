@@ -66,8 +66,6 @@ class Kind:
     # Variables (exact names or globs) the kind's produce/verify commands receive beyond the
     # toolchain-neutral base (`dispatchq.launcher.environment.CHILD_BASE`), e.g. GOPATH.
     env: tuple[str, ...] = ()
-    # The class of its judgements when the producer says none (`dispatchq.core.priority`).
-    priority: str = "normal"
     digest: str = ""
     # The class a judgement of this kind gets when its producer names none
     # (`dispatchq.core.priority`): urgent, normal or background.
