@@ -35,7 +35,7 @@ from dispatchq.pools.routing import Route, route
 from dispatchq.pools.routing import waiting_reason as pool_waiting_reason
 from dispatchq.pools.spend import estimate_for, spend_periods
 from dispatchq.window import marker as markers_
-from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
+from dispatchq.window.limits import GENERAL_SCOPE, WEEKLY_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
 from dispatchq.window.pooling import credential_markers, slot_credential, slot_name, states_for
 from dispatchq.window.usage import credential_rows, usage_rows
@@ -175,6 +175,17 @@ class Window:
         before a spawn)."""
         return blocking(credential_markers(self.markers(), credential, model), model)
 
+    def closed_everywhere(self, model: str | None) -> list[Marker]:
+        """The closed markers when every credential of the pool is closed for `model`, else none."""
+        markers = self.markers()
+        found: list[Marker] = []
+        for credential in self.pool():
+            closed = blocking(credential_markers(markers, credential.name, model), model)
+            if not closed:
+                return []
+            found += closed
+        return found
+
     def audit_log(self, limit: int = 10) -> list[dict[str, Any]]:
         return self.store.audit_log(limit)
 
@@ -182,7 +193,10 @@ class Window:
         """The markers, the reported use, the sessions and the recent audit, as `status` shows them."""
         tz = self.settings.timezone
         public = [m.public(tz) for m in self.markers()]
-        general = next((m for m in public if m.scope == GENERAL_SCOPE), None)
+        # The headline: the plan's own window, 5-hour or weekly, whichever keeps it closed longer.
+        plan = [m for m in public if m.scope in (GENERAL_SCOPE, WEEKLY_SCOPE)]
+        up = [m for m in plan if m.up]
+        general = max(up, key=lambda m: m.lifts_at_epoch or 0) if up else (plan[0] if plan else None)
         now = time.time()
         spawned, refused = self.store.session_counts()
         no_marker = MarkerView(scope=GENERAL_SCOPE, up=False, lifts_at=None, kind=None, message=None)

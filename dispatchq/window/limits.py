@@ -88,6 +88,7 @@ from dispatchq.window.signals import (
 
 __all__ = [
     "GENERAL_SCOPE",
+    "WEEKLY_SCOPE",
     "LimitKind",
     "LimitSignal",
     "OutcomeKind",

@@ -28,7 +28,7 @@ import pytest
 
 from dispatchq.launcher.releases import OLDEST
 from dispatchq.testing.anthropic import Reply, Seen
-from dispatchq.window.limits import GENERAL_SCOPE
+from dispatchq.window.limits import GENERAL_SCOPE, WEEKLY_SCOPE
 from tests.support.real_client import (
     RealHarness,
     path_without_bwrap,
@@ -365,8 +365,9 @@ def test_a_weekly_limit_printed_with_the_time_only_is_tomorrow_never_just_reset(
     ids = [real.enqueue("ask", f"q{i}") for i in range(2)]
     real.bursts()  # exits by itself: read as "just reset" it would probe again at once
     assert real.spawns() == 1
-    marker = real.marker()
+    marker = real.marker(WEEKLY_SCOPE)  # the weekly window's own marker, apart from the 5-hour one
     assert marker is not None and marker.closed(), marker
+    assert real.marker() is None
     assert marker.kind == "seven_day" and "weekly limit · resets" in marker.message, marker
     assert resets - 60 < marker.lifts_at <= resets  # tomorrow, at the printed minute
     assert real.all_status(ids, "waiting")

@@ -164,3 +164,45 @@ def _periods(harness: Harness) -> tuple[str, str]:
     from dispatchq.pools.spend import spend_periods
 
     return spend_periods(time.time(), harness.rt.settings.timezone)
+
+
+def test_a_refused_credential_is_blocked_everywhere_and_the_other_answers_until_it_is_opened(
+    harness: Harness,
+) -> None:
+    _two_subscriptions(harness)
+    refused = {
+        "credential": "tok-A",
+        "scenario": "error",
+        "message": "Invalid API key · Please run /login",
+        "api_status": "401",
+    }
+    harness.plan(refused)
+    harness.workers(1)
+    first = harness.enqueue("ask", "first")
+    harness.wait(lambda: harness.statuses([first]) == ["answered"], "the first judgement answered on B")
+    assert harness.spawns_on("tok-A") == 1 and harness.spawns_on("tok-B") == 1
+    blocked = harness.rt.storage.pool.blocked()
+    assert list(blocked) == ["team-a"] and "Invalid API key" in blocked["team-a"]
+    assert harness.rt.storage.window.blocked() == {}  # the host is not blocked: B answers here
+    trail = [entry.why for entry in harness.record(first).trail]
+    assert any("credential refused (no cost)" in why for why in trail), trail
+
+    more = [harness.enqueue("ask", f"more-{i}") for i in range(2)]
+    harness.wait(lambda: harness.all_status(more, "answered"), "the rest answered on B")
+    assert harness.spawns_on("tok-A") == 1
+
+    opened = harness.cli("window", "open", "--credential", "team-a")
+    assert opened.returncode == 0, opened.stderr
+    assert harness.rt.storage.pool.blocked() == {}
+    unknown = harness.cli("window", "open", "--credential", "nobody")
+    assert unknown.returncode == 2 and "no credential named 'nobody'" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_a_session_worker_refuses_to_start_when_a_credential_file_is_missing(harness: Harness) -> None:
+    _two_subscriptions(harness)
+    (harness.tmp / "secrets" / "team-b").unlink()
+    done = harness.cli("worker", "session", "--burst")
+    assert done.returncode == 2, done.stderr
+    assert "team-b" in done.stderr and "does not exist" in done.stderr
+    assert "Traceback" not in done.stderr

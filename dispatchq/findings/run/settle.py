@@ -82,7 +82,7 @@ def settle(
 
     def stuck() -> str | None:
         left = pending()
-        closed = window.closed_for(None)
+        closed = window.closed_everywhere(None)
         if closed and all(r.status != "running" for r in left):
             return waiting_reason(max(closed, key=lambda m: m.lifts_at))
         blocked = findings.session_blocked(settings.host)
