@@ -71,7 +71,9 @@ def test_a_limit_on_a_seen_by_a_host_cut_off_from_redis_closes_only_a_through_it
     gate.mkdir()
     script = tmp_path / "gate.py"
     script.write_text(GATE)
-    fakes = {"FAKE_CLAUDE_PLAN": str(plan), "FAKE_CLAUDE_SLEEP": "0.2"}
+    # A lease longer than the cut: host 1 still holds its judgement when it replays the limit,
+    # so nothing is taken over meanwhile and the replay is what asks it again.
+    fakes = {"FAKE_CLAUDE_PLAN": str(plan), "FAKE_CLAUDE_SLEEP": "0.2", "DISPATCHQ_SESSION_LEASE": "12"}
     cluster.add_host(
         "h1", DISPATCHQ_SESSION_COMMAND=f"{sys.executable} {script} {gate} {SESSION_COMMAND}", **fakes
     )
@@ -82,6 +84,7 @@ def test_a_limit_on_a_seen_by_a_host_cut_off_from_redis_closes_only_a_through_it
     cluster.worker("h2")
 
     link = cluster.links["h1"]
+    cut_at = time.monotonic()
     link.cut()
     (gate / "open").touch()  # the session says "limit" now, to a host that cannot tell Redis
     during = [cluster.enqueue(f"during-{i}") for i in range(3)]
@@ -100,6 +103,7 @@ def test_a_limit_on_a_seen_by_a_host_cut_off_from_redis_closes_only_a_through_it
         cluster.explain(first)
     )
 
+    cut_for = time.monotonic() - cut_at
     link.heal()
     up = cluster.wait(lambda: window.get(a_scope), "the limit host 1 spooled in A's marker", timeout=60)
     cluster.wait(lambda: not spool.entries(), "host 1's spool replayed and emptied")
@@ -118,6 +122,7 @@ def test_a_limit_on_a_seen_by_a_host_cut_off_from_redis_closes_only_a_through_it
         "A's lift scheduled": (a_scope, resets_at) in retriggers(cluster),
         "failed": [j for j in [first, *during, *after] if cluster.record(j).status == "failed"],
         "deaths of the limited judgement": cluster.deaths(first),
+        "its trail names the replayed limit": "while Redis was away (replayed)" in cluster.trail_text(first),
     }
     assert seen == {
         "A closed until its reset": (True, resets_at),
@@ -128,7 +133,8 @@ def test_a_limit_on_a_seen_by_a_host_cut_off_from_redis_closes_only_a_through_it
         "A's lift scheduled": True,
         "failed": [],
         "deaths of the limited judgement": 0,
-    }, cluster.explain(first)
+        "its trail names the replayed limit": True,
+    }, f"cut for {cut_for:.1f}s\n{cluster.explain(first)}"
 
 
 #: A metered credential's day cap, its kind's estimate and what each session reports. The cap
