@@ -186,7 +186,7 @@ class PoolStore:
         held = self.reservation(slot)
         if held is None:
             return False
-        actual = held.estimate if cost is None else (cost if ran else 0.0)
+        actual = 0.0 if not ran else (held.estimate if cost is None else cost)
         return bool(
             self._settle(
                 keys=[
