@@ -206,3 +206,20 @@ def test_a_session_worker_refuses_to_start_when_a_credential_file_is_missing(har
     assert done.returncode == 2, done.stderr
     assert "team-b" in done.stderr and "does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_operator_closes_one_credentials_window_and_the_other_keeps_answering(harness: Harness) -> None:
+    _two_subscriptions(harness)
+    closed = harness.cli("window", "close", "--until", "2h", "--credential", "team-a", "--reason", "demo")
+    assert closed.returncode == 0, closed.stderr
+    assert "usage window of team-a closed until" in closed.stdout
+    assert harness.marker(qualify("team-a", GENERAL_SCOPE)) is not None
+    assert harness.marker(GENERAL_SCOPE) is None
+    which = harness.cli("window", "close", "--until", "2h")
+    assert which.returncode == 2 and "name one of team-a, team-b" in which.stderr
+    harness.workers(1)
+    ids = [harness.enqueue("ask", f"q{i}") for i in range(2)]
+    harness.wait(lambda: harness.all_status(ids, "answered"), "both answered on team-b")
+    assert harness.spawns_on("tok-A") == 0 and harness.spawns_on("tok-B") == 2
+    opened = harness.cli("window", "open", "--credential", "team-a")
+    assert opened.returncode == 0 and qualify("team-a", GENERAL_SCOPE) in opened.stdout
