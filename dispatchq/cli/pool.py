@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime
 from dispatchq.pools.credentials import Credential
 
@@ -69,36 +68,30 @@ def credentials(as_json: bool) -> None:
     if as_json:
         print_json(document)
         return
-    from rich.table import Table
-
-    table = Table("name", "backend", "billing", "file", "slots", "order", "serves", "cap", "state", "spend")
     for row in document["credentials"]:
-        serves = row["serves"]
-        who = ", ".join(
-            part
-            for part in (
-                f"{serves['priority']} and above" if serves["priority"] else "",
-                f"kinds {', '.join(serves['kinds'])}" if serves["kinds"] is not None else "",
-            )
-            if part
+        for line in _text(row):
+            click.echo(line)
+
+
+def _text(row: dict[str, Any]) -> list[str]:
+    """One credential as two plain lines (a path is never wrapped, so it can be copied)."""
+    serves = row["serves"]
+    who = ", ".join(
+        part
+        for part in (
+            f"{serves['priority']} and above" if serves["priority"] else "",
+            f"kinds {', '.join(serves['kinds'])}" if serves["kinds"] is not None else "",
         )
-        cap = row["spend_cap"]
-        caps = (
-            " / ".join(f"${value:,.2f} a {period}" for period, value in cap.items() if value is not None)
-            if cap
-            else "-"
-        )
-        spend = row.get("spend") or {}
-        table.add_row(
-            row["name"],
-            row["backend"],
-            row["billing"],
-            row["file"] or f"${row['variable']} (environment)",
-            f"{row.get('running', 0)} of {row['concurrency']}",
-            str(row["order"]),
-            who or "anyone",
-            caps,
-            f"{row.get('state', '?')}: {row.get('why', '')}",
-            f"${spend.get('day', 0.0):,.2f} today, ${spend.get('month', 0.0):,.2f} this month",
-        )
-    make_console().print(table)
+        if part
+    )
+    cap = row["spend_cap"] or {}
+    caps = " / ".join(f"${value:,.2f} a {period}" for period, value in cap.items() if value is not None)
+    spend = row.get("spend") or {}
+    source = row["file"] or f"${row['variable']} (the environment)"
+    return [
+        f"{row['name']} ({row['backend']}, {row['billing']}): {row.get('state', '?')}"
+        + (f" ({row['why']})" if row.get("why") and row.get("why") != row.get("state") else ""),
+        f"  file {source} as {row['variable']} · {row.get('running', 0)} running of {row['concurrency']}"
+        f" · order {row['order']} · serves {who or 'every judgement'} · cap {caps or 'none'}"
+        f" · spend ${spend.get('day', 0.0):,.2f} today, ${spend.get('month', 0.0):,.2f} this month",
+    ]

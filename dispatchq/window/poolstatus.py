@@ -234,24 +234,27 @@ def drain_estimate(
     `drain_at = starts_at + waiting / rate_per_hour` hours. No estimate (and a text that
     says why) when nothing waits, when no rate was measured, or when no credential will open.
     """
-    part = BacklogPart(waiting=waiting, rate_per_hour=rate_per_hour, rate_hours=round(rate_hours, 2))
-    part.starts_at = _iso(starts_at)
+    at: float | None = None
     if waiting <= 0:
-        part.drain_text = "nothing waiting"
-        part.drain_seconds = 0.0
-        return part
-    if rate_per_hour is None or rate_per_hour <= 0 or not math.isfinite(rate_per_hour):
-        part.drain_text = f"{waiting} waiting: no estimate yet (no session rate measured)"
-        return part
-    if starts_at is None:
-        part.drain_text = f"{waiting} waiting: no estimate (no credential opens by itself)"
-        return part
-    at = starts_at + waiting / rate_per_hour * 3600
-    part.drain_at_epoch = at
-    part.drain_at = _iso(at)
-    part.drain_seconds = max(0.0, at - now)
-    part.drain_text = f"{waiting} waiting: ~{_clock(at, now, timezone)} at today's rate"
-    return part
+        text = "nothing waiting"
+    elif rate_per_hour is None or rate_per_hour <= 0 or not math.isfinite(rate_per_hour):
+        text = f"{waiting} waiting: no estimate yet (no session rate measured)"
+    elif starts_at is None:
+        text = f"{waiting} waiting: no estimate (no credential opens by itself)"
+    else:
+        at = starts_at + waiting / rate_per_hour * 3600
+        text = f"{waiting} waiting: ~{_clock(at, now, timezone)} at today's rate"
+    # Every field is set, null when it does not apply: the document always holds each one.
+    return BacklogPart(
+        waiting=waiting,
+        rate_per_hour=rate_per_hour,
+        rate_hours=round(rate_hours, 2),
+        starts_at=_iso(starts_at),
+        drain_at=_iso(at),
+        drain_at_epoch=at,
+        drain_seconds=0.0 if waiting <= 0 else (max(0.0, at - now) if at is not None else None),
+        drain_text=text,
+    )
 
 
 # --- what `dispatchq status` prints -----------------------------------------------------------
