@@ -276,9 +276,11 @@ def credential_line(row: PoolCredential, *, now: float, timezone: str) -> str:
     """`team-max: closed until 15:00 (five_hour) · 2 running of 2 · five_hour 83% (resets 15:00,
     4 min ago) · spend today $3.10`: one credential as `status` prints it (plain text)."""
     state = row.why or row.state
-    if row.state == "closed" and row.lifts_at_epoch is not None:
-        kind = row.why.rsplit("(", 1)[-1].rstrip(")") if "(" in row.why else ""
-        state = f"closed until {_clock(row.lifts_at_epoch, now, timezone)}" + (f" ({kind})" if kind else "")
+    lifts = row.lifts_at_epoch
+    if row.state == "closed" and lifts is not None:
+        # The marker that lifts last closes it (`_state`): its kind names the limit.
+        kind = next((m.kind for m in row.markers if m.lifts_at_epoch == lifts and m.kind), None)
+        state = f"closed until {_clock(lifts, now, timezone)}" + (f" ({kind})" if kind else "")
     parts = [f"{row.name}: {state}", f"{row.running} running of {row.concurrency}"]
     for w in row.windows:
         used = f"{w.utilization:.0%}" if w.utilization is not None else "use not reported"
