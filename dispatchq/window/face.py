@@ -227,15 +227,15 @@ class Window:
         )
 
     def backlog(
-        self, history: Iterable[Mapping[str, Any]], credentials: Sequence[PoolCredential]
+        self, waiting: int, history: Iterable[Mapping[str, Any]], credentials: Sequence[PoolCredential]
     ) -> BacklogPart:
-        """The session judgements in the lines and when they are estimated to be answered.
+        """When the `waiting` session judgements (queued or waiting, not started) are estimated
+        to be answered.
 
         `history` is the scheduler's per-minute deltas (`storage.history.series`): the rate is
         measured there; `credentials` (from `status`) say when the drain can start.
         """
         now = time.time()
-        waiting = self.records.line_depth(self.store.all_lines())
         rate, hours = measured_rate(minutes_of(history))
         return drain_estimate(
             waiting,

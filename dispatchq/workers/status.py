@@ -53,7 +53,13 @@ def collect_status(rt: Runtime) -> Status:
     waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
     window = rt.window.status()
-    backlog = rt.window.backlog(series(rt.storage.history.read(time.time())), window.pool.credentials)
+    # The session backlog from the live counts (constant time), not by reading the lines.
+    session = live.by_tier.get("session") or {}
+    backlog = rt.window.backlog(
+        session.get("queued", 0) + session.get("waiting", 0),
+        series(rt.storage.history.read(time.time())),
+        window.pool.credentials,
+    )
     retriggers = scheduled_retriggers(rt)
     server = store.server_facts()
     counters = store.counters()  # monotonic: what `/metrics` exports as *_total
