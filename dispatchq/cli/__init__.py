@@ -53,6 +53,7 @@ COMMANDS = {
     "scheduler": "ops",
     "status": "ops",
     "window": "ops",
+    "credentials": "pool",
     "redis": "ops",
     "settings": "ops",
     "config": "config",
@@ -70,6 +71,7 @@ COMMANDS = {
 #: `short_help`, which a unit test compares), so listing the commands imports none of them.
 SHORT_HELP = {
     "cancel": "Cancel a judgement that has not finished.",
+    "credentials": "The credentials sessions may use: state, caps and spend.",
     "config": "The config file: check it, or print its JSON Schema for editors.",
     "demo": "Run the shipped example judgements through every tier, with stand-ins.",
     "enqueue": "Enqueue one judgement, or JSON Lines from stdin.",

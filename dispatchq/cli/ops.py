@@ -16,6 +16,7 @@ from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import is_outage, waiting_here
+from dispatchq.window.poolstatus import pool_lines
 from dispatchq.window.usage import usage_lines
 
 if TYPE_CHECKING:
@@ -135,6 +136,10 @@ def status(as_json: bool, recount: bool) -> None:
     alive = "[green]alive[/]" if sched.alive else "[red]not running[/] (start `dispatchq scheduler`)"
     console.print(f"scheduler: {alive}; {sched.scheduled_jobs} scheduled jobs")
     _print_markers(console, status)
+    for line in pool_lines(
+        status.pool.credentials, status.backlog, now=status.now, timezone=settings().timezone
+    ):  # per credential, and the backlog's estimated drain (window/poolstatus.py)
+        console.print(line, markup=False, highlight=False)
     sessions = status.sessions
     console.print(
         f"sessions: {len(sessions.running)} running, {sessions.spawned} spawned, "

@@ -25,15 +25,19 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "SCHEMA_VERSION",
     "AuditEntry",
+    "BacklogPart",
     "Brief",
     "Counters",
     "CredentialRow",
     "MarkerView",
+    "PoolCredential",
+    "PoolPart",
     "Retrigger",
     "RunningSession",
     "SchedulerPart",
     "ServerFacts",
     "SessionsPart",
+    "SpendPart",
     "Status",
     "StatusWarning",
     "Suppressed",
@@ -42,6 +46,7 @@ __all__ = [
     "UsageRow",
     "WaitingNote",
     "WindowPart",
+    "WindowReport",
     "WorkerFacts",
     "status_json_schema",
 ]
@@ -187,6 +192,7 @@ class RunningSession(_Stored):
     probe: list[str] | None = None  # the scopes this session probes after a lift
     pid: int | None = None
     claim: str | None = None  # the claim token the worker holds (`tiers.lease`)
+    credential: str | None = None  # the pool credential it runs on (None: written before pools)
 
 
 class SessionsPart(_Part):
@@ -207,6 +213,69 @@ class AuditEntry(_Stored):
     reason: str | None = None
 
 
+class WindowReport(_Part):
+    """One window of one credential as its sessions last reported it, with the report's age."""
+
+    window: str = ""
+    utilization: float | None = None
+    resets_at: str | None = None
+    reported_at: str | None = None
+    age_seconds: int | None = None
+
+
+class SpendPart(_Part):
+    """USD a credential spent today and this month (in `DISPATCHQ_TIMEZONE`), and its caps."""
+
+    day: float = 0.0
+    month: float = 0.0
+    cap_day: float | None = None
+    cap_month: float | None = None
+
+
+class PoolCredential(_Part):
+    """One credential of the pool as people see it (`window.poolstatus`).
+
+    `state` is the first that holds of `blocked` (refused everywhere), `closed` (a marker has
+    not lifted), `spent` (a metered cap has no room), `probing` (lifted: one probe goes first),
+    `busy` (every slot taken), else `open`; `why` says it in the waiting reasons' words.
+    """
+
+    name: str = ""
+    backend: str = "claude"
+    billing: str = "subscription"
+    state: Literal["open", "closed", "probing", "blocked", "spent", "busy"] = "open"
+    why: str = ""
+    concurrency: int = 1
+    running: int = 0
+    lifts_at: str | None = None
+    lifts_at_epoch: float | None = None
+    windows: list[WindowReport] = Field(default_factory=list)
+    markers: list[MarkerView] = Field(default_factory=list)
+    spend: SpendPart = Field(default_factory=SpendPart)
+
+
+class PoolPart(_Part):
+    """The credentials sessions may use, in the operator's order."""
+
+    credentials: list[PoolCredential] = Field(default_factory=list)
+
+
+class BacklogPart(_Part):
+    """The session judgements not yet started, and when they are estimated to be answered.
+
+    `docs/status.md` gives the formula (`window.poolstatus.drain_estimate`).
+    """
+
+    waiting: int = 0
+    rate_per_hour: float | None = None
+    rate_hours: float = 0.0
+    starts_at: str | None = None
+    drain_at: str | None = None
+    drain_at_epoch: float | None = None
+    drain_seconds: float | None = None
+    drain_text: str = ""
+
+
 class WindowPart(_Part):
     """The usage window's fields of the document, as `Window.status()` reads them.
 
@@ -220,6 +289,7 @@ class WindowPart(_Part):
     credentials: list[CredentialRow] = Field(default_factory=list)
     sessions: SessionsPart = Field(default_factory=SessionsPart)
     window_audit: list[AuditEntry] = Field(default_factory=list)
+    pool: PoolPart = Field(default_factory=PoolPart)
 
 
 class Counters(_Part):
@@ -312,6 +382,8 @@ class Status(_Part):
     retriggers: list[Retrigger] = Field(default_factory=list)
     sessions: SessionsPart = Field(default_factory=SessionsPart)
     window_audit: list[AuditEntry] = Field(default_factory=list)
+    pool: PoolPart = Field(default_factory=PoolPart)
+    backlog: BacklogPart = Field(default_factory=BacklogPart)
     counters: Counters = Field(default_factory=Counters)
     triage: TriagePart = Field(default_factory=TriagePart)
     warnings: list[StatusWarning] = Field(default_factory=list)

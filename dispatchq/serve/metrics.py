@@ -4,9 +4,10 @@ A custom collector (no metric is kept in this process: several `serve` processes
 restarted, report the same numbers). Gauges come from `status`'s own data, so the page,
 `status --json` and `/metrics` never disagree; counters and histograms from the store's
 counters (every process adds to them in Redis). Names follow the exposition rules: a unit
-suffix (`_seconds`, `_bytes`), `_timestamp_seconds` for an instant, `_ratio` for a share,
-`_total` for a counter, `_info` for facts; a `tier` label only ever holds a tier of the table
-(`dispatchq.core.tiers`). Every family is listed in `docs/metrics.md`.
+suffix (`_seconds`, `_bytes`, `_usd`), `_timestamp_seconds` for an instant, `_ratio` for a
+share, `_total` for a counter, `_info` for facts; a `tier` label only ever holds a tier of
+the table (`dispatchq.core.tiers`), a `credential` label a name of the pool. Every family is
+listed in `docs/metrics.md`.
 
 The names this replaced stay for one release as duplicates whose HELP says
 "deprecated: use X" (`DEPRECATED`), so dashboards can move at their own pace.
@@ -87,6 +88,7 @@ def metric_families(
     yield info
     yield from _window_families(status)
     yield from usage_families(status)  # the window's use as sessions reported it (serve/usage.py)
+    yield from _pool_families(status)
     yield from _judgement_families(status, oldest_waiting or {})
     yield from _worker_families(status)
     yield from _counter_families(status.counters)
@@ -120,6 +122,63 @@ def _window_families(status: Status) -> Iterator[Metric]:
     if not any(m.scope == "general" for m in status.markers):
         closed.add_metric(["general"], 0.0)
     yield from (closed, lifts, old_lifts, old_used)
+
+
+#: The credential states in which it takes sessions (`dispatchq_credential_open` is 1).
+_TAKING = ("open", "busy", "probing")
+
+
+def _pool_families(status: Status) -> Iterator[Metric]:
+    """Per credential of the pool (`status.pool`), and the session backlog's estimated drain."""
+    label = ["credential"]
+    opened = GaugeMetricFamily(
+        "dispatchq_credential_open",
+        "1 while the credential takes sessions (open, busy or probing); 0 closed, spent or blocked",
+        labels=label,
+    )
+    running = GaugeMetricFamily(
+        "dispatchq_credential_sessions_running", "Sessions running on the credential", labels=label
+    )
+    spend = GaugeMetricFamily(
+        "dispatchq_credential_spend_usd",
+        "USD the credential spent today (period=day) and this month (period=month)",
+        labels=["credential", "period"],
+    )
+    cap = GaugeMetricFamily(
+        "dispatchq_credential_spend_cap_usd",
+        "The credential's spend cap per day and per month (USD); absent where it has none",
+        labels=["credential", "period"],
+    )
+    used = GaugeMetricFamily(
+        "dispatchq_credential_window_utilization_ratio",
+        "Share of the credential's window used, as its sessions last reported it (0..1)",
+        labels=["credential", "window"],
+    )
+    for c in status.pool.credentials:
+        opened.add_metric([c.name], 1.0 if c.state in _TAKING else 0.0)
+        running.add_metric([c.name], float(c.running))
+        spend.add_metric([c.name, "day"], c.spend.day)
+        spend.add_metric([c.name, "month"], c.spend.month)
+        for period, limit in (("day", c.spend.cap_day), ("month", c.spend.cap_month)):
+            if limit is not None:
+                cap.add_metric([c.name, period], limit)
+        for w in c.windows:
+            if w.utilization is not None:
+                used.add_metric([c.name, w.window], w.utilization)
+    yield from (opened, running, spend, cap, used)
+    backlog = status.backlog
+    yield GaugeMetricFamily(
+        "dispatchq_session_backlog",
+        "Session judgements queued or waiting in the lines",
+        value=float(backlog.waiting),
+    )
+    drain = GaugeMetricFamily(
+        "dispatchq_session_drain_seconds",
+        "Estimated seconds until the session backlog is answered at today's rate (absent: no estimate)",
+    )
+    if backlog.drain_seconds is not None:
+        drain.add_metric([], backlog.drain_seconds)
+    yield drain
 
 
 def _judgement_families(view: Status, ages: Mapping[str, float]) -> Iterator[Metric]:

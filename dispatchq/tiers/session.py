@@ -339,6 +339,7 @@ class _Attempt:
             probe=self.probes,
             pid=holder_pid(),
             claim=self.holding.claim,
+            credential=self.credential.name,
         )
         self.window.store.set_running(self.record.id, entry.model_dump())
 

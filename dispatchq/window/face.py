@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.core.status import AuditEntry, MarkerView, RunningSession, SessionsPart, WindowPart
+from dispatchq.core.status import (
+    AuditEntry,
+    BacklogPart,
+    MarkerView,
+    PoolCredential,
+    PoolPart,
+    RunningSession,
+    SessionsPart,
+    WindowPart,
+)
 from dispatchq.errors import UserError
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL, Credential, Pool, qualify
 from dispatchq.pools.routing import Route, route
@@ -38,6 +47,8 @@ from dispatchq.window import marker as markers_
 from dispatchq.window.limits import GENERAL_SCOPE, WEEKLY_SCOPE, LimitSignal, SessionOutcome, reprobe_backoff
 from dispatchq.window.marker import Marker, applies, blocking, probing, waiting_reason
 from dispatchq.window.pooling import credential_markers, slot_credential, slot_name, states_for
+from dispatchq.window.poolstatus import credential_rows as pool_rows
+from dispatchq.window.poolstatus import drain_estimate, drain_start, measured_rate, minutes_of
 from dispatchq.window.usage import credential_rows, usage_rows
 
 if TYPE_CHECKING:
@@ -192,7 +203,8 @@ class Window:
     def status(self) -> WindowPart:
         """The markers, the reported use, the sessions and the recent audit, as `status` shows them."""
         tz = self.settings.timezone
-        public = [m.public(tz) for m in self.markers()]
+        markers = self.markers()
+        public = [m.public(tz) for m in markers]
         # The headline: the plan's own window, 5-hour or weekly, whichever keeps it closed longer.
         plan = [m for m in public if m.scope in (GENERAL_SCOPE, WEEKLY_SCOPE)]
         up = [m for m in plan if m.up]
@@ -200,18 +212,52 @@ class Window:
         now = time.time()
         spawned, refused = self.store.session_counts()
         no_marker = MarkerView(scope=GENERAL_SCOPE, up=False, lifts_at=None, kind=None, message=None)
+        usage = self.store.usage.read()
+        running = {jid: RunningSession.model_validate(e) for jid, e in self.store.running().items()}
+        pool = self.pool()
         return WindowPart(
             marker=general or no_marker,
             markers=public,
-            window_usage=usage_rows(self.store.usage.read(), now),
+            window_usage=usage_rows(usage, now),
             credentials=credential_rows(self.store.usage.credentials(), now),
             sessions=SessionsPart(
-                running={jid: RunningSession.model_validate(e) for jid, e in self.store.running().items()},
+                running=running,
                 spawned=spawned,
                 refused_at_spawn=refused,
                 blocked=self.store.blocked(),
             ),
             window_audit=[AuditEntry.model_validate(entry) for entry in self.store.audit_log(5)],
+            pool=PoolPart(
+                credentials=pool_rows(
+                    pool,
+                    markers,
+                    stored=self.store.pool.states(pool.names, spend_periods(now, tz)),
+                    usage=usage,
+                    running=[r.credential for r in running.values()],
+                    now=now,
+                    timezone=tz,
+                )
+            ),
+        )
+
+    def backlog(
+        self, waiting: int, history: Iterable[Mapping[str, Any]], credentials: Sequence[PoolCredential]
+    ) -> BacklogPart:
+        """When the `waiting` session judgements (queued or waiting, not started) are estimated
+        to be answered.
+
+        `history` is the scheduler's per-minute deltas (`storage.history.series`): the rate is
+        measured there; `credentials` (from `status`) say when the drain can start.
+        """
+        now = time.time()
+        rate, hours = measured_rate(minutes_of(history))
+        return drain_estimate(
+            waiting,
+            rate,
+            drain_start(credentials, now),
+            now=now,
+            timezone=self.settings.timezone,
+            rate_hours=hours,
         )
 
     @property

@@ -17,6 +17,7 @@ from dispatchq.core.tiers import TIERS, automatic_tiers, batch_tiers, row
 from dispatchq.queue.liveness import job_liveness
 from dispatchq.queue.retrigger import scheduled_retriggers
 from dispatchq.queue.scheduler import scheduler_alive
+from dispatchq.storage.history import series
 from dispatchq.triage.status import status_section as triage_section
 from dispatchq.workers.warnings import collect_warnings
 
@@ -52,6 +53,13 @@ def collect_status(rt: Runtime) -> Status:
     waiting, distinct = store.waiting_reasons(WAITING_REASONS_SHOWN)
     answered = store.answered_counts()
     window = rt.window.status()
+    # The session backlog from the live counts (constant time), not by reading the lines.
+    session = live.by_tier.get("session") or {}
+    backlog = rt.window.backlog(
+        session.get("queued", 0) + session.get("waiting", 0),
+        series(rt.storage.history.read(time.time())),
+        window.pool.credentials,
+    )
     retriggers = scheduled_retriggers(rt)
     server = store.server_facts()
     counters = store.counters()  # monotonic: what `/metrics` exports as *_total
@@ -86,6 +94,8 @@ def collect_status(rt: Runtime) -> Status:
         retriggers=retriggers,
         sessions=window.sessions,
         window_audit=window.window_audit,
+        pool=window.pool,
+        backlog=backlog,
         counters=counters,
         triage=triage_section(rt.storage.triage, outcomes_total=counters.triage_outcomes),
     )

@@ -22,7 +22,7 @@ from dispatchq.storage import keys
 from dispatchq.storage.histograms import observe_session, oldest_waiting, read_histograms
 from dispatchq.storage.store import NewRecord
 
-SUFFIXES = ("_total", "_seconds", "_timestamp_seconds", "_ratio", "_bytes", "_info")
+SUFFIXES = ("_total", "_seconds", "_timestamp_seconds", "_ratio", "_bytes", "_usd", "_info")
 #: Gauges of a count of things (a number with no unit) or a 0/1 fact: named for what they count.
 UNITLESS = {
     "dispatchq_window_closed",
@@ -34,6 +34,9 @@ UNITLESS = {
     "dispatchq_host_blocked",
     "dispatchq_scheduler_alive",
     "dispatchq_warning",
+    "dispatchq_credential_open",
+    "dispatchq_credential_sessions_running",
+    "dispatchq_session_backlog",
 }
 
 
@@ -114,6 +117,15 @@ def test_the_families_parse_and_keep_the_naming_rules(make_runtime: Any, dq_env:
         assert families[base].documentation == f"deprecated: use {new}"
     assert "dispatchq_window_lifts_at_timestamp_seconds" in exposed
     assert "dispatchq_window_utilization_ratio" in exposed
+    # The pool without a `credentials:` section: the environment's one, `default`, open.
+    opened = {s.labels["credential"]: s.value for s in families["dispatchq_credential_open"].samples}
+    assert opened == {"default": 1.0}
+    for name in (
+        "dispatchq_session_backlog",
+        "dispatchq_session_drain_seconds",
+        "dispatchq_credential_spend_usd",
+    ):
+        assert name in exposed, name
 
     (build,) = families["dispatchq_build_info"].samples  # the text format has no info type: a gauge
     assert build.name == "dispatchq_build_info" and build.labels["version"] and build.value == 1

@@ -103,6 +103,12 @@ def test_the_page_in_headless_chromium(page_served: str, tmp_path: Path) -> None
             assert page.locator("#waiting-sample tbody tr").count() == 10
             assert page.locator("#latest tbody tr").count() == 10
             assert "build-07" in page.locator("#hosts").inner_text()
+            # The pool (the environment's one credential) and the backlog's drain, no rate measured yet.
+            pool = page.locator("#pool tbody tr")
+            assert pool.count() == 1 and pool.first.locator("td").nth(0).inner_text() == "default"
+            assert page.locator("#backlog").inner_text() == (
+                f"Session backlog: {WAITING + 1} waiting: no estimate yet (no session rate measured)"
+            )
             suppressed = page.locator("#suppressed tbody tr").first.inner_text()
             assert "needs-repro" in suppressed and "shadow_mode" in suppressed and "0.93" in suppressed
 

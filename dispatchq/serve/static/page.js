@@ -134,6 +134,7 @@ function render(data) {
   fill("scopes", scopes);
 
   renderUsage(data);
+  renderPool(data);
 
   const retrigger = document.getElementById("retrigger");
   retrigger.replaceChildren();
@@ -205,6 +206,31 @@ function renderUsage(data) {
   const box = document.getElementById("credential-warnings");
   box.textContent = warnings.join(" · ");
   box.hidden = !warnings.length;
+}
+
+function dollars(spent, cap) {
+  const amount = (n) => `$${Number(n || 0).toFixed(2)}`;
+  return typeof cap === "number" ? `${amount(spent)} of ${amount(cap)}` : amount(spent);
+}
+
+// Each credential of the pool: its state and why, its sessions against its slots, each window
+// its sessions reported (with the report's age), its spend against its caps; then the
+// backlog's estimated drain (`status`'s `pool` and `backlog`).
+function renderPool(data) {
+  const pool = data.pool || {};
+  fill("pool", (pool.credentials || []).map((c) => {
+    const spend = c.spend || {};
+    const windows = (c.windows || []).map((w) =>
+      `${w.window} ${typeof w.utilization === "number" ? `${Math.round(w.utilization * 100)}%` : "–"}` +
+      ` (${ago(w.age_seconds)})`).join(" · ");
+    return [
+      el("td", c.name), el("td", c.billing), el("td", c.state, `state state-${c.state}`), el("td", show(c.why)),
+      el("td", `${c.running || 0} of ${c.concurrency || 0}`, "num"), el("td", windows || "–"),
+      el("td", dollars(spend.day, spend.cap_day), "num"), el("td", dollars(spend.month, spend.cap_month), "num"),
+    ];
+  }), "no credential");
+  const backlog = data.backlog || {};
+  document.getElementById("backlog").textContent = `Session backlog: ${show(backlog.drain_text)}`;
 }
 
 async function refresh() {
