@@ -435,6 +435,7 @@ def admission_cost(bench: Any, k: int, repeat: int) -> dict[str, Any]:
                 medians[name].append(statistics.median(values))
     single_us = statistics.median(means["single"]) * 1e6
     pool_us = statistics.median(means["pool"]) * 1e6
+    short = short_line(sides, k)
     return {
         "k": k,
         "repeat": repeat,
@@ -448,18 +449,39 @@ def admission_cost(bench: Any, k: int, repeat: int) -> dict[str, Any]:
         ),
         "ratios_per_run": [round(p / q, 3) for p, q in zip(means["pool"], means["single"], strict=True)],
         "target_ratio": 1.2,
+        "short_line": short,
+    }
+
+
+def short_line(sides: dict[str, Runtime], k: int) -> dict[str, Any]:
+    """The same turns with two judgements in the line (one enqueued before each admission):
+    reported beside the target, not held to it. Reading the line's heads is most of an
+    admission; with few of them the pool's own reads weigh more."""
+    enqueue(sides["single"], 2, "short-pre")
+    times: dict[str, list[float]] = {"single": [], "pool": []}
+    for i in range(2 * k):
+        enqueue(sides["single"], 1, f"short-{i}")
+        name = ("single", "pool")[i % 2]
+        times[name].append(admit_one(sides[name]))
+    single, pool = (statistics.fmean(times[n]) * 1e6 for n in ("single", "pool"))
+    return {
+        "line_depth": 2,
+        "single_us_per_judgement": round(single, 1),
+        "pool_us_per_judgement": round(pool, 1),
+        "ratio": round(pool / single, 3),
     }
 
 
 # --- the run -------------------------------------------------------------------------------
-def goals(s: dict[str, Any], cost: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
-    """(measure, figure, goal, met) for each goal."""
+def goals(s: dict[str, Any], cost: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(measure, figure, goal, met) for each goal (met None: a figure reported, not a goal)."""
     hits = s["limit_hits"]
     worst = max((h["spawns_into_closed"] for h in hits), default=0)
     after = sum(h["admitted_after_report"] for h in hits)
     probes = [h["sessions_from_lift_to_open"] for h in hits if h["sessions_from_lift_to_open"] is not None]
     below_urgent = sum(v for p, v in s["metered_sessions_by_priority"].items() if p != "urgent")
     per_cred = Counter(h["credential"] for h in hits)
+    short = cost["short_line"]
     return [
         (
             "judgements answered",
@@ -502,14 +524,24 @@ def goals(s: dict[str, Any], cost: dict[str, Any]) -> list[tuple[str, str, str, 
             "<= 1.2x",
             cost["ratio"] <= cost["target_ratio"],
         ),
+        (
+            "  the same with 2 judgements in the line (reported, not held to the goal)",
+            f"{short['pool_us_per_judgement']:.0f} / {short['single_us_per_judgement']:.0f} us"
+            f" = {short['ratio']:.2f}x",
+            "-",
+            None,
+        ),
     ]
 
 
-def table(rows: list[tuple[str, str, str, bool]]) -> str:
+def table(rows: list[tuple[str, str, str, bool | None]]) -> str:
     width = max(len(r[0]) for r in rows)
     fig = max(len(r[1]) for r in rows)
     lines = [f"{'measure':<{width}}  {'figure':<{fig}}  goal      met"]
-    lines += [f"{m:<{width}}  {f:<{fig}}  {g:<8}  {'yes' if ok else 'NO'}" for m, f, g, ok in rows]
+    lines += [
+        f"{m:<{width}}  {f:<{fig}}  {g:<8}  {'-' if ok is None else 'yes' if ok else 'NO'}"
+        for m, f, g, ok in rows
+    ]
     return "\n".join(lines)
 
 
@@ -519,7 +551,7 @@ def run_pools(bench: Any, n: int = 300, k: int = 1000, repeat: int = 3) -> dict[
     cost = admission_cost(bench, k, repeat)
     rows = goals(s, cost)
     print(table(rows))
-    return {"scenario": s, "admission_cost": cost, "met": all(ok for *_, ok in rows)}
+    return {"scenario": s, "admission_cost": cost, "met": all(ok is not False for *_, ok in rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
