@@ -28,8 +28,9 @@ Measured (goals from the issue):
 - spawns into a closed window per limit hit per credential: the refused spawn that found it
   plus every admission on that credential after the limit was reported and before its lift
   (goal 1), and sessions on it between its lift and the probe showing it open (goal 1);
-- metered spend after the run minus the day cap (goal: at most one session's estimate), and
-  metered sessions of judgements below `urgent` (goal 0);
+- metered spend after the run minus the day cap (goal: at most one session's estimate; a run
+  whose metered credential never reached its cap tested nothing, and misses it: N below
+  about 100 does not reach it), and metered sessions of judgements below `urgent` (goal 0);
 - admission cost: `admit` timed around each call that admits one judgement (answered
   untimed before the next), with the three-credential pool against the pool of one
   `default` credential the environment gives when the file names none (today's
