@@ -131,7 +131,12 @@ class Runtime:
         """
         settings = self.settings
         try:
-            configured = getattr(self.config, "credentials", None)
+            if "config" in self.__dict__ or self.config_override is not None:
+                configured = self.config.credentials
+            else:  # the kinds are not needed: read the section alone (`status` stays light)
+                from dispatchq.config import load_pool  # noqa: PLC0415 (lazy: the YAML parser)
+
+                configured = load_pool(settings.config)
         except UserError:
             configured = None
         return configured or Pool.of_one(settings.session_credential_var, settings.session_concurrency)

@@ -16,6 +16,7 @@ from dispatchq.config.load import (
     config_source,
     kind_digest,
     load_config,
+    load_pool,
     parse_config,
     read_document,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "import_check",
     "kind_digest",
     "load_config",
+    "load_pool",
     "parse_config",
     "read_document",
 ]

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from dispatchq.config.messages import problems_of
-from dispatchq.config.model import ConfigFile, credentials_pool
+from dispatchq.config.model import ConfigFile, CredentialName, CredentialSection, credentials_pool
 from dispatchq.core.judgement import canonical_json, sha256_hex
 from dispatchq.core.kinds import Kind, Kinds
 from dispatchq.errors import ConfigError
@@ -40,6 +40,7 @@ __all__ = [
     "config_source",
     "kind_digest",
     "load_config",
+    "load_pool",
     "parse_config",
     "read_document",
 ]
@@ -160,6 +161,32 @@ def load_config(
     config = parse_config(read_document(path), path.resolve(), builtin=builtin, import_checks=import_checks)
     _warn_unlisted_repositories(config)
     return config
+
+
+def load_pool(path: Path) -> Pool | None:
+    """Only the file's `credentials:` section, as a pool (None: no file or no section).
+
+    For what needs the pool but not the kinds (`status`, `/metrics`, the page): the kinds'
+    validation imports their checks and the built-in kinds' modules, which a status read must
+    not pay for. Each credential is checked as `load_config` checks it, except `serves.kinds`
+    (which kinds exist is the kinds' business; a worker loads the whole file).
+    """
+    if not path.exists():
+        return None
+    data = read_document(path)
+    sections = data.get("credentials") if isinstance(data, Mapping) else None
+    if not sections:
+        return None
+    adapter: TypeAdapter[dict[str, CredentialSection]] = TypeAdapter(dict[CredentialName, CredentialSection])
+    try:
+        parsed = adapter.validate_python(sections, context={"base_dir": str(path.resolve().parent)})
+    except ValidationError as error:
+        lines = []
+        for item in error.errors():
+            where = ".".join(str(part) for part in ("credentials", *item["loc"]))
+            lines.append(f"{path}: {where}: {item['msg']}")
+        raise config_error(lines) from None
+    return credentials_pool(parsed)
 
 
 def config_source(path: Path) -> str:

@@ -19,10 +19,11 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.usage import USAGE_KEY, parse_reports
 
 if TYPE_CHECKING:
     import redis
@@ -46,6 +47,7 @@ def _micros(usd: float) -> str:
 
 def _usd(raw: object) -> float:
     return int(as_text(cast("bytes", raw)) or 0) / _MICROS if raw else 0.0
+
 
 # KEYS: slots zset, day spend, month spend, reservation, then the marker hashes to check.
 # ARGV: now, lease_until, slot, limit, estimate, day cap ('' none), month cap ('' none) (micro-USD),
@@ -203,29 +205,51 @@ class PoolStore:
             )
         )
 
-    def states(self, credentials: Sequence[str], periods: tuple[str, str]) -> dict[str, StoredPoolState]:
+    def states(
+        self, credentials: Sequence[str], periods: tuple[str, str], *, metered: Iterable[str] | None = None
+    ) -> dict[str, StoredPoolState]:
         """Every credential's live slots, spend, recent costs and block, in one trip."""
+        return self.snapshot(credentials, periods, metered=metered)[0]
+
+    def snapshot(
+        self,
+        credentials: Sequence[str],
+        periods: tuple[str, str],
+        *,
+        metered: Iterable[str] | None = None,
+        usage: bool = False,
+    ) -> tuple[dict[str, StoredPoolState], dict[str, dict[str, Any]]]:
+        """What one admission reads of the pool, in one pipeline: each credential's live slots,
+        its spend (one MGET), the recent costs of the `metered` ones (None: of every one), the
+        blocks, and (with `usage`) what sessions reported of each window."""
         now = time.time()
+        recent_of = list(credentials) if metered is None else [n for n in credentials if n in set(metered)]
         pipe = self.redis.pipeline(transaction=False)
         for name in credentials:
             pipe.zcount(keys.session_slots(name), f"({now!r}", "+inf")
-            pipe.get(keys.spend(name, periods[0]))
-            pipe.get(keys.spend(name, periods[1]))
+        pipe.mget([keys.spend(name, period) for name in credentials for period in periods])
+        for name in recent_of:
             pipe.lrange(keys.spend_recent(name), 0, RECENT_COSTS - 1)
         pipe.hgetall(keys.CREDENTIAL_BLOCKED)
+        if usage:
+            pipe.hgetall(USAGE_KEY)
         replies = pipe.execute()
-        blocked = {as_text(k): as_text(v) for k, v in cast("Mapping[bytes, bytes]", replies[-1]).items()}
+        count = len(credentials)
+        used = replies[:count]
+        spend = replies[count]
+        recents = dict(zip(recent_of, replies[count + 1 : count + 1 + len(recent_of)], strict=True))
+        rest = replies[count + 1 + len(recent_of) :]
+        blocked = {as_text(k): as_text(v) for k, v in cast("Mapping[bytes, bytes]", rest[0]).items()}
         out: dict[str, StoredPoolState] = {}
         for i, name in enumerate(credentials):
-            used, day, month, recent = replies[4 * i : 4 * i + 4]
             out[name] = StoredPoolState(
-                slots_used=int(used or 0),
-                spent_day=_usd(day),
-                spent_month=_usd(month),
-                recent=tuple(float(as_text(c)) for c in recent),
+                slots_used=int(used[i] or 0),
+                spent_day=_usd(spend[2 * i]),
+                spent_month=_usd(spend[2 * i + 1]),
+                recent=tuple(float(as_text(c)) for c in recents.get(name, ())),
                 blocked=blocked.get(name),
             )
-        return out
+        return out, (parse_reports(rest[1]) if usage else {})
 
     def spent(self, credential: str, periods: tuple[str, str]) -> tuple[float, float]:
         day, month = self.redis.mget([keys.spend(credential, periods[0]), keys.spend(credential, periods[1])])

@@ -27,6 +27,7 @@ __all__ = [
     "CREDENTIAL_KEY",
     "USAGE_KEY",
     "UsageStore",
+    "parse_reports",
     "read_credentials",
     "read_usage",
     "record_credential",
@@ -98,8 +99,13 @@ def read_credentials(client: redis.Redis) -> dict[str, dict[str, Any]]:
 
 
 def _read(client: redis.Redis, key: str) -> dict[str, dict[str, Any]]:
+    return parse_reports(client.hgetall(key))
+
+
+def parse_reports(stored: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    """A usage hash as read (field -> JSON), by field; a field that is not a JSON object is skipped."""
     out: dict[str, dict[str, Any]] = {}
-    for field, raw in client.hgetall(key).items():
+    for field, raw in stored.items():
         try:
             value = json.loads(as_text(raw))
         except ValueError:

@@ -109,8 +109,12 @@ class _Pass:
         pool = self.pool
         plain = pool.single and not any(c.metered for c in pool)
         store = self.window.store
-        self._stored = {} if plain else dict(store.pool.states(pool.names, self.periods))
-        self._usage = {} if pool.single else store.usage.read()
+        if plain:
+            self._stored, self._usage = {}, {}
+            return
+        metered = [c.name for c in pool if c.metered]
+        stored, usage = store.pool.snapshot(pool.names, self.periods, metered=metered, usage=not pool.single)
+        self._stored, self._usage = dict(stored), usage
 
     def stored(self, credential: str) -> Any:
         """The stored state of one credential (None: not read, an idle `default`)."""
