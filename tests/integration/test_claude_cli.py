@@ -691,3 +691,38 @@ def test_a_limit_on_one_token_moves_work_to_the_other_and_the_api_key_answers_ur
     assert day == pytest.approx(cost, abs=1e-6) and month == pytest.approx(cost, abs=1e-6)
     assert real.spawns() == 4
     real.figure("a pool: A limited, B answers, the key answers urgent", 4, on_a=1, total=real.spawns())
+
+
+def test_a_session_cut_off_on_one_token_resumes_on_the_other_and_its_trail_says_so(real: RealHarness) -> None:
+    team_a = secret_file(real, "team-a", "tok-A")
+    team_b = secret_file(real, "team-b", "tok-B")
+    write_pool(real, f"team-a:\n  token_file: {team_a}\nteam-b:\n  token_file: {team_b}\n  order: 1\n")
+    resets = int(time.time()) + 3600
+
+    def cut_off_on_a(seen: Seen) -> Reply | None:
+        """On A the model calls a tool (a first turn, with usage), and the call after it meets
+        A's limit: the session is cut off mid-run. B answers whatever it is asked."""
+        if seen.credential != "tok-A":
+            return None
+        if seen.tool_results:
+            return Reply.limit(resets_at=resets)
+        return Reply.tool_use("Bash", {"command": "echo marmot", "description": "look"})
+
+    real.api.rule = cut_off_on_a
+    real.api.answer("resumed on B")
+    jid = real.enqueue("ask", "remember the marmot")
+    real.workers(1)
+    real.wait(lambda: real.all_status([jid], "answered"), "the answer on B", timeout=90)
+    record = real.record(jid)
+    trail = [step.why for step in record.trail]
+    assert any("cut off mid-run" in why for why in trail), trail
+    assert any("resumed on team-b after a cut-off on team-a" in why for why in trail), trail
+    assert record.value == "resumed on B"
+    assert len(real.api.requests_with("tok-A")) == 2  # the tool call, then the refusal
+    (on_b,) = real.api.requests_with("tok-B")
+    history = on_b.body.get("messages", []) if isinstance(on_b.body, dict) else []
+    # The transcript carried over (it lives in the judgement's config folder, not the login's):
+    # B's one request sends A's turns back, the prompt and the tool call first.
+    assert "remember the marmot" in json.dumps(history[0]), history
+    assert "tool_use" in json.dumps(history) and on_b.tool_results, history
+    assert real.spawns() == 2
