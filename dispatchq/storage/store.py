@@ -735,7 +735,7 @@ class Store:
 
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}
 #: Optional fields some tiers keep on a record (shown in `result --json` when set).
-_EXTRA_FIELDS = ("session_id", "resume_session", "claim", "settled_by")
+_EXTRA_FIELDS = ("session_id", "resume_session", "claim", "settled_by", "credential")
 
 
 def _with_class(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,8 @@ test; `unknown_paths` lists them.
         api.answer("4", **Reply.window_headers(five_hour=(0.42, resets)))  # each window's use
         api.clock_offset = -2.0                           # the service's clock 2 s behind
         api.close_until(resets, claim="five_hour")        # refused until resets, on its clock
+        api.limit_credential("tok-A", resets_at=resets)   # that token alone refused until resets
+        api.message_requests[-1].credential               # the token or API key it was sent with
 
 The spend caps and the per-window use are the headers Claude Code 2.1.332 reads
 (`-overage-scope`, `-overage-period`, `-overage-daily-cap-paused`, `-<5h|7d|7d_oi>-utilization`,
@@ -181,6 +183,15 @@ class Seen:
         return str(self.body.get("model") or "") if isinstance(self.body, dict) else ""
 
     @property
+    def credential(self) -> str | None:
+        """What the request authenticated with: the bearer token (a subscription's login) or
+        the `x-api-key` (an API key), as sent; None when it carried neither."""
+        bearer = self.headers.get("authorization", "")
+        if bearer.lower().startswith("bearer "):
+            return bearer[len("bearer ") :].strip()
+        return self.headers.get("x-api-key")
+
+    @property
     def tool_results(self) -> list[str]:
         """The text of every `tool_result` block the CLI sent back in this request."""
         messages = self.body.get("messages") if isinstance(self.body, dict) else None
@@ -244,6 +255,9 @@ class FakeAnthropicAPI:
         self.unknown_paths: list[str] = []
         # The service's clock minus this host's, in seconds (negative: the service is behind).
         self.clock_offset = 0.0
+        # Per credential (a token or API key value): refused with the usage limit until then,
+        # asked before `rule`, so one account's window closes while the others answer.
+        self.limited: dict[str, tuple[int, Reply]] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -258,6 +272,9 @@ class FakeAnthropicAPI:
 
     def next_reply(self, seen: Seen | None = None) -> Reply:
         with self._lock:
+            limited = self.limited.get(seen.credential or "") if seen is not None else None
+            if seen is not None and limited is not None and seen.at + self.clock_offset < limited[0]:
+                return limited[1]
             if self.rule is not None and seen is not None:
                 chosen = self.rule(seen)
                 if chosen is not None:
@@ -290,6 +307,22 @@ class FakeAnthropicAPI:
             return None
 
         self.rule = rule
+
+    def limit_credential(self, credential: str, *, resets_at: int, claim: str = "five_hour") -> None:
+        """Refuse every request made with `credential` (a token or an API key, as sent) with the
+        usage limit (the `anthropic-ratelimit-unified-*` rejection) until `resets_at` on the
+        service's clock; requests with any other credential are answered as before."""
+        with self._lock:
+            self.limited[credential] = (resets_at, Reply.limit(resets_at=resets_at, claim=claim))
+
+    def lift_credential(self, credential: str) -> None:
+        """`credential`'s window opens now (before the reset it stated)."""
+        with self._lock:
+            self.limited.pop(credential, None)
+
+    def requests_with(self, credential: str) -> list[Seen]:
+        """The /v1/messages requests made with `credential`, in arrival order."""
+        return [s for s in self.message_requests if s.credential == credential]
 
     @property
     def message_requests(self) -> list[Seen]:

@@ -479,14 +479,24 @@ def limit_signals(model: str | None, outcome: SessionOutcome) -> list[LimitSigna
     return [replace(s, scope=scope_pausing(s.scope, model)) for s in outcome.limits or (outcome.limit,)]
 
 
-def answer(window: Window, record: Record, value: Any, meta: dict[str, Any], claim: str | None) -> bool:
-    """The judgement is answered (`settled_by` names the claim, so a replay knows it landed)."""
+def answer(
+    window: Window,
+    record: Record,
+    value: Any,
+    meta: dict[str, Any],
+    claim: str | None,
+    *,
+    note: str | None = None,
+) -> bool:
+    """The judgement is answered (`settled_by` names the claim, so a replay knows it landed);
+    `note` is said after the session on its trail entry."""
     sid = meta.get("session_id")
+    why = "; ".join(filter(None, [f"session {sid or '?'}", note]))
     done = window.records.transition(
         record.id,
         "answered",
         expect=["running"],
-        trail=TrailEntry(tier="session", outcome="answered", why=f"session {sid or '?'}", **meta),
+        trail=TrailEntry(tier="session", outcome="answered", why=why, **meta),
         fields={
             "tier": "session",
             "value": value,

@@ -327,8 +327,20 @@ class _Attempt:
 
     @property
     def resume(self) -> str | None:
-        """The session this judgement resumes (set when one was cut off or stopped mid-run)."""
-        return getattr(self.record, "resume_session", None) or None
+        """The session this judgement resumes (set when one was cut off or stopped mid-run);
+        None, a fresh start, when it moved to a credential its backend's transcripts do not follow."""
+        resume = getattr(self.record, "resume_session", None) or None
+        return None if self.moved and not self.backend.resumes_across_credentials else resume
+
+    @property
+    def moved(self) -> str | None:
+        """The trail's words when a session cut off under one credential goes on under this one
+        (`credential`: what the cut-off run recorded beside its session id); else None."""
+        before = getattr(self.record, "credential", None)
+        if not getattr(self.record, "resume_session", None) or not before or before == self.credential.name:
+            return None
+        how = "resumed" if self.backend.resumes_across_credentials else "started fresh"
+        return f"{how} on {self.credential.name} after a cut-off on {before}"
 
     def running(self, session_id: str | None) -> None:
         """Show the judgement as running here (`status`, `dispatchq result`), with its session."""
@@ -383,7 +395,9 @@ class _ProbeWatch:
         if isinstance(sid, str) and sid and event.get("type") == "system":
 
             def record_session(sid: str = sid) -> None:
-                attempt.window.records.set_fields(attempt.record.id, claim=attempt.claim, session_id=sid)
+                attempt.window.records.set_fields(
+                    attempt.record.id, claim=attempt.claim, session_id=sid, credential=attempt.credential.name
+                )
                 attempt.running(sid)
 
             attempt.holding.write(record_session)
@@ -583,6 +597,7 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
         started,
         claim=attempt.claim,
         credential=attempt.credential.name,
+        moved=attempt.moved,
     )
     now = datetime.now(UTC)
     reserve = attempt.backend.reserve_signals(outcome.events, reserve=settings.window_reserve, now=now)
@@ -683,6 +698,7 @@ def _account(
     *,
     claim: str | None = None,
     credential: str = DEFAULT_CREDENTIAL,
+    moved: str | None = None,
 ) -> str:
     store = window.records
     sid = outcome.session_id
@@ -700,7 +716,7 @@ def _account(
             return "refused at spawn"
         # Cut off mid-run: resume the same session later, from the same cwd.
         fields = {"resume_session": sid} if sid else {}
-        why = "cut off mid-run by the usage limit; will resume"
+        why = "; ".join(filter(None, [moved, "cut off mid-run by the usage limit; will resume"]))
         requeue_front(window, record, reason, status="waiting", trail_why=why, claim=claim, **fields)
         return "cut off"
     if timed_out:
@@ -724,7 +740,7 @@ def _account(
     ok, value = parse_answer(kind, outcome.text)
     if not ok:
         return retry_or_fail(window, record, str(value), meta, claim=claim)
-    answer(window, record, value, meta, claim)
+    answer(window, record, value, meta, claim, note=moved)
     return "answered"
 
 

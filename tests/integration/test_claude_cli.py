@@ -26,9 +26,13 @@ from typing import Any
 
 import pytest
 
+from dispatchq.client import Client
 from dispatchq.launcher.releases import OLDEST
+from dispatchq.pools.credentials import qualify
+from dispatchq.pools.spend import spend_periods
 from dispatchq.testing.anthropic import Reply, Seen
 from dispatchq.window.limits import GENERAL_SCOPE, WEEKLY_SCOPE
+from tests.support.pool_config import secret_file, write_pool
 from tests.support.real_client import (
     RealHarness,
     path_without_bwrap,
@@ -615,3 +619,111 @@ def test_with_two_session_slots_a_models_own_limit_is_no_spawn_loop(real: RealHa
     assert real.all_status(fables, "waiting")
     assert real.record(other).status == "answered"
     real.figure("model's own limit, 2 slots and 2 workers", 3, until_lift=len(fable_asks), while_closed=0)
+
+
+# --- a pool of credentials: the limit on one token moves work to the other; the API key --------
+PRICED = """
+priced:
+  session:
+    prompt: "Answer {{ target }}"
+    cost_estimate: 0.5
+"""
+
+
+def test_a_limit_on_one_token_moves_work_to_the_other_and_the_api_key_answers_urgent(
+    real: RealHarness,
+) -> None:
+    team_a = secret_file(real, "team-a", "tok-A")
+    team_b = secret_file(real, "team-b", "tok-B")
+    key = secret_file(real, "api", "sk-ant-key-M")
+    write_pool(
+        real,
+        f"""
+        team-a:
+          token_file: {team_a}
+        team-b:
+          token_file: {team_b}
+          order: 1
+        api:
+          api_key_file: {key}
+          billing: metered
+          spend_cap: {{day: 5.0}}
+          serves: {{priority: urgent}}
+        """,
+        kinds_extra=PRICED,
+    )
+    resets = int(time.time()) + 3600
+    real.api.limit_credential("tok-A", resets_at=resets)  # A's window closed; B and the key answer
+    real.api.answer("answered")
+    first = real.enqueue("ask", "first")
+    real.workers(1)
+    real.wait(lambda: real.all_status([first], "answered"), "the first judgement answered on B", timeout=60)
+    on_a = real.api.requests_with("tok-A")
+    assert len(on_a) == 1, [s.credential for s in real.api.message_requests]  # A's refusal, one spawn
+    marker = real.marker(qualify("team-a", GENERAL_SCOPE))
+    assert marker is not None and marker.closed() and int(marker.lifts_at) == resets
+    assert real.marker(qualify("team-b", GENERAL_SCOPE)) is None
+    assert any("refused at spawn" in step.why for step in real.record(first).trail)
+
+    second = real.enqueue("ask", "second")
+    real.wait(lambda: real.all_status([second], "answered"), "the second judgement answered on B", timeout=60)
+    after = [s.credential for s in real.api.message_requests if s.at > on_a[0].at]
+    assert after and set(after) == {"tok-B"}, after  # nothing more on A before its lift
+    assert real.spawns() == 3
+
+    # Both subscriptions closed: the API key answers an urgent judgement, and only that one.
+    real.rt.window.close(
+        datetime.now(UTC) + timedelta(hours=1), reason="kept for people", who="test", credential="team-b"
+    )
+    client = Client(runtime=real.rt)
+    normal = client.enqueue("priced", "normal", priority="normal")
+    urgent = client.enqueue("priced", "urgent", priority="urgent")
+    real.wait(
+        lambda: real.all_status([urgent], "answered"), "the urgent judgement answered on the key", timeout=60
+    )
+    real.wait(lambda: real.all_status([normal], "waiting"), "the normal judgement waiting")
+    keyed = real.api.requests_with("sk-ant-key-M")
+    assert len(keyed) == 1 and "authorization" not in keyed[0].headers
+    assert [s.credential for s in real.api.message_requests].count("tok-A") == 1
+    cost = (real.record(urgent).raw or {}).get("cost_usd")
+    assert isinstance(cost, float) and cost > 0, real.record(urgent).raw  # the CLI's own total_cost_usd
+    day, month = real.rt.storage.pool.spent("api", spend_periods(time.time(), real.rt.settings.timezone))
+    # What it reported, not the 0.50 reserved at admission.
+    assert day == pytest.approx(cost, abs=1e-6) and month == pytest.approx(cost, abs=1e-6)
+    assert real.spawns() == 4
+    real.figure("a pool: A limited, B answers, the key answers urgent", 4, on_a=1, total=real.spawns())
+
+
+def test_a_session_cut_off_on_one_token_resumes_on_the_other_and_its_trail_says_so(real: RealHarness) -> None:
+    team_a = secret_file(real, "team-a", "tok-A")
+    team_b = secret_file(real, "team-b", "tok-B")
+    write_pool(real, f"team-a:\n  token_file: {team_a}\nteam-b:\n  token_file: {team_b}\n  order: 1\n")
+    resets = int(time.time()) + 3600
+
+    def cut_off_on_a(seen: Seen) -> Reply | None:
+        """On A the model calls a tool (a first turn, with usage), and the call after it meets
+        A's limit: the session is cut off mid-run. B answers whatever it is asked."""
+        if seen.credential != "tok-A":
+            return None
+        if seen.tool_results:
+            return Reply.limit(resets_at=resets)
+        return Reply.tool_use("Bash", {"command": "echo marmot", "description": "look"})
+
+    real.api.rule = cut_off_on_a
+    real.api.answer("resumed on B")
+    jid = real.enqueue("ask", "remember the marmot")
+    real.workers(1)
+    real.wait(lambda: real.all_status([jid], "answered"), "the answer on B", timeout=90)
+    record = real.record(jid)
+    trail = [step.why for step in record.trail]
+    assert any("cut off mid-run" in why for why in trail), trail
+    assert any("resumed on team-b after a cut-off on team-a" in why for why in trail), trail
+    assert record.value == "resumed on B"
+    assert len(real.api.requests_with("tok-A")) == 2  # the tool call, then the refusal
+    (on_b,) = real.api.requests_with("tok-B")
+    history = on_b.body.get("messages", []) if isinstance(on_b.body, dict) else []
+    # The transcript carried over (it lives in the judgement's config folder, not the login's):
+    # B's one request sends A's turns back, the prompt and the tool call first.
+    assert "remember the marmot" in json.dumps(history[0]), history
+    assert "tool_use" in json.dumps(history) and on_b.tool_results, history
+    assert real.spawns() == 2

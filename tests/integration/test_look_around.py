@@ -29,6 +29,7 @@ from tests.support.look_around_world import (
     StoreHarness,
     look_around,
 )
+from tests.support.pool_config import secret_file, write_pool
 from tests.support.session import Harness
 
 pytestmark = [
@@ -58,6 +59,48 @@ def test_a_confined_session_finds_nothing_but_its_one_credential(
     assert info["processes"]["foreign"] == 0, look.explain()
     assert "errors" not in info, look.explain()
     assert not Path(look.report["cwd"]).is_relative_to(Path(planted.context["data_dir"])), look.explain()
+
+
+# --- a pool of two credentials: the session has its own, and only as a value -----------------------
+def pool_of_two(h: Harness, planted: Planted) -> tuple[str, str]:
+    """team-a (chosen first) and team-b; the probe is told both files and team-b's value."""
+    own, other = "sk-ant-oat01-team-a-" + "w" * 24, "sk-ant-oat01-team-b-" + "y" * 24
+    files = [secret_file(h, "team-a", own), secret_file(h, "team-b", other)]
+    write_pool(h, f"team-a:\n  token_file: {files[0]}\nteam-b:\n  token_file: {files[1]}\n  order: 1\n")
+    planted.context["secret_files"] += [str(path) for path in files]
+    planted.context.update(other_credentials=[other], own_credential=own)
+    return str(files[0]), str(files[1])
+
+
+#: Which store the session's worker runs on does not change what credential it is given: one.
+embedded_only = pytest.mark.parametrize("look_store", ["embedded"], indirect=True)
+
+
+@embedded_only
+def test_with_two_credentials_a_confined_session_sees_only_its_own_and_no_credential_file(
+    look_store: StoreHarness, planted: Planted
+) -> None:
+    own_file, other_file = pool_of_two(look_store, planted)
+    look = look_around(look_store, planted, "on", look_store.store_name)
+    assert look.counts == dict.fromkeys(KINDS, 0), look.explain()  # no file read, no other value
+    environment = look.report["info"]["environment"]
+    assert environment["credential_is_own"] is True, look.explain()  # team-a's value, from its file
+    read = {item["path"] for item in look.found("files")}
+    assert own_file not in read and other_file not in read, look.explain()
+
+
+@embedded_only
+def test_with_two_credentials_an_unconfined_session_reads_both_files(
+    look_store: StoreHarness, planted: Planted
+) -> None:
+    """The control: without the sandbox both files are there to read, so "not readable" above
+    is the sandbox's doing; the environment still carries only the chosen credential."""
+    own_file, other_file = pool_of_two(look_store, planted)
+    look = look_around(look_store, planted, "off", look_store.store_name)
+    read = {item["path"] for item in look.found("files")}
+    assert own_file in read and other_file in read, look.explain()
+    assert look.report["info"]["environment"]["credential_is_own"] is True, look.explain()
+    assert not [f for f in look.found("environment") if "another pool credential" in f["why"]], look.explain()
 
 
 # --- unconfined: the same probe sees what was planted ---------------------------------------------

@@ -9,7 +9,9 @@ session could reach from where it runs, and prints Claude-Code-shaped stream-jso
 `result` text is a JSON report of what it found, grouped by kind:
 
 - environment: every variable whose name or value looks secret, besides the one expected
-  credential (and the full list of names);
+  credential, and any variable holding another pool credential's value it was told of
+  (`other_credentials`; with `own_credential`, whether its credential is that one), and the
+  full list of names;
 - files: each secret-bearing file it can read (`*_FILE` paths it was told or learnt from
   /proc, the data dir, the homes' logins and keys, /etc/dispatchq, $XDG_RUNTIME_DIR, other
   judgements' session folders);
@@ -259,10 +261,17 @@ class Probe:
             why = secret_why(name, value, self.allowed_values)
             if why:
                 self.add("environment", name=name, why=why)
+        # Another pool credential's value anywhere in the environment (the test names them).
+        for other in self.ctx.get("other_credentials", []):
+            for name, value in sorted(self.env.items()):
+                if other and other in value:
+                    self.add("environment", name=name, why="another pool credential's value")
+        own = self.ctx.get("own_credential")
         self.info["environment"] = {
             "names": sorted(self.env),
             "credential": self.credential,
             "credential_present": bool(self.env.get(self.credential)),
+            "credential_is_own": None if own is None else self.env.get(self.credential) == own,
         }
 
     # --- files ---------------------------------------------------------------------------------
