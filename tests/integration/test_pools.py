@@ -9,45 +9,24 @@ system visibly moved the work elsewhere.
 from __future__ import annotations
 
 import sys
-import textwrap
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from dispatchq.client import Client
 from dispatchq.pools.credentials import qualify
 from dispatchq.window.limits import GENERAL_SCOPE
-from tests.support.session import CONFIG, Harness
+from tests.support.pool_config import secret_file, write_pool
+from tests.support.session import Harness
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
 
 
-def _pool(harness: Harness, credentials: str, kinds_extra: str = "") -> None:
-    """Write the harness's config with a `credentials:` section (token files under tmp)."""
-    text = (
-        textwrap.dedent(CONFIG)
-        + textwrap.indent(textwrap.dedent(kinds_extra), "  ")
-        + "credentials:\n"
-        + textwrap.indent(textwrap.dedent(credentials), "  ")
-    )
-    (harness.tmp / "dispatchq.yaml").write_text(text)
-    harness.rt.__dict__.pop("config", None)
-
-
-def _secret(harness: Harness, name: str, value: str) -> Path:
-    path = harness.tmp / "secrets" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
-    return path
-
-
 def _two_subscriptions(harness: Harness) -> None:
-    a = _secret(harness, "team-a", "tok-A")
-    b = _secret(harness, "team-b", "tok-B")
-    _pool(
+    a = secret_file(harness, "team-a", "tok-A")
+    b = secret_file(harness, "team-b", "tok-B")
+    write_pool(
         harness,
         f"""
         team-a:
@@ -110,9 +89,9 @@ def test_after_its_lift_exactly_one_probe_runs_on_the_limited_credential(harness
 
 
 def test_metered_money_is_spent_only_by_urgent_judgements_and_never_past_its_cap(harness: Harness) -> None:
-    sub = _secret(harness, "sub", "tok-S")
-    api = _secret(harness, "api", "key-M")
-    _pool(
+    sub = secret_file(harness, "sub", "tok-S")
+    api = secret_file(harness, "api", "key-M")
+    write_pool(
         harness,
         f"""
         sub:
