@@ -19,8 +19,9 @@ redis-py 8.1's sync `SentinelManagedConnection.read_response` defaults
 (redis/redis-py#4292): after a blocking read cut short by an exception (a worker's
 SIGTERM handler raising while it sits in BLPOP), the connection goes back to the pool
 with the blocked command's reply still to come, and the next command on it reads that
-reply as its own. `_DisconnectingConnection` restores the default until redis-py ships
-the fix; the asyncio connection already has it.
+reply as its own. `_DisconnectingConnection` restores the default for the releases before
+redis-py 8.2, which fixed it; `redis>=5.0` still allows them (the asyncio connection always
+had it).
 
 `rediss+sentinel://` is TLS to the sentinels *and* to the primary they name, with the same
 CA and client certificate (`tls_options`): an operator who encrypts one hop encrypts both,

@@ -108,7 +108,9 @@ def test_the_stack_comes_up_answers_and_goes_down(tmp_path: Path) -> None:
     out = (tmp_path / "stack.log").read_text(errors="replace")
     assert "Traceback" not in out, out[-4000:]
     assert "embedded Redis stopped" in out, out[-4000:]
-    deadline = time.monotonic() + 30
+    # Bounded, not timed: on a loaded machine (the whole suite on two cores) a worker's warm
+    # shutdown can take most of a minute.
+    deadline = time.monotonic() + 90
     while any(_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in children if _alive(p)], out[-4000:]
