@@ -11,7 +11,6 @@ round that admitted nobody.
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.tiers.session import Admission, admit, model_of
 from tests.support.partition import CONFIG, Cluster
+from tests.support.pool_config import pool_text, write_secret
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import SynchronizedArray
@@ -49,21 +49,12 @@ MAX_ROUNDS = 40
 
 def secret(cluster: Cluster, name: str, value: str) -> Path:
     """A credential file as an operator keeps one (owner-only)."""
-    path = cluster.tmp / "secrets" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
-    return path
+    return write_secret(cluster.tmp, name, value)
 
 
 def pool_config(cluster: Cluster, credentials: str, kinds_extra: str = "") -> None:
     """The cluster's config with a `credentials:` section (read by every host started after)."""
-    text = (
-        textwrap.dedent(CONFIG)
-        + textwrap.indent(textwrap.dedent(kinds_extra), "  ")
-        + "credentials:\n"
-        + textwrap.indent(textwrap.dedent(credentials), "  ")
-    )
+    text = pool_text(CONFIG, credentials, kinds_extra)
     (cluster.tmp / "dispatchq.yaml").write_text(text)
     cluster.rt.__dict__.pop("config", None)
     cluster.rt.__dict__.pop("window", None)
