@@ -76,7 +76,18 @@ class DispatchqWorker(SimpleWorker):
     #: Long-running workers heal lost judgements in their maintenance; a burst run in
     #: `dispatchq run` does not (it would rescan every queued record at each start).
     heal = True
+    #: The supervise loop's stop (set by its own handler): a SIGTERM that came before RQ put
+    #: its handlers in (while the worker was built, or the spool replayed) must still stop it.
+    outer_stop: threading.Event | None = None
     _outage: OutageLog | None = None
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        # After RQ's handlers are in, so a signal is either seen here or handled by RQ's.
+        if self.outer_stop is not None and self.outer_stop.is_set():
+            self.stopping = True
+            note_stop_requested()
+            self._stop_requested = True  # RQ's loop checks it before its first dequeue
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         # RQ's dequeue loop beats first thing on every round. When Redis is away, the beat is

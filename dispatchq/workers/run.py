@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rq import Queue
@@ -83,9 +84,10 @@ def run_worker(
     those due within DISPATCHQ_RETRY_HORIZON, runs them, and returns how many are left
     scheduled beyond it (0 otherwise).
     """
-    body = _WorkerBody(runtime, tier, burst=burst, level="WARNING" if quiet else "INFO")
+    stop = threading.Event()
+    body = _WorkerBody(runtime, tier, burst=burst, level="WARNING" if quiet else "INFO", stop=stop)
     role = Role(f"the {tier} worker", body.round, stopped=body.stopped)
-    return supervise(runtime, role, log=log, sleep=sleep)
+    return supervise(runtime, role, log=log, sleep=sleep, stop=stop)
 
 
 @dataclass
@@ -96,11 +98,13 @@ class _WorkerBody:
     tier: str
     burst: bool
     level: str
+    #: The supervise loop's stop: set by a signal that came while RQ's handlers were not in.
+    stop: threading.Event = field(default_factory=threading.Event)
     worker: DispatchqWorker | None = None
     release: bool = False
 
     def stopped(self) -> bool:
-        return self.worker is not None and self.worker.stopping
+        return self.stop.is_set() or (self.worker is not None and self.worker.stopping)
 
     def round(self) -> float | Done:
         runtime = self.runtime
@@ -108,7 +112,10 @@ class _WorkerBody:
             self.release = False
             release_due_retries(runtime)  # the retries the last round waited for are due
         self.worker = None
+        if self.stop.is_set():
+            return Done()
         self.worker = make_worker(runtime, self.tier)
+        self.worker.outer_stop = self.stop
         self.worker.work(burst=self.burst, logging_level=self.level, with_scheduler=False)
         if self.worker.stopping:
             return Done()

@@ -55,7 +55,7 @@ class Formation:
         codes = {}
         for name, proc in self.procs.items():
             try:
-                codes[name] = proc.wait(timeout=20)
+                codes[name] = proc.wait(timeout=60)  # a loaded machine; a lost stop is unit-tested
             except subprocess.TimeoutExpired:
                 proc.kill()
                 codes[name] = proc.wait()

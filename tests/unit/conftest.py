@@ -12,6 +12,7 @@ Every fixture of the layer lives here, under a name no other layer uses
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -120,3 +121,12 @@ def supervise_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
     monkeypatch.setattr(time, "monotonic", lambda: sum(slept))
     return slept
+
+
+@pytest.fixture
+def kept_signal_handlers() -> Iterator[None]:
+    """SIGTERM's and SIGINT's handlers as they were, after a test that installs a worker's."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
