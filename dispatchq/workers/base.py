@@ -58,6 +58,10 @@ __all__ = [
 log = logging.getLogger("dispatchq.workers.run")
 
 
+#: Seconds between the command-channel thread's looks at its stop flag (what a teardown waits).
+COMMAND_POLL = 0.5
+
+
 class DispatchqWorker(SimpleWorker):
     """A non-forking RQ worker that keeps its job's heartbeat alive from a thread.
 
@@ -80,6 +84,18 @@ class DispatchqWorker(SimpleWorker):
     #: its handlers in (while the worker was built, or the spool replayed) must still stop it.
     outer_stop: threading.Event | None = None
     _outage: OutageLog | None = None
+
+    def subscribe(self) -> None:
+        # RQ's command channel (`rq`'s stop/kill commands). RQ polls it every 60 s, and
+        # redis-py 8.2's `PubSubWorkerThread.stop` joins the thread, so RQ's teardown waited up
+        # to a whole poll: every stop of every worker took a minute. A poll every half second
+        # costs no Redis command (a socket wait), and bounds a stop by it.
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=COMMAND_POLL, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
 
     def _install_signal_handlers(self) -> None:
         super()._install_signal_handlers()
