@@ -30,6 +30,7 @@ __all__ = [
     "CONTROL_QUEUE",
     "SCHEDULE",
     "batch",
+    "command_channel",
     "compare_and_set_hash",
     "cut_ttl",
     "drop_from_lists",
@@ -228,3 +229,21 @@ def scheduler_alive(client: redis.Redis) -> bool:
 
 def drop_scheduler_heartbeat(client: redis.Redis) -> None:
     client.delete(keys.SCHEDULER_HEARTBEAT)
+
+
+def command_channel(
+    client: redis.Redis,
+    channel: str,
+    handler: Callable[[dict[str, Any]], None],
+    *,
+    poll: float,
+    on_error: Callable[..., None],
+) -> tuple[Any, Any]:
+    """A worker's RQ command channel, read by a thread that looks at its stop flag every `poll` s.
+
+    redis-py (8.2 on) joins that thread when it is stopped, so `poll` bounds a worker's teardown.
+    Returns the pubsub and its thread, as RQ keeps them.
+    """
+    pubsub = client.pubsub()
+    pubsub.subscribe(**{channel: handler})
+    return pubsub, pubsub.run_in_thread(sleep_time=poll, daemon=True, exception_handler=on_error)

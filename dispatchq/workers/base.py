@@ -91,10 +91,12 @@ class DispatchqWorker(SimpleWorker):
         # to a whole poll: every stop of every worker took a minute. A poll every half second
         # costs no Redis command (a socket wait), and bounds a stop by it.
         self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
-        self.pubsub = self.connection.pubsub()
-        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(
-            sleep_time=COMMAND_POLL, daemon=True, exception_handler=self._pubsub_exception_handler
+        self.pubsub, self.pubsub_thread = rqstate.command_channel(
+            self.connection,
+            self.pubsub_channel_name,
+            self.handle_payload,
+            poll=COMMAND_POLL,
+            on_error=self._pubsub_exception_handler,
         )
 
     def _install_signal_handlers(self) -> None:
