@@ -55,7 +55,16 @@ MAX_BODY = 5 * 1024 * 1024
 
 #: Requests refused by a bound, per reason (`REASONS`), in this process since it started.
 REFUSALS: Counter[str] = Counter()
-REASONS = ("concurrency", "header_timeout", "body_timeout", "body_too_large")
+REASONS = (
+    "concurrency",
+    "header_timeout",
+    "body_timeout",
+    "body_too_large",
+    "idle_timeout",
+    "connections",
+    "peer_connections",
+    "peer_requests",
+)
 
 
 def size_text(size: int) -> str:
