@@ -32,11 +32,12 @@ def until(probe: Callable[[], Reply], status: int, *, within: float = 30) -> Rep
 
 
 @contextmanager
-def in_flight(source: str, port: int, count: int) -> Iterator[list[socket.socket]]:
+def in_flight(source: str, port: int, count: int, forwarded: str = "") -> Iterator[list[socket.socket]]:
     """`count` POST /judgements from `source` whose bodies never finish: requests in flight."""
     head = (
         b"POST /judgements HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 1000\r\n\r\n["
+        + (f"X-Forwarded-For: {forwarded}\r\n".encode() if forwarded else b"")
+        + b"Content-Length: 1000\r\n\r\n["
     )
     held = [connect_from(source, port) for _ in range(count)]
     try:
@@ -137,6 +138,34 @@ def test_a_client_past_its_request_cap_is_503_while_another_client_is_served(
             assert request_from(B, server.port, "GET", "/status").status == 200
         assert until(lambda: request_from(A, server.port, "GET", "/healthz"), 200).status == 200
         assert refused_from(B, server.port, "peer_requests") >= 1
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_caps(
+    bounds_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {
+        **bounds_env,
+        **HELD,
+        "DISPATCHQ_SERVE_TRUSTED_PROXIES": A,
+        "DISPATCHQ_SERVE_PEER_CONNECTIONS": "2",
+        "DISPATCHQ_SERVE_PEER_REQUESTS": "2",
+    }
+    via = {"X-Forwarded-For": "203.0.113.9"}
+    # The proxy's connections carry every client: more than the per-address cap stay open.
+    with (
+        Server(env, tmp_path) as server,
+        in_flight(A, server.port, 2, forwarded="203.0.113.7"),
+        in_flight(A, server.port, 1, "203.0.113.8"),
+    ):
+        refused = until(
+            lambda: request_from(
+                A, server.port, "GET", "/healthz", headers={"X-Forwarded-For": "203.0.113.7"}
+            ),
+            503,
+        )
+        assert refused.status == 503 and "DISPATCHQ_SERVE_PEER_REQUESTS" in refused.json["error"]
+        assert request_from(A, server.port, "GET", "/healthz", headers=via).status == 200
+        assert "Traceback" not in server.output
 
 
 def _github(event: str, body: bytes, signature: str) -> dict[str, str]:
