@@ -39,6 +39,10 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
   closed window per limit hit (target 1), metered spend past the cap (target <= one
   session's estimate), admission per judgement against one `default` credential (<= 1.2x).
   A missed target makes the run exit 1.
+- serve-flood (`bench/serve_flood.py`, not in the default set): 1,000 idle connections from
+  one client, then `/healthz`, a signed webhook and a logged-in `/status` from another (target:
+  each 200 within 1 s), and 256 slow 5 MB webhook bodies in flight (target: RSS < 300 MB),
+  against a plain Starlette receiver under uvicorn's `limit_concurrency`.
 - sessions (`bench/sessions.py`, not in the default set): spawns per judgement with the real
   Claude Code CLI for each case of the real-client layer, the layer's run time, and a plain
   retry loop's wasted spawns over the same limit and the same refused credential.
@@ -65,6 +69,7 @@ from bench.cli_start import run_cli_start  # noqa: E402
 from bench.common import PY, Bench, write_jsonl  # noqa: E402
 from bench.faults import QUICK, run_faults  # noqa: E402
 from bench.pools import run_pools  # noqa: E402
+from bench.serve_flood import run_serve_flood  # noqa: E402
 from bench.sessions import run_sessions  # noqa: E402
 from bench.status import run_status  # noqa: E402
 from bench.typed import typed_concurrency  # noqa: E402
@@ -357,6 +362,8 @@ def main() -> int:
         ),
         # Its own Redis and two servers; -n is the deliveries per side and round (default 1,000).
         "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.rounds),
+        # Not in the default set: 1,000 idle connections and 1.3 GB of slow bodies, per side.
+        "serve-flood": run_serve_flood,
         "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time
         # -n judgements in the scenario (default 300), -k admissions per side (default 1,000).
         "pools": lambda: (

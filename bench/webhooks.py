@@ -250,6 +250,10 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
         DISPATCHQ_CONFIG=str(workdir / "dispatchq.yaml"),
         DISPATCHQ_CHECKOUT_ROOTS=str(workdir),
         DISPATCHQ_GITHUB_WEBHOOK_SECRET=SECRET,
+        # One loopback client stands in for GitHub's many addresses: the per-client caps
+        # (32 by default) would refuse its bursts, which measure the server-wide limit.
+        DISPATCHQ_SERVE_PEER_CONNECTIONS="1000",
+        DISPATCHQ_SERVE_PEER_REQUESTS="1000",
         PYTHONPATH=str(ROOT),
     )
     deliveries = _bodies(n * rounds)

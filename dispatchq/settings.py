@@ -369,10 +369,49 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Seconds a request's whole body may take to arrive before a 408."
     )
     serve_header_timeout: float = Field(
-        10.0, gt=0, description="Seconds a request's headers may take to arrive before a 408 and a close."
+        5.0, gt=0, description="Seconds a request's headers may take to arrive before a 408 and a close."
+    )
+    serve_idle_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a connection may wait with no request begun (after it opens, or after "
+        "its last answer) before it is closed.",
     )
     serve_concurrency: int = Field(
-        256, ge=8, description="Connections and requests `serve` takes at once; past it, 503 (uvicorn)."
+        256,
+        ge=8,
+        description="Requests `serve` works on at once; past it, 503. A share of it is kept for "
+        "/healthz and /webhooks/github (DISPATCHQ_SERVE_RESERVED_SHARE).",
+    )
+    serve_reserved_share: float = Field(
+        0.125,
+        ge=0,
+        le=0.5,
+        description="Share of DISPATCHQ_SERVE_CONCURRENCY only /healthz and /webhooks/github may use, "
+        "so requests to other routes cannot take every slot.",
+    )
+    serve_peer_connections: int = Field(
+        32,
+        ge=1,
+        description="Connections one client address (an IPv6 /64) may hold open; past it a new one is "
+        "closed at once. DISPATCHQ_SERVE_TRUSTED_PROXIES are not capped.",
+    )
+    serve_peer_requests: int = Field(
+        32,
+        ge=1,
+        description="Requests one client (behind a trusted proxy: the address it forwards) may have "
+        "in flight; past it, 503.",
+    )
+    serve_max_connections: int = Field(
+        512,
+        ge=8,
+        description="Connections `serve` holds open in all; past it the longest-waiting one with no "
+        "request in flight is closed for the newcomer.",
+    )
+    serve_spool_dir: Path | None = Field(
+        None,
+        description="Private folder webhook bodies past 64 KB are written to while their signature is "
+        "checked (deleted after) [default: DISPATCHQ_DATA_DIR/serve-spool].",
     )
     serve_max_lines: int = Field(1000, ge=1, description="Most judgements in one `POST /judgements`.")
     serve_max_state: int = Field(
@@ -509,6 +548,14 @@ class Settings(BaseSettings):
         """
         data = self.data_dir.expanduser().resolve()
         return data.with_name(f"{data.name}-sessions")
+
+    @property
+    def serve_spool(self) -> Path:
+        """Where `serve` writes webhook bodies while it checks them: inside the data dir (mode 0700)
+        by default, on disk rather than in memory (a tmpfs `/tmp` would hold them in RAM)."""
+        if self.serve_spool_dir is not None:
+            return self.serve_spool_dir.expanduser()
+        return self.data_dir.expanduser() / "serve-spool"
 
     def describe_redis(self) -> str:
         """Which server this process uses, with any password redacted."""

@@ -35,7 +35,8 @@ def serve(host: str | None, port: int | None) -> None:
     from dispatchq.queue.upgrade import backfill_prefix_index
     from dispatchq.serve.app import create_app
     from dispatchq.serve.body import Bounds, bounded_protocol
-    from dispatchq.serve.guard import refuse_at_start
+    from dispatchq.serve.guard import refuse_at_start, trusted_networks
+    from dispatchq.serve.slots import Slots, slotted_protocol
     from dispatchq.supervise import Done, Role, supervise
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
@@ -63,13 +64,28 @@ def serve(host: str | None, port: int | None) -> None:
     log.info("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
 
     # The bounds (`dispatchq.serve.body`): the body's deadline and size around every route,
-    # the headers' deadline in the protocol, and at most `serve_concurrency` connections and
-    # requests at once (uvicorn answers 503 past it; counted in /metrics).
+    # the headers' deadline in the protocol. The slots (`dispatchq.serve.slots`): connections
+    # per client and in all, the idle wait, and the requests in flight, in all (a share kept
+    # for /healthz and webhooks) and per client; uvicorn's own limit, which counts idle
+    # connections against requests, stays off. Every refusal is counted in /metrics.
+    proxies = trusted_networks(s.serve_trusted_proxies)
+
     def listen() -> Done:
         uvicorn.run(
-            Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
-            http=bounded_protocol(s.serve_header_timeout),
-            limit_concurrency=s.serve_concurrency,
+            Slots(
+                Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
+                concurrency=s.serve_concurrency,
+                reserved_share=s.serve_reserved_share,
+                per_peer=s.serve_peer_requests,
+                trusted=proxies,
+            ),
+            http=slotted_protocol(
+                bounded_protocol(s.serve_header_timeout),
+                idle_timeout=s.serve_idle_timeout,
+                peer_connections=s.serve_peer_connections,
+                max_connections=s.serve_max_connections,
+                trusted=proxies,
+            ),
             host=host,
             port=port,
             log_config=None,

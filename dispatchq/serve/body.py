@@ -14,8 +14,8 @@ Three bounds, each answered with a status that names it, never by holding a conn
   `Bounds` (in-process tests) keeps the size bound.
 
 Refusals are counted here (`REFUSALS`, this process since it started) and shown by
-`/metrics` as `dispatchq_serve_refused_total{reason}`, with uvicorn's own concurrency
-refusals (`limit_concurrency`, counted by the protocol) among them.
+`/metrics` as `dispatchq_serve_refused_total{reason}`, with the slots' refusals
+(`dispatchq.serve.slots`: connections and requests per client and in all) among them.
 """
 
 from __future__ import annotations
@@ -55,7 +55,16 @@ MAX_BODY = 5 * 1024 * 1024
 
 #: Requests refused by a bound, per reason (`REASONS`), in this process since it started.
 REFUSALS: Counter[str] = Counter()
-REASONS = ("concurrency", "header_timeout", "body_timeout", "body_too_large")
+REASONS = (
+    "concurrency",
+    "header_timeout",
+    "body_timeout",
+    "body_too_large",
+    "idle_timeout",
+    "connections",
+    "peer_connections",
+    "peer_requests",
+)
 
 
 def size_text(size: int) -> str:

@@ -5,8 +5,9 @@ In this order, so nothing unverified is ever parsed or stored:
 1. no secret configured: 503 (and `serve` said so at start);
 2. a body over `DISPATCHQ_SERVE_MAX_BODY` (5 MB; 25 MB at most): 413, refused by its
    Content-Length or while it streams in (`dispatchq.serve.body`, which also times it);
-3. `X-Hub-Signature-256` (ASCII, else 400) checked against the secret in constant time (githubkit's
-   `webhooks.verify`): missing or wrong, 401 and nothing recorded;
+3. `X-Hub-Signature-256` (ASCII, else 400) checked against the secret in constant time, over
+   the chunks as they stream in, past 64 KB spooled to disk (`dispatchq.serve.stream`):
+   missing or wrong, 401 and nothing recorded or kept;
 4. `X-GitHub-Event` and `X-GitHub-Delivery` read; a `ping` is answered 200;
 5. the payload parsed and mapped (`dispatchq.triage.github`, pure) to a triage event,
    its state narrowed by the triggered rules' `state:` lists;
@@ -41,7 +42,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from dispatchq.errors import UserError
-from dispatchq.serve.body import BodyTooLarge, read_limited_asgi
+from dispatchq.serve.body import BodyTooLarge
+from dispatchq.serve.stream import Spool, Unsigned, receive_signed
 from dispatchq.storage.serve import DELIVERY_ID, AsyncDeliveries, Delivery
 from dispatchq.triage.github import event_name, map_delivery, state_paths
 from dispatchq.triage.jobs import prepare_deliveries
@@ -259,6 +261,7 @@ class GitHubWebhook:
     def __init__(self, context: ServeContext, batcher: DeliveryBatcher) -> None:
         self._context = context
         self._batcher = batcher
+        self._spool = Spool(context.runtime.settings.serve_spool)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: dict[str, str] = {}
@@ -270,13 +273,18 @@ class GitHubWebhook:
         if not secret:  # said before reading what will be refused anyway
             status, answer = 503, {"error": _NO_SECRET}
         else:
-            try:
-                body = await read_limited_asgi(
-                    headers, receive, self._context.runtime.settings.serve_max_body
+            try:  # verified as it streams (`dispatchq.serve.stream`): memory stays small
+                body = await receive_signed(
+                    headers,
+                    receive,
+                    secret=secret,
+                    limit=self._context.runtime.settings.serve_max_body,
+                    spool=self._spool,
                 )
             except BodyTooLarge as error:
                 status, answer = 413, {"error": str(error)}
-
+            except Unsigned as error:
+                status, answer = error.status, {"error": str(error)}
             else:
                 status, answer = await answer_delivery(self._context, self._batcher, secret, headers, body)
         data = orjson.dumps(answer)
