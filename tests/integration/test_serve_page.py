@@ -195,8 +195,8 @@ def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_pa
             write = cookies["dispatchq_write"]
             assert write["httpOnly"] and write["sameSite"] == "Strict"
             assert PAGE_TOKEN not in write["value"] and PAGE_TOKEN not in json.dumps(list(cookies.values()))
-            expires_text, _, mac = write["value"].partition(".")
-            label = f"dispatchq write page cookie v1:{expires_text}".encode()
+            expires_text, login_id, mac = write["value"].split(".")
+            label = f"dispatchq write page cookie v2:{expires_text}.{login_id}".encode()
             assert hmac.compare_digest(mac, hmac.new(PAGE_TOKEN.encode(), label, hashlib.sha256).hexdigest())
             assert 14 * 60 <= int(expires_text) - time.time() <= 15 * 60
             assert abs(write["expires"] - int(expires_text)) <= 2
