@@ -1,4 +1,4 @@
-"""The bearer token, the browser's read-only login cookie, and `POST /login` with its throttle.
+"""The bearer token, the browser's login cookies, `POST /login` and `/logout`, the throttle.
 
 With `DISPATCHQ_API_TOKEN` set, every request needs `Authorization: Bearer <token>` except
 OPEN_PATHS; a browser cannot send that header, so `/` offers a form and `/login` sets a
@@ -16,20 +16,21 @@ may rewrite to 127.0.0.1. The server checks its expiry itself (`Max-Age` is only
 browser's word).
 
 Wrong credentials are throttled per peer (`guard.peer_address`), each kind on its own count
-(`FailureThrottle`: a login form's token, an `Authorization` header, a webhook's signature):
+(`FailureThrottle`: a login form's token, a Bearer token, a webhook's signature):
 FAILURE_ATTEMPTS in FAILURE_WINDOW seconds, then 429 with Retry-After. The credential is
 checked first and the throttle asked only when it is wrong, so the right one always passes,
 even from a throttled peer (GitHub's hook addresses are shared with anyone who points a hook
 here; behind a proxy without TRUSTED_PROXIES every client is one peer).
 
 The page acts too (window open/close, retry, cancel, unblock a host: `serve.actions`), so
-`/login` also sets a write cookie, `<expires>.<HMAC-SHA256(token, "write" label, expires)>`,
-that lasts WRITE_COOKIE_MAX_AGE only (a browser left open cannot act all day). It opens the
-action routes (ACTION_PREFIX) and nothing else, and only for a request whose `Origin` is this
-server (a browser always sends it on a `fetch` POST; a request without it is a tool's, which
-has the bearer token) carrying WRITE_HEADER, which a form cannot send and another origin's
-script cannot add without a CORS preflight this server never grants. `page.js` sends the
-header; it never sees either cookie (HttpOnly) nor the token.
+`/login` also sets a write cookie, `<expires>.<login>.<HMAC-SHA256(token, "write" label,
+expires, login)>`, ended with its login, that lasts WRITE_COOKIE_MAX_AGE only (a browser
+left open cannot act all day). It opens the action routes (ACTION_PREFIX) and nothing else,
+and only for a request whose `Origin` is this server (a browser always sends it on a `fetch`
+POST; a request without it is a tool's, which has the bearer token) carrying WRITE_HEADER,
+which a form cannot send and another origin's script cannot add without a CORS preflight this
+server never grants. `page.js` sends the header; it never sees either cookie (HttpOnly) nor
+the token.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 from dispatchq.storage.window import WindowStore
 from tests.support.helpers import wait_for
 from tests.support.page import CHROMIUM_ARGS, EVIL, PAGE_TOKEN, WAITING, chromium_or_skip
+from tests.support.serve import request
 
 
 def get(url: str) -> tuple[int, dict[str, str], bytes]:
@@ -303,5 +304,14 @@ def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_pa
             page.screenshot(path=str(judgement_shot), full_page=True)
             print(f"screenshot: {judgement_shot}")
             assert shot.stat().st_size > 10_000 and dialogs == []
+
+            # Log out: the form again, and the login's cookie opens nothing any more, anywhere.
+            read = cookies["dispatchq_token"]["value"]
+            jar = {"Cookie": f"dispatchq_token={read}"}
+            assert request(page_acting.port, "GET", "/status", headers=jar).status == 200
+            page.goto(base + "/")
+            page.click("#logout")
+            page.wait_for_selector("input[name=token]")
+            assert request(page_acting.port, "GET", "/status", headers=jar).status == 401
         finally:
             browser.close()
