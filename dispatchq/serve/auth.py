@@ -251,6 +251,7 @@ class FailureThrottle:
         self._logins = logins
         self._clock = clock
         self._until: dict[str, float] = {}
+        self._uncounted = False  # an outage has been said
 
     async def failed(self, peer: str) -> int:
         """Count one wrong credential from `peer`: 0 to answer it as usual, else the seconds it waits."""
@@ -264,8 +265,16 @@ class FailureThrottle:
         except Exception as error:
             if not is_outage(error):
                 raise
-            log.warning("wrong %s from %s not counted: %s", self.kind, peer, outage_reason(error))
+            if not self._uncounted:  # once an outage, not once a request of a flood
+                log.warning(
+                    "wrong %s from %s not counted, nor any until Redis answers: %s",
+                    self.kind,
+                    peer,
+                    outage_reason(error),
+                )
+            self._uncounted = True
             return 0
+        self._uncounted = False
         if not wait:
             self._until.pop(key, None)
             return 0

@@ -115,6 +115,16 @@ def test_an_ipv6_peer_is_counted_by_its_64_and_an_ipv4_one_by_its_address() -> N
 
 
 def test_a_redis_outage_counts_nothing_and_throttles_nobody(caplog: Any) -> None:
-    throttle = _throttle(_Counts(down=True), [0.0])
-    assert asyncio.run(throttle.failed("192.0.2.1")) == 0
-    assert "not counted" in caplog.text
+    counts = _Counts(down=True)
+    throttle = _throttle(counts, [0.0])
+
+    async def go() -> list[int]:
+        return [await throttle.failed("192.0.2.1") for _ in range(10)]
+
+    assert asyncio.run(go()) == [0] * 10
+    assert caplog.text.count("not counted") == 1  # said once, not once a request
+    counts.down = False
+    asyncio.run(throttle.failed("192.0.2.1"))
+    counts.down = True
+    asyncio.run(throttle.failed("192.0.2.1"))
+    assert caplog.text.count("not counted") == 2  # a new outage is said again
