@@ -54,7 +54,7 @@ from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 __all__ = ["run_webhooks"]
 
 PY = sys.executable
-SECRET = "bench-webhook-secret"
+SECRET = "bench-webhook-secret-0123456789abcdef"  # serve refuses one under 32 characters
 CLIENTS = 8
 #: Bursts of simultaneous deliveries, each on a new connection, against the default limit.
 BURSTS = (50, 100, 200)

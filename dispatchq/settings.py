@@ -320,6 +320,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Proxies (addresses or networks, comma-separated) whose X-Forwarded-For tail is the peer",
     )
+    serve_public_url: str | None = Field(
+        None,
+        description="URL browsers reach `serve` by (https://dispatchq.example.com): its scheme decides "
+        "whether the login cookie is Secure. Unset: Secure unless served to this machine only.",
+    )
     serve_access_log: Literal["writes", "all", "off"] = Field(
         "writes", description="Which requests `serve` logs a line for: writes, all (reads too) or off."
     )
@@ -347,6 +352,16 @@ class Settings(BaseSettings):
                     raise ValueError(f"{pattern!r}: give the host name without a port") from None
             names.append(pattern)
         return names
+
+    @field_validator("serve_public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r}: give the URL browsers use, as https://dispatchq.example.com")
+        return value.strip()
 
     @field_validator("serve_trusted_proxies")
     @classmethod

@@ -6,15 +6,16 @@ import logging
 
 import click
 
-from dispatchq.cli import settings
+from dispatchq.cli import print_json, runtime, settings
 
 __all__ = ["serve"]
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--host", default=None, help="Address to listen on [default: DISPATCHQ_SERVE_HOST, 127.0.0.1].")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port [default: 8484].")
-def serve(host: str | None, port: int | None) -> None:
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Serve webhooks, judgements and health over HTTP until stopped.
 
     \b
@@ -27,7 +28,10 @@ def serve(host: str | None, port: int | None) -> None:
     `Authorization: Bearer <token>`; without it, only a loopback --host is allowed.
     Without DISPATCHQ_GITHUB_WEBHOOK_SECRET every delivery is refused (503). A Redis
     outage is answered 503 and waited out; the server keeps running.
+    `dispatchq serve revoke-logins` ends every page login, on every server.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     import uvicorn
 
     from dispatchq.launcher.environment import mark_non_dumpable
@@ -46,7 +50,8 @@ def serve(host: str | None, port: int | None) -> None:
     s = settings()
     host = host or s.serve_host
     port = port or s.serve_port
-    refuse_at_start(s, host)  # one line, exit 2: no token or no allowed Host beyond loopback, a short token
+    refuse_at_start(s, host)  # one line, exit 2: no token or no allowed Host beyond loopback, a short secret
+    s = s.model_copy(update={"serve_host": host})  # the address bound decides the cookie's Secure
     rt = build_runtime_waiting(s, role="serve")
     if rt is None:
         return  # asked to stop while waiting for Redis
@@ -100,3 +105,21 @@ def serve(host: str | None, port: int | None) -> None:
     # uvicorn takes SIGTERM and SIGINT while it serves, shuts down gracefully, then raises the
     # signal again to the loop's handler: the supervise loop's stop, and exit 0.
     supervise(rt, Role("dispatchq serve", listen), log=log)
+
+
+@serve.command(name="revoke-logins")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable answer.")
+def revoke_logins(as_json: bool) -> None:
+    """End every page login (the browser cookies) on every server of this store, at once.
+
+    Each login's id is kept in Redis and checked on every request, so no server needs a
+    restart and the API token stays as it is; the next visit shows the login form.
+    """
+    import time
+
+    rt = runtime(config=False)
+    ended = rt.storage.serve.revoke_logins(time.time())
+    if as_json:
+        print_json({"revoked": ended})
+        return
+    click.echo(f"{ended} page login(s) ended; the next visit shows the login form")

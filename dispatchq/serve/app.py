@@ -26,7 +26,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.runtime import Runtime
 from dispatchq.serve import actions, history, judgements, metrics, page, status, webhooks
-from dispatchq.serve.auth import BearerAuth, LoginThrottle, login_form_route, login_route
+from dispatchq.serve.auth import (
+    BearerAuth,
+    FailureThrottle,
+    cookie_secure,
+    login_form_route,
+    login_route,
+    logout_route,
+    signature_hook,
+)
 from dispatchq.serve.context import ServeContext
 from dispatchq.serve.guard import (
     AccessLog,
@@ -92,8 +100,12 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         api_token=settings.api_token.get_secret_value() if settings.api_token else None,
     )
     proxies = trusted_networks(settings.serve_trusted_proxies)
+    # Each kind of wrong credential on its own count per peer (`auth.FailureThrottle`).
+    throttles = {kind: FailureThrottle(context.logins, kind) for kind in ("login", "bearer", "signature")}
+    secure = cookie_secure(settings, settings.serve_host)
+    batcher = webhooks.DeliveryBatcher(context.deliveries, context.deliveries_job)
     routes: list[BaseRoute] = [
-        *webhooks.routes(context, webhooks.DeliveryBatcher(context.deliveries, context.deliveries_job)),
+        *webhooks.routes(context, batcher, signature_hook(throttles["signature"], proxies)),
         *judgements.routes(context),
         *status.routes(lambda: runtime),
         *metrics.routes(lambda: runtime),
@@ -102,7 +114,16 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         *history.routes(lambda: runtime),
         *actions.routes(context, proxies),
         Route(
-            "/login", login_route(context.api_token, LoginThrottle(), proxies), methods=["POST"], name="login"
+            "/login",
+            login_route(context.api_token, throttles["login"], proxies, logins=context.logins, secure=secure),
+            methods=["POST"],
+            name="login",
+        ),
+        Route(
+            "/logout",
+            logout_route(context.api_token, logins=context.logins, secure=secure),
+            methods=["POST"],
+            name="logout",
         ),
         Route("/login", login_form_route(context.api_token), methods=["GET"], name="login-form"),
         *extra_routes,
@@ -112,7 +133,13 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
     # Added innermost first: each add_middleware wraps what was added before it.
     app.add_middleware(RedisOutage, context=context)
     app.add_middleware(MediaTypes)
-    app.add_middleware(BearerAuth, token=context.api_token)
+    app.add_middleware(
+        BearerAuth,
+        token=context.api_token,
+        logins=context.logins,
+        throttle=throttles["bearer"],
+        trusted=proxies,
+    )
     app.add_middleware(CrossSiteWrites)
     app.add_middleware(HostCheck, allowed=settings.serve_allowed_hosts)
     app.add_middleware(SecurityHeaders)

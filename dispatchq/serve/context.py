@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from dispatchq.runtime import Runtime
 from dispatchq.storage.connection import connect_async
+from dispatchq.storage.logins import AsyncLogins
 from dispatchq.storage.outage import OutageLog, wait_for_redis
 from dispatchq.storage.prepared import JobTemplate
 from dispatchq.storage.serve import AsyncDeliveries, ServeStorage
@@ -34,6 +35,8 @@ class ServeContext:
     deliveries: AsyncDeliveries = field(init=False)
     #: The job a batch of accepted deliveries becomes, made once (`triage.jobs.deliveries_template`).
     deliveries_job: JobTemplate = field(init=False)
+    #: The page's logins and the wrong-credential counts, on the event loop's own client.
+    logins: AsyncLogins = field(init=False)
     _recovering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -41,9 +44,15 @@ class ServeContext:
         settings = self.runtime.settings
         self.deliveries = AsyncDeliveries(connect_async(settings), ttl=settings.result_ttl)
         self.deliveries_job = deliveries_template(self.runtime.dispatcher, settings)
+        self.logins = AsyncLogins(connect_async(settings))
 
     def __repr__(self) -> str:
         return "ServeContext(***)"
+
+    async def aclose(self) -> None:
+        """Close the event loop's Redis clients, on that loop, when the server has stopped."""
+        await self.deliveries.aclose()
+        await self.logins.aclose()
 
     def redis_away(self, error: BaseException) -> None:
         """Note an outage: one thread (at most) waits for Redis to come back and says so."""

@@ -72,7 +72,8 @@ SIGNED_PATHS = frozenset({"/webhooks/github"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Methods a browser sends without a write's consequences (OPTIONS: a preflight, never granted).
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-#: A base64 or hex token this long cannot be guessed through a throttled login, nor over the wire.
+#: A base64 or hex token (or webhook secret) this long cannot be guessed: not through a throttled
+#: login, nor by signing deliveries, nor over the wire.
 MIN_TOKEN_LENGTH = 32
 #: The key in the ASGI scope's `state` where a route says how many judgements a request added.
 JUDGEMENTS_STATE = "judgements"
@@ -103,6 +104,13 @@ def refuse_at_start(settings: Settings, host: str) -> None:
         raise UserError(
             f"DISPATCHQ_API_TOKEN is {len(token)} characters; at least {MIN_TOKEN_LENGTH} are needed "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)"
+        )
+    secret = settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None
+    if secret is not None and len(secret) < MIN_TOKEN_LENGTH:
+        raise UserError(
+            f"DISPATCHQ_GITHUB_WEBHOOK_SECRET is {len(secret)} characters; at least {MIN_TOKEN_LENGTH} are "
+            "needed (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one: give GitHub "
+            "the same in the webhook's settings)"
         )
     if not is_loopback(host) and not settings.serve_allowed_hosts:
         raise UserError(

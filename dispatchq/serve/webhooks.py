@@ -7,7 +7,9 @@ In this order, so nothing unverified is ever parsed or stored:
    Content-Length or while it streams in (`dispatchq.serve.body`, which also times it);
 3. `X-Hub-Signature-256` (ASCII, else 400) checked against the secret in constant time, over
    the chunks as they stream in, past 64 KB spooled to disk (`dispatchq.serve.stream`):
-   missing or wrong, 401 and nothing recorded or kept;
+   missing or wrong, 401 and nothing recorded or kept, or 429 with Retry-After once the
+   sender's address has sent a handful of wrong ones (`auth.FailureThrottle`, asked only
+   after the check failed, so a right signature from that address still passes);
 4. `X-GitHub-Event` and `X-GitHub-Delivery` read; a `ping` is answered 200;
 5. the payload parsed and mapped (`dispatchq.triage.github`, pure) to a triage event,
    its state narrowed by the triggered rules' `state:` lists;
@@ -33,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -78,6 +80,8 @@ _HEADERS = {
     )
 }
 _EVENT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+#: Told the request whose signature failed; answers how long its sender waits (`auth.signature_hook`).
+ForgedHook = Callable[[Scope], Awaitable[int]]
 
 
 #: How deep a delivery's kept envelope may nest. GitHub's payloads nest about 6 deep; the
@@ -258,10 +262,13 @@ class GitHubWebhook:
     and notes a real one in one line.
     """
 
-    def __init__(self, context: ServeContext, batcher: DeliveryBatcher) -> None:
+    def __init__(
+        self, context: ServeContext, batcher: DeliveryBatcher, on_forged: ForgedHook | None = None
+    ) -> None:
         self._context = context
         self._batcher = batcher
         self._spool = Spool(context.runtime.settings.serve_spool)
+        self._on_forged = on_forged
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: dict[str, str] = {}
@@ -287,6 +294,12 @@ class GitHubWebhook:
                 status, answer = error.status, {"error": str(error)}
             else:
                 status, answer = await answer_delivery(self._context, self._batcher, secret, headers, body)
+        extra: list[tuple[bytes, bytes]] = []
+        if status == 401 and self._on_forged is not None:  # checked first: the right one always passes
+            wait = await self._on_forged(scope)
+            if wait:
+                status, extra = 429, [(b"retry-after", str(wait).encode())]
+                answer = {"error": f"too many wrong signatures from this address; try again in {wait} s"}
         data = orjson.dumps(answer)
         await send(
             {
@@ -295,11 +308,15 @@ class GitHubWebhook:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(data)).encode()),
+                    *extra,
                 ],
             }
         )
         await send({"type": "http.response.body", "body": data})
 
 
-def routes(context: ServeContext, batcher: DeliveryBatcher) -> list[BaseRoute]:
-    return [Route("/webhooks/github", GitHubWebhook(context, batcher), methods=["POST"])]
+def routes(
+    context: ServeContext, batcher: DeliveryBatcher, on_forged: ForgedHook | None = None
+) -> list[BaseRoute]:
+    """The route; `on_forged` is asked after a signature failed how long its sender waits (0: a 401)."""
+    return [Route("/webhooks/github", GitHubWebhook(context, batcher, on_forged), methods=["POST"])]

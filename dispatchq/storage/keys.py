@@ -18,6 +18,7 @@ __all__ = [
     "RECONCILE_TURN",
     "SCHEDULER_HEARTBEAT",
     "SEQUENCE",
+    "SERVE_LOGINS",
     "SESSION_BLOCKED",
     "SESSION_BLOCKED_BY",
     "SESSION_LINES_PATTERN",
@@ -53,6 +54,7 @@ __all__ = [
     "record",
     "retrigger_lock",
     "retrigger_request",
+    "serve_failures",
     "session_host_probe",
     "session_line",
     "session_slots",
@@ -264,6 +266,17 @@ def webhook_delivery(delivery_id: str) -> str:
     """String with a TTL: JSON {decision_id, event, target, state} of one X-GitHub-Delivery, so a
     redelivery is answered with the same ids instead of a second decision."""
     return f"{PREFIX}:webhook:delivery:{delivery_id}"
+
+
+SERVE_LOGINS = f"{PREFIX}:serve:logins"
+"""Sorted set, TTL the longest login: one member per live page login (its random id, which both of
+its cookies carry), scored by when it ends. Logging out removes one; `serve revoke-logins` the key."""
+
+
+def serve_failures(kind: str, peer: str) -> str:
+    """Counter with a TTL: how many wrong credentials of one kind (`login`, `bearer`, `signature`)
+    one peer presented in the throttle's window; past the allowance, the TTL is its wait."""
+    return f"{PREFIX}:serve:failures:{kind}:{peer}"
 
 
 def triage_budget_log(name: str) -> str:

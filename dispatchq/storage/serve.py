@@ -26,6 +26,7 @@ import orjson
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.logins import revoke_logins
 from dispatchq.storage.prefix import ids_with_prefix
 
 if TYPE_CHECKING:
@@ -123,8 +124,13 @@ class AsyncDeliveries:
     """
 
     def __init__(self, client: redis.asyncio.Redis, *, ttl: int) -> None:
+        self._client = client
         self._accept = client.register_script(ACCEPT)
         self._ttl = ttl
+
+    async def aclose(self) -> None:
+        """Close the client's connections (on the loop that made them)."""
+        await self._client.aclose()
 
     async def accept(self, deliveries: Sequence[Delivery], job: PreparedJob) -> list[dict[str, Any] | None]:
         """Record each new delivery as `job`'s and queue `job` (once, if any was new).
@@ -168,6 +174,11 @@ class ServeStorage:
             return None
         found: dict[str, Any] = json.loads(as_text(raw))
         return found
+
+    # -- the page's logins -------------------------------------------------------------------
+    def revoke_logins(self, now: float) -> int:
+        """End every page login on every server of this store (`storage.logins`); how many were live."""
+        return revoke_logins(self._redis, now)
 
     # -- judgements --------------------------------------------------------------------------
     def ids_with_prefix(self, prefix: str, *, limit: int = 2) -> list[str]:

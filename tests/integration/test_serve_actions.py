@@ -79,15 +79,19 @@ def test_the_write_cookie_holds_a_write_labelled_hmac_with_a_short_expiry(guarde
     assert set(cookies) == {"dispatchq_token", "dispatchq_write"}
     value, attributes = cookies["dispatchq_write"]
     assert ACTIONS_TOKEN not in value and ACTIONS_TOKEN[:10] not in value
-    expires_text, _, mac = value.partition(".")
+    expires_text, login_id, mac = value.split(".")
     expires = int(expires_text)
     max_age = int(attributes["max-age"])
     assert max_age == 15 * 60
     assert before + max_age <= expires <= int(time.time()) + max_age
     wanted = hmac.new(
-        ACTIONS_TOKEN.encode(), f"dispatchq write page cookie v1:{expires}".encode(), hashlib.sha256
+        ACTIONS_TOKEN.encode(),
+        f"dispatchq write page cookie v2:{expires}.{login_id}".encode(),
+        hashlib.sha256,
     )
     assert hmac.compare_digest(mac, wanted.hexdigest())
+    # One login: both cookies carry its id (a logout ends both).
+    assert cookies["dispatchq_token"][0].split(".")[1] == login_id
     assert "httponly" in attributes and attributes["samesite"].lower() == "strict"
     # The read cookie is not the write cookie: a label in the MAC tells them apart.
     assert cookies["dispatchq_token"][0] != value

@@ -185,6 +185,10 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
     remote = {**api_env, "DISPATCHQ_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
     try:
         with Server(remote, tmp_path) as server:
+            form = {"Content-Type": "application/x-www-form-urlencoded"}
+            login = request(server.port, "POST", "/login", f"token={API_TOKEN}".encode(), form)
+            jar = {"Cookie": login.headers["set-cookie"].split(";", 1)[0]}
+            assert request(server.port, "GET", "/status", headers=jar).status == 200
             redis_proc.terminate()
             redis_proc.wait(timeout=10)
             body = json.dumps({"kind": "echo", "target": "acme/app#1"}).encode()
@@ -194,6 +198,14 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
             hook = payload("issues", "opened.payload.json")
             lost = deliver(server.port, "issues", hook, delivery="d-outage")
             assert lost.status == 503 and "Redis is unreachable" in lost.json["error"], lost.body
+            # A login cannot be checked (503), a wrong credential cannot be counted (still
+            # refused): each said, never a 500.
+            unchecked = request(server.port, "GET", "/status", headers=jar)
+            assert unchecked.status == 503 and "login cannot be checked" in unchecked.json["error"]
+            wrong = {"Authorization": "Bearer wrong"}
+            assert request(server.port, "GET", "/status", headers=wrong).status == 401
+            forged = deliver(server.port, "issues", hook, delivery="d-forged", signature="sha256=" + "0" * 64)
+            assert forged.status == 401
             health = request(server.port, "GET", "/healthz")
             assert health.status == 503 and "Redis is unreachable" in health.json["error"]
             assert server.process is not None and server.process.poll() is None  # still up
@@ -205,6 +217,9 @@ def test_a_redis_outage_is_answered_503_and_the_server_rides_it_out(
             again = deliver(server.port, "issues", hook, delivery="d-outage")
             assert again.status == 202, again.body
             assert "Redis unreachable" in server.output  # said once, as workers say it
+            assert "wrong bearer from 127.0.0.1 not counted" in server.output
+            # This Redis kept nothing (no persistence): the login went with it, so it is refused.
+            assert request(server.port, "GET", "/status", headers=jar).status == 401
     finally:
         redis_proc.terminate()
         redis_proc.wait(timeout=10)

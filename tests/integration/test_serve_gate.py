@@ -134,18 +134,21 @@ def test_the_cookie_holds_an_hmac_with_an_expiry_never_the_token(gate_guarded: S
     assert name == "dispatchq_token"
     assert GATE_TOKEN not in cookie and urllib.parse.quote(GATE_TOKEN, safe="") not in cookie
     assert GATE_TOKEN.rstrip("=") not in cookie and "q3+Vx" not in cookie
-    expires_text, _, mac = value.partition(".")
+    expires_text, login_id, mac = value.split(".")
     expires = int(expires_text)
     attributes = {part.strip().split("=")[0].lower(): part.strip() for part in cookie.split(";")[1:]}
     max_age = int(attributes["max-age"].split("=")[1])
     assert 3600 <= max_age <= 7 * 86400
     assert before + max_age <= expires <= int(time.time()) + max_age
     wanted = hmac.new(
-        GATE_TOKEN.encode(), f"dispatchq read-only page cookie v1:{expires}".encode(), hashlib.sha256
+        GATE_TOKEN.encode(),
+        f"dispatchq read-only page cookie v2:{expires}.{login_id}".encode(),
+        hashlib.sha256,
     )
-    assert hmac.compare_digest(mac, wanted.hexdigest())
+    assert hmac.compare_digest(mac, wanted.hexdigest()) and len(login_id) >= 16
     assert "httponly" in attributes and attributes["samesite"].lower() == "samesite=strict"
-    assert "secure" not in attributes  # the browser came by a loopback name, over plain http
+    # Behind the trusted proxy, with public names allowed: Secure even for a loopback Host.
+    assert "secure" in attributes
 
     jar = {"Cookie": f"dispatchq_token={value}"}
     assert request(gate_guarded.port, "GET", "/status", headers=jar).status == 200
@@ -166,11 +169,13 @@ def test_the_cookie_holds_an_hmac_with_an_expiry_never_the_token(gate_guarded: S
     )
     past = before - 10
     stale = hmac.new(
-        GATE_TOKEN.encode(), f"dispatchq read-only page cookie v1:{past}".encode(), hashlib.sha256
+        GATE_TOKEN.encode(),
+        f"dispatchq read-only page cookie v2:{past}.{login_id}".encode(),
+        hashlib.sha256,
     )
-    expired = {"Cookie": f"dispatchq_token={past}.{stale.hexdigest()}"}
+    expired = {"Cookie": f"dispatchq_token={past}.{login_id}.{stale.hexdigest()}"}
     assert request(gate_guarded.port, "GET", "/status", headers=expired).status == 401
-    forged = {"Cookie": f"dispatchq_token={expires + 3600}.{mac}"}
+    forged = {"Cookie": f"dispatchq_token={expires + 3600}.{login_id}.{mac}"}
     assert request(gate_guarded.port, "GET", "/status", headers=forged).status == 401
     # The base64 token works as a Bearer token too.
     assert request(gate_guarded.port, "GET", "/status", headers=AUTH).status == 200
@@ -208,13 +213,13 @@ def test_failed_logins_are_throttled_per_peer(gate_guarded: Server) -> None:
     assert throttled.status == 429
     wait = int(throttled.headers["retry-after"])
     assert 1 <= wait <= 60 and "192.0.2.50" in throttled.body.decode()
-    # Throttled means throttled: the right token waits too, so guessing on cannot tell.
-    assert login(gate_guarded, GATE_TOKEN, **attacker).status == 429
+    # Only failures are throttled: the right token still logs in from the throttled peer.
+    assert login(gate_guarded, GATE_TOKEN, **attacker).status == 303
     # Another peer is not held back by this one, and the proxy's own address is not the peer.
-    assert login(gate_guarded, GATE_TOKEN, **from_peer("192.0.2.51")).status == 303
+    assert login(gate_guarded, "guess", **from_peer("192.0.2.51")).status == 401
     # X-Forwarded-For's first entries are the client's own word: changing them changes nothing.
     spoofed = {"X-Forwarded-For": "192.0.2.77, 192.0.2.50"}
-    assert login(gate_guarded, GATE_TOKEN, **spoofed).status == 429
+    assert login(gate_guarded, "guess-6", **spoofed).status == 429
 
 
 # --- headers on every answer ---------------------------------------------------------------

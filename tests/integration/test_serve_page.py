@@ -17,6 +17,7 @@ from typing import Any
 from dispatchq.storage.window import WindowStore
 from tests.support.helpers import wait_for
 from tests.support.page import CHROMIUM_ARGS, EVIL, PAGE_TOKEN, WAITING, chromium_or_skip
+from tests.support.serve import request
 
 
 def get(url: str) -> tuple[int, dict[str, str], bytes]:
@@ -195,8 +196,8 @@ def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_pa
             write = cookies["dispatchq_write"]
             assert write["httpOnly"] and write["sameSite"] == "Strict"
             assert PAGE_TOKEN not in write["value"] and PAGE_TOKEN not in json.dumps(list(cookies.values()))
-            expires_text, _, mac = write["value"].partition(".")
-            label = f"dispatchq write page cookie v1:{expires_text}".encode()
+            expires_text, login_id, mac = write["value"].split(".")
+            label = f"dispatchq write page cookie v2:{expires_text}.{login_id}".encode()
             assert hmac.compare_digest(mac, hmac.new(PAGE_TOKEN.encode(), label, hashlib.sha256).hexdigest())
             assert 14 * 60 <= int(expires_text) - time.time() <= 15 * 60
             assert abs(write["expires"] - int(expires_text)) <= 2
@@ -303,5 +304,14 @@ def test_the_page_acts_in_chromium(page_acting: Any, page_populated: Any, tmp_pa
             page.screenshot(path=str(judgement_shot), full_page=True)
             print(f"screenshot: {judgement_shot}")
             assert shot.stat().st_size > 10_000 and dialogs == []
+
+            # Log out: the form again, and the login's cookie opens nothing any more, anywhere.
+            read = cookies["dispatchq_token"]["value"]
+            jar = {"Cookie": f"dispatchq_token={read}"}
+            assert request(page_acting.port, "GET", "/status", headers=jar).status == 200
+            page.goto(base + "/")
+            page.click("#logout")
+            page.wait_for_selector("input[name=token]")
+            assert request(page_acting.port, "GET", "/status", headers=jar).status == 401
         finally:
             browser.close()

@@ -26,7 +26,8 @@ import pytest
 from tests.support.helpers import REPO
 
 WEBHOOKS = REPO.parent / "shared" / "github-webhooks"
-SECRET = "It's a Secret to Everybody"
+#: GitHub's documented example secret, made long enough for `serve` (32 characters at least).
+SECRET = "It's a Secret to Everybody, 0123456789abcdef"
 PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 CONFIG = """\

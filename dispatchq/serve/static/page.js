@@ -275,6 +275,18 @@ function wireWindowActions() {
   });
 }
 
+// Ends this browser's login on every server (its id is dropped from the store), then shows
+// the form again. Without a token there is no login, and the page simply reloads.
+function wireLogout() {
+  document.getElementById("logout").addEventListener("click", async () => {
+    try {
+      await fetch("logout", { method: "POST", credentials: "same-origin", cache: "no-store" });
+    } finally {
+      location.reload();
+    }
+  });
+}
+
 async function refreshHistory() {
   try {
     const response = await fetch("history", { cache: "no-store", credentials: "same-origin" });
@@ -286,6 +298,7 @@ async function refreshHistory() {
 
 document.addEventListener("DOMContentLoaded", () => {
   wireWindowActions();
+  wireLogout();
   refresh();
   refreshHistory();
   setInterval(refresh, REFRESH_MS);
