@@ -36,6 +36,7 @@ def serve(host: str | None, port: int | None) -> None:
     from dispatchq.serve.app import create_app
     from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start
+    from dispatchq.serve.wire import OnTheWire, secured_protocol
     from dispatchq.supervise import Done, Role, supervise
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
@@ -64,11 +65,12 @@ def serve(host: str | None, port: int | None) -> None:
 
     # The bounds (`dispatchq.serve.body`): the body's deadline and size around every route,
     # the headers' deadline in the protocol, and at most `serve_concurrency` connections and
-    # requests at once (uvicorn answers 503 past it; counted in /metrics).
+    # requests at once (uvicorn answers 503 past it; counted in /metrics). Every answer of
+    # theirs carries the security headers too (`dispatchq.serve.wire`).
     def listen() -> Done:
         uvicorn.run(
-            Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
-            http=bounded_protocol(s.serve_header_timeout),
+            OnTheWire(Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body)),
+            http=secured_protocol(bounded_protocol(s.serve_header_timeout)),
             limit_concurrency=s.serve_concurrency,
             host=host,
             port=port,

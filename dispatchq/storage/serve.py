@@ -123,8 +123,14 @@ class AsyncDeliveries:
     """
 
     def __init__(self, client: redis.asyncio.Redis, *, ttl: int) -> None:
+        self._client = client
         self._accept = client.register_script(ACCEPT)
         self._ttl = ttl
+
+    async def aclose(self) -> None:
+        """Close the client's connections, on the loop that made them, before that loop ends
+        (an application served in-process by a test client, whose loop goes with it)."""
+        await self._client.aclose()
 
     async def accept(self, deliveries: Sequence[Delivery], job: PreparedJob) -> list[dict[str, Any] | None]:
         """Record each new delivery as `job`'s and queue `job` (once, if any was new).
