@@ -64,19 +64,24 @@ class BadJSON(ValueError):
 def nests_deeper(raw: bytes, limit: int) -> bool:
     """Whether the JSON text `raw` nests arrays and objects more than `limit` deep, on its bytes.
 
-    Counting the opening brackets is enough for most bodies (fewer than `limit` cannot nest
-    past it). Otherwise, all in C: the escapes go (an escaped backslash first, so `\\\\"` still
-    ends its string), then everything but quotes and brackets, then what lies between quotes
-    (the brackets inside text), and the innermost pairs are removed one level a pass, at most
-    `limit` passes. What a malformed body leaves unclosed counts as nesting (the parser would
-    recurse into it before it finds the end).
+    All in C: the escapes go (an escaped backslash first, so `\\\\"` still ends its string),
+    then everything but quotes and brackets. Counting the opening brackets left is enough for
+    most bodies (fewer than `limit` cannot nest past it). Otherwise what lies between quotes
+    goes too (the brackets inside text), and the innermost pairs are removed one level a pass,
+    at most `limit` passes. What a malformed body leaves unclosed counts as nesting (the parser
+    would recurse into it before it finds the end).
     """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
     if b"\\" in raw:
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    structure = raw.translate(_AS_PARENS, _NOT_STRUCTURE).replace(b'""', b"")  # most text holds no bracket
-    brackets = b"".join(structure.split(b'"')[::2]) if b'"' in structure else structure
+        if b"\\\\" in raw:
+            raw = raw.replace(b"\\\\", b"")
+        if b'\\"' in raw:
+            raw = raw.replace(b'\\"', b"")
+    structure = raw.translate(None, _NOT_STRUCTURE).replace(b'""', b"")  # most text holds no bracket
+    if structure.count(b"[") + structure.count(b"{") <= limit:
+        return False
+    if b'"' in structure:
+        structure = b"".join(structure.split(b'"')[::2])
+    brackets = structure.translate(_AS_PARENS)
     if len(brackets) > _MANY:  # each pass would copy it: one walk of the running depth instead
         return max(accumulate(map(_STEP.__getitem__, brackets))) > limit
     passes = 0
