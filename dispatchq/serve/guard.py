@@ -168,7 +168,8 @@ async def send_json(send: Send, status: int, data: Any, headers: Sequence[tuple[
 
 
 class SecurityHeaders:
-    """The page's security headers on every answer, unless the route set its own value."""
+    """The page's security headers on every answer, unless the route set its own value (the
+    answers written outside this middleware get them from `wire`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

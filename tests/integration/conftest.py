@@ -1095,9 +1095,12 @@ def hostile_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> 
 def hostile_module_server(
     hostile_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    """One real `dispatchq serve` for the module (uvicorn, h11 and the bounds in front)."""
+    """One real `dispatchq serve` for the module (uvicorn, h11 and the bounds in front); when
+    it stops, its log must hold no traceback."""
     with Server(hostile_env, tmp_path_factory.mktemp("serve-hostile-log")) as running:
         yield running
+    log = running.log.read_text(errors="replace")
+    assert "Traceback" not in log and "Exception in ASGI" not in log, log[-4000:]
 
 
 @pytest.fixture

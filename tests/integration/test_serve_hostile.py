@@ -140,6 +140,23 @@ def test_every_refused_line_counts_toward_the_error_cap_unknown_kinds_included(
     assert redis_client.zcard(keys.ALL_IDS) == 0  # the good line did not go in either
 
 
+def test_enqueue_lines_says_what_pythons_parser_refuses_instead_of_raising(
+    hostile_app: InProcess, make_runtime: Any
+) -> None:
+    """The path `enqueue -` and `POST /judgements` share: a line that is not JSON and holds a
+    5,000-digit number (Python's own limit) or nests 6,000 deep is that line's error."""
+    from dispatchq.client import Client
+
+    lines = [
+        b'{"kind": "echo", "target": "acme/app#1", "state": {"n": ' + b"7" * 5000 + b"},}",
+        nested(6000) + b"x",
+        json.dumps({"kind": "echo", "target": "acme/app#2"}).encode(),
+    ]
+    results = Client(runtime=make_runtime()).enqueue_lines(lines)
+    assert [r.ok for r in results] == [False, False, True]
+    assert all("not readable JSON" in (r.error or "") for r in results[:2]), results
+
+
 def test_an_exception_no_layer_expects_is_a_500_with_the_headers(
     hostile_app: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
