@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dispatchq.core.judgement import FINISHED, JudgementIn, Record
-from dispatchq.errors import EnqueueInterrupted, UserError
+from dispatchq.errors import EnqueueInterrupted, TooManyRefused, UserError
 from dispatchq.queue.parts import QUEUE_PARTS
 from dispatchq.runtime import Runtime
 from dispatchq.settings import Settings, load_settings
@@ -127,11 +127,15 @@ class Client:
                 parsed.append((index, None, describe_validation(error)))
         return self._submit(parsed, force)
 
-    def enqueue_lines(self, lines: Iterable[str | bytes], *, force: bool = False) -> list[Enqueued]:
+    def enqueue_lines(
+        self, lines: Iterable[str | bytes], *, force: bool = False, max_errors: int | None = None
+    ) -> list[Enqueued]:
         """Enqueue JSON Lines (how other tools enqueue); blank lines are skipped.
 
         Lines may be bytes (a file or stdin read raw): a line that is not UTF-8 is refused
-        by number, with the offset of its first bad byte, and the other lines go in.
+        by number, with the offset of its first bad byte, and the other lines go in. With
+        `max_errors`, more refused lines than that (unreadable, invalid, an unknown kind,
+        anything `prepare` refuses) raise TooManyRefused before anything is written.
         """
         parsed: list[tuple[int, JudgementIn | None, str | None]] = []
         for number, raw in enumerate(lines, start=1):
@@ -156,11 +160,14 @@ class Client:
                     except json.JSONDecodeError as bad:
                         parsed.append((number, None, f"not valid JSON ({bad.msg} at column {bad.colno})"))
                         continue
+                    except (ValueError, RecursionError):  # Python's own bounds: digits, depth
+                        parsed.append((number, None, f"not readable JSON ({describe_validation(error)})"))
+                        continue
                 if "model_type" in kinds:
                     parsed.append((number, None, "each line must be a JSON object"))
                     continue
                 parsed.append((number, None, describe_validation(error)))
-        return self._submit(parsed, force)
+        return self._submit(parsed, force, max_errors)
 
     def enqueue_file(self, path: Path, *, force: bool = False) -> list[Enqueued]:
         try:
@@ -170,7 +177,10 @@ class Client:
             raise UserError(f"{path}: cannot read: {error.strerror}") from None
 
     def _submit(
-        self, parsed: list[tuple[int, JudgementIn | None, str | None]], force: bool
+        self,
+        parsed: list[tuple[int, JudgementIn | None, str | None]],
+        force: bool,
+        max_errors: int | None = None,
     ) -> list[Enqueued]:
         dispatcher = self.runtime.dispatcher
         self.interrupted = None
@@ -180,11 +190,16 @@ class Client:
         for index, judgement, error in parsed:
             if judgement is None:
                 results[index] = Enqueued(index, None, error=error)
-                continue
-            try:
-                good.append((index, dispatcher.prepare(judgement, force=force, fingerprints=fingerprints)))
-            except UserError as refused:
-                results[index] = Enqueued(index, None, error=str(refused))
+            else:
+                try:
+                    good.append(
+                        (index, dispatcher.prepare(judgement, force=force, fingerprints=fingerprints))
+                    )
+                    continue
+                except UserError as refused:
+                    results[index] = Enqueued(index, None, error=str(refused))
+            if max_errors is not None and len(results) > max_errors:
+                raise TooManyRefused(len(results), max_errors)
         if good:
             try:
                 written = dispatcher.submit([p for _, p in good])

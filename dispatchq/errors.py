@@ -8,8 +8,9 @@
     │   ├── GrammarError ........ a loop-written report line that breaks its grammar
     │   ├── CheckError .......... a verification check or plan outside the grammar or boundary
     │   ├── UnsafeToken ......... a document-derived path token that fails the allow-list
-    │   └── RedisUnavailable .... the configured Redis cannot be used (a bad URL or data dir)
-    │       └── RedisUnreachable  it does not answer now: an outage, waited out by long-running roles
+    │   ├── RedisUnavailable .... the configured Redis cannot be used (a bad URL or data dir)
+    │   │   └── RedisUnreachable  it does not answer now: an outage, waited out by long-running roles
+    │   └── TooManyRefused ...... more refused lines in one batch than its caller allows: none enqueued
     ├── EnqueueInterrupted ...... Redis failed part way through a batch enqueue (what went in is kept)
     ├── AnswerError ............. a wire answer that cannot be read as the type it claims
     ├── ContractError ........... a session's return that breaks its contract
@@ -55,6 +56,7 @@ __all__ = [
     "ReportError",
     "SettingsError",
     "TamperError",
+    "TooManyRefused",
     "UnsafeToken",
     "UserError",
 ]
@@ -103,6 +105,18 @@ class CheckError(UserError):
 
 class UnsafeToken(UserError):
     """A document-derived path token that fails the allow-list; it is never escaped."""
+
+
+class TooManyRefused(UserError):
+    """A batch with more refused lines than the caller's cap: nothing of it was enqueued.
+
+    `refused` is how many were counted when the cap was passed (counting stops there).
+    """
+
+    def __init__(self, refused: int, cap: int) -> None:
+        super().__init__(f"more than {cap} lines are refused ({refused} counted); nothing was enqueued")
+        self.refused = refused
+        self.cap = cap
 
 
 class RedisUnavailable(UserError):

@@ -41,6 +41,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start, trusted_networks
     from dispatchq.serve.slots import Slots, slotted_protocol
+    from dispatchq.serve.wire import OnTheWire, secured_protocol
     from dispatchq.supervise import Done, Role, supervise
 
     # First: serve holds the API token, the webhook secret and the Redis password, and a
@@ -72,20 +73,23 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     # the headers' deadline in the protocol. The slots (`dispatchq.serve.slots`): connections
     # per client and in all, the idle wait, and the requests in flight, in all (a share kept
     # for /healthz and webhooks) and per client; uvicorn's own limit, which counts idle
-    # connections against requests, stays off. Every refusal is counted in /metrics.
+    # connections against requests, stays off. Every refusal is counted in /metrics, and
+    # every answer, whoever writes it, carries the security headers (`dispatchq.serve.wire`).
     proxies = trusted_networks(s.serve_trusted_proxies)
 
     def listen() -> Done:
         uvicorn.run(
-            Slots(
-                Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
-                concurrency=s.serve_concurrency,
-                reserved_share=s.serve_reserved_share,
-                per_peer=s.serve_peer_requests,
-                trusted=proxies,
+            OnTheWire(
+                Slots(
+                    Bounds(app, body_timeout=s.serve_body_timeout, max_body=s.serve_max_body),
+                    concurrency=s.serve_concurrency,
+                    reserved_share=s.serve_reserved_share,
+                    per_peer=s.serve_peer_requests,
+                    trusted=proxies,
+                )
             ),
             http=slotted_protocol(
-                bounded_protocol(s.serve_header_timeout),
+                secured_protocol(bounded_protocol(s.serve_header_timeout)),
                 idle_timeout=s.serve_idle_timeout,
                 peer_connections=s.serve_peer_connections,
                 max_connections=s.serve_max_connections,

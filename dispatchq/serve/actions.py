@@ -17,7 +17,6 @@ page's write cookie (`auth`) opens these routes; with no token, the Host and Ori
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -31,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from dispatchq.errors import UserError
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.serve.guard import Networks, peer_address
+from dispatchq.serve.jsonbody import BadJSON, read_json
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
 from dispatchq.tiers.session import unblock_host
 from dispatchq.window.messages import GENERAL_SCOPE
@@ -38,11 +38,17 @@ from dispatchq.window.messages import GENERAL_SCOPE
 if TYPE_CHECKING:
     from dispatchq.serve.context import ServeContext
 
-__all__ = ["ActionError", "parse_until", "routes"]
+__all__ = ["LONGEST_CLOSE", "ActionError", "parse_until", "routes"]
 
 #: An action's body is a handful of fields.
 _MAX_BODY = 16 * 1024
+#: ... and nests no deeper than this: a field is text, a flag or nothing.
+_MAX_DEPTH = 4
+#: The furthest a close may reach: a year (a usage limit lifts within a week; an operator's
+#: reservation past a year is a typo, and past year 9999 Python's datetime cannot say it).
+LONGEST_CLOSE = timedelta(days=366)
 _DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -62,17 +68,28 @@ def parse_until(text: object, now: datetime) -> datetime:
     text = text.strip()
     match = _DURATION.match(text)
     if match and any(match.groups()):
-        d, h, m, s = (int(g or 0) for g in match.groups())
-        return now + timedelta(days=d, hours=h, minutes=m, seconds=s)
+        parts = [g or "0" for g in match.groups()]
+        if any(len(part) > 9 for part in parts):  # and Python reads no more than 4,300 digits
+            raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
+        d, h, m, s = (int(part) for part in parts)
+        seconds = ((d * 24 + h) * 60 + m) * 60 + s  # whole: timedelta overflows past 999,999,999 days
+        if seconds > LONGEST_CLOSE.total_seconds():
+            raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
+        return now + timedelta(seconds=seconds)
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        if when.tzinfo is None:
+            raise ActionError(
+                400, f'"until": {text[:60]!r} has no UTC offset (give e.g. 2026-12-02T18:00+01:00)'
+            )
+        when = when.astimezone(UTC)  # 9999-12-31T23:00-05:00 is past the last year datetime has
+    except (ValueError, OverflowError):
         raise ActionError(
             400, f'"until": {text[:60]!r} is not a duration (2h30m) or an ISO 8601 instant'
         ) from None
-    if when.tzinfo is None:
-        raise ActionError(400, f'"until": {text[:60]!r} has no UTC offset (give e.g. 2026-12-02T18:00+01:00)')
-    return when.astimezone(UTC)
+    if when - now > LONGEST_CLOSE:
+        raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
+    return when
 
 
 def _room(context: ServeContext) -> None:
@@ -95,8 +112,8 @@ def close_window(context: ServeContext, fields: dict[str, Any], who: str) -> dic
     if when <= now:
         raise ActionError(400, f'"until": {when.isoformat()} is in the past')
     reason = fields.get("reason") or ""
-    if not isinstance(reason, str) or len(reason) > 500:
-        raise ActionError(400, '"reason" must be text of at most 500 characters')
+    if not isinstance(reason, str) or len(reason) > 500 or _CONTROL.search(reason):
+        raise ActionError(400, '"reason" must be one line of text of at most 500 characters')
     face = rt.window
     current = face.get(GENERAL_SCOPE)
     if current is not None and current.lifts_at > when.timestamp() and fields.get("force") is not True:
@@ -120,7 +137,7 @@ def open_window(context: ServeContext, fields: dict[str, Any], who: str) -> dict
 def unblock(context: ServeContext, fields: dict[str, Any], who: str) -> dict[str, Any]:
     """`dispatchq window open --host NAME`: a host's block cleared, what it held released."""
     host = fields.get("host")
-    if not isinstance(host, str) or not _HOST.match(host):
+    if not isinstance(host, str) or not _HOST.fullmatch(host):
         raise ActionError(400, '"host" must be a host name (letters, digits, ".", "_", "-")')
     _room(context)
     cleared = unblock_host(context.runtime.window, host)
@@ -163,9 +180,10 @@ async def _fields(request: Request) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        fields = json.loads(body)
-    except ValueError:
-        raise ActionError(400, "the body is not JSON (send an object, or nothing)") from None
+        fields = read_json(body, depth=_MAX_DEPTH)
+    except BadJSON as bad:
+        hint = " (send an object, or nothing)" if bad.status == 400 else ""
+        raise ActionError(bad.status, f"{bad}{hint}") from None
     if not isinstance(fields, dict):
         raise ActionError(400, "the body must be a JSON object")
     return fields

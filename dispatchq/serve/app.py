@@ -4,7 +4,8 @@
     app = create_app(runtime, extra_routes=[...]) # more routes, behind the same gate
 
 Everything in front of the routes is middleware, not a decorator per route, so routes added
-later are covered the same. Outermost first: the access log (`guard.AccessLog`), the
+later are covered the same. Outermost of all, around Starlette's own error page,
+`wire.OnTheWire` (the security headers on a 500 too). Then: the access log (`guard.AccessLog`), the
 security headers on every answer, the Host check (DNS rebinding), cross-site writes refused
 (Origin, Sec-Fetch-Site), the bearer token or login cookie (`auth`), the media types a write
 route reads, then Redis outages. Each refusal is answered before anything touches Redis.
@@ -45,6 +46,7 @@ from dispatchq.serve.guard import (
     send_json,
     trusted_networks,
 )
+from dispatchq.serve.wire import OnTheWire
 from dispatchq.storage.outage import (
     is_outage,
     out_of_memory_message,
@@ -89,6 +91,14 @@ class RedisOutage:
             await send_json(send, 503, {"error": reason}, [(b"retry-after", b"5")])
 
 
+class _Served(Starlette):
+    """Starlette with `OnTheWire` around its whole stack: its `ServerErrorMiddleware`, which
+    answers an exception with a 500 page, sits outside every middleware `add_middleware` adds."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return OnTheWire(super().build_middleware_stack())
+
+
 def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """The application `dispatchq serve` runs, over one process's runtime."""
     settings = runtime.settings
@@ -128,7 +138,7 @@ def create_app(runtime: Runtime, *, extra_routes: Sequence[BaseRoute] = ()) -> S
         Route("/login", login_form_route(context.api_token), methods=["GET"], name="login-form"),
         *extra_routes,
     ]
-    app = Starlette(routes=routes)
+    app = _Served(routes=routes)
     app.state.context = context
     # Added innermost first: each add_middleware wraps what was added before it.
     app.add_middleware(RedisOutage, context=context)

@@ -32,6 +32,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from dispatchq.serve.wire import header_lines
+
 __all__ = [
     "HARD_MAX_BODY",
     "MAX_BODY",
@@ -284,7 +286,7 @@ def bounded_protocol(header_timeout: float) -> type[H11Protocol]:
             ).encode()
             self.transport.write(
                 b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+                b"content-length: %d\r\nconnection: close\r\n%s\r\n%s" % (len(body), header_lines(), body)
             )
             self.transport.close()
 

@@ -30,11 +30,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatchq.errors import UserError
 from dispatchq.serve.judgements import NDJSON
 from dispatchq.serve.page import SECURITY_HEADERS
+from dispatchq.serve.wire import WIRE_STATUS
 from dispatchq.settings import Settings
 
 __all__ = [
@@ -174,7 +176,8 @@ async def send_json(send: Send, status: int, data: Any, headers: Sequence[tuple[
 
 
 class SecurityHeaders:
-    """The page's security headers on every answer, unless the route set its own value."""
+    """The page's security headers on every answer, unless the route set its own value (the
+    answers written outside this middleware get them from `wire`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -312,7 +315,10 @@ class AccessLog:
     """One INFO line per write (`mode="writes"`), per request (`"all"`), or none (`"off"`).
 
     `access peer METHOD /path status [judgements=N]`: N is what the route put in the scope's state
-    under JUDGEMENTS_STATE (`POST /judgements`: the lines that went in).
+    under JUDGEMENTS_STATE (`POST /judgements`: the lines that went in). The status is what went
+    on the wire (`wire.OnTheWire` notes it, around everything that may answer): a 413 the bounds
+    sent while the route read its body is 413; an exception nothing answered is the 500
+    Starlette sends; a client gone before any answer is `-`.
     """
 
     def __init__(self, app: ASGIApp, *, mode: str, trusted: Networks) -> None:
@@ -339,10 +345,12 @@ class AccessLog:
 
         try:
             await self.app(scope, receive, tracking)
-        except BaseException:
-            status = status or 500
+        except BaseException as error:
+            if not isinstance(error, ClientDisconnect):
+                status = status or 500
             raise
         finally:
+            status = state.get(WIRE_STATUS, status)
             if access_log.isEnabledFor(logging.INFO):
                 count = state.get(JUDGEMENTS_STATE)
                 args = (

@@ -25,7 +25,9 @@ from starlette.routing import BaseRoute, Route
 
 from dispatchq.client import Client
 from dispatchq.core.judgement import JudgementIn
+from dispatchq.errors import TooManyRefused
 from dispatchq.serve.body import BodyTooLarge, read_limited
+from dispatchq.serve.jsonbody import BadJSON, parse, trouble
 from dispatchq.storage.outage import is_outage, out_of_memory_message, outage_reason
 from dispatchq.storage.serve import JUDGEMENT_PREFIX
 from dispatchq.tiers.session_logs import session_log_path
@@ -59,23 +61,10 @@ class Screened:
     refused: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _trouble(value: Any, depth: int = 0) -> str | None:
-    """Why `value` cannot be a judgement's JSON (too deep, an integer past 64 bits), or None."""
-    kind = type(value)
-    if kind is int:
-        return None if _INT64[0] <= value <= _INT64[1] else "holds an integer past 64 bits"
-    if kind is dict:
-        value = value.values()
-    elif kind is not list:
-        return None
-    if depth >= MAX_DEPTH:
-        return f"nests more than {MAX_DEPTH} deep"
-    for item in value:
-        if type(item) in (int, dict, list):
-            found = _trouble(item, depth + 1)
-            if found:
-                return found
-    return None
+def _trouble(value: Any) -> str | None:
+    """Why `value` cannot be a judgement's JSON, naming where (too deep, an integer past 64
+    bits or too long to read, NaN, text with a lone surrogate), or None."""
+    return trouble(value, depth=MAX_DEPTH, integers=_INT64, integers_are="past 64 bits")
 
 
 def _parsed(values: list[tuple[int, bytes | None, Any]], settings: Settings) -> Screened:
@@ -112,11 +101,15 @@ def _parsed(values: list[tuple[int, bytes | None, Any]], settings: Settings) -> 
         else:
             screened.lines.append(json.dumps(value, ensure_ascii=False).encode())
     if bad > settings.serve_max_errors:
-        raise Refused(
-            f"{bad} lines are refused, more than DISPATCHQ_SERVE_MAX_ERRORS ({settings.serve_max_errors}) "
-            "in one request; nothing was enqueued"
-        )
+        raise _too_many_refused(bad, settings)
     return screened
+
+
+def _too_many_refused(count: int, settings: Settings, *, counted: str = "") -> Refused:
+    return Refused(
+        f"{counted}{count} lines are refused, more than DISPATCHQ_SERVE_MAX_ERRORS "
+        f"({settings.serve_max_errors}) in one request; nothing was enqueued"
+    )
 
 
 _UNPARSED = object()
@@ -125,11 +118,9 @@ _TOO_DEEP = object()
 
 def _parse(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
-    except RecursionError:
-        return _TOO_DEEP
-    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError)
-        return _UNPARSED
+        return parse(raw)
+    except BadJSON as bad:  # not JSON, or not UTF-8: `enqueue_lines` says which, as `enqueue -` does
+        return _TOO_DEEP if bad.status == 422 else _UNPARSED
 
 
 def _too_many(count: int, settings: Settings) -> Refused:
@@ -168,8 +159,15 @@ def enqueue_body(context: ServeContext, body: bytes, media_type: str, *, force: 
         screened = lines_of(body, media_type, context.runtime.settings)
     except Refused as refused:
         return 413, {"error": str(refused)}
+    settings = context.runtime.settings
     client = Client(runtime=context.runtime)
-    results = client.enqueue_lines(screened.lines, force=force)
+    try:  # every refused line counts: an unknown kind, a bad checkout, as much as bad JSON
+        results = client.enqueue_lines(
+            screened.lines, force=force, max_errors=settings.serve_max_errors - len(screened.refused)
+        )
+    except TooManyRefused as refused:
+        total = refused.refused + len(screened.refused)
+        return 413, {"error": str(_too_many_refused(total, settings, counted="at least "))}
     answer: list[dict[str, Any]] = list(screened.refused)
     for r in results:
         if r.unwritten:

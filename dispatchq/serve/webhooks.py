@@ -10,9 +10,11 @@ In this order, so nothing unverified is ever parsed or stored:
    missing or wrong, 401 and nothing recorded or kept, or 429 with Retry-After once the
    sender's address has sent a handful of wrong ones (`auth.FailureThrottle`, asked only
    after the check failed, so a right signature from that address still passes);
-4. `X-GitHub-Event` and `X-GitHub-Delivery` read; a `ping` is answered 200;
-5. the payload parsed and mapped (`dispatchq.triage.github`, pure) to a triage event,
-   its state narrowed by the triggered rules' `state:` lists;
+4. `X-GitHub-Event` and `X-GitHub-Delivery` read;
+5. the payload's nesting measured on its bytes (`jsonbody.nests_deeper`; past MAX_DEPTH,
+   422), then parsed; a `ping` is answered 200, any other event mapped
+   (`dispatchq.triage.github`, pure) to a triage event, its state narrowed by the
+   triggered rules' `state:` lists;
 6. the delivery accepted in Redis in one atomic step (`storage.serve.ACCEPT`): a
    redelivery (the same id, or the same body's sha256 under a new id: a captured delivery
    replayed) answers 200 with the first ids and makes no second decision; a first
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ from starlette.types import Receive, Scope, Send
 
 from dispatchq.errors import UserError
 from dispatchq.serve.body import BodyTooLarge
+from dispatchq.serve.jsonbody import BadJSON, nests_deeper, parse, trouble
 from dispatchq.serve.stream import Spool, Unsigned, receive_signed
 from dispatchq.storage.serve import DELIVERY_ID, AsyncDeliveries, Delivery
 from dispatchq.triage.github import event_name, map_delivery, state_paths
@@ -84,8 +86,9 @@ _EVENT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 ForgedHook = Callable[[Scope], Awaitable[int]]
 
 
-#: How deep a delivery's kept envelope may nest. GitHub's payloads nest about 6 deep; the
-#: records' encoder stops at 255 and Python's recursion near 1,000, so deeper is refused 422.
+#: How deep a delivery may nest (its payload, and the envelope kept from it). GitHub's
+#: payloads nest at most 7 deep; the records' encoder stops at 255, orjson's parser at 1,024
+#: and Python's recursion near 1,000: deeper is refused 422, before it is parsed.
 MAX_DEPTH = 64
 
 
@@ -133,8 +136,13 @@ def prepare_delivery(
     envelope = map_delivery(event, payload, state_paths=paths)
     try:
         if body is not None and _has_float(envelope):
-            envelope = map_delivery(event, json.loads(body), state_paths=paths)
+            envelope = map_delivery(event, parse(body, what="the payload"), state_paths=paths)
+            found = trouble(envelope, depth=MAX_DEPTH)  # what the exact parse kept, named
+            if found is not None:
+                return 422, {"error": f"the delivery's kept state {found}"}
         parsed = Event.from_json(envelope)
+    except BadJSON as bad:
+        return bad.status, {"error": str(bad)}
     except (_TooDeep, RecursionError):
         return 422, {"error": _TOO_DEEP}
     except UserError as error:
@@ -198,6 +206,13 @@ class DeliveryBatcher:
             self._running = False
 
 
+def _scalar(value: Any) -> str | int | None:
+    """A ping's field echoed back only as what GitHub sends there: text or a whole number."""
+    if type(value) is str:
+        return value[:1000]
+    return value if type(value) is int else None
+
+
 _NO_SECRET = "no webhook secret is configured (DISPATCHQ_GITHUB_WEBHOOK_SECRET): every delivery is refused"  # noqa: S105 (a message, not a password)
 
 
@@ -219,18 +234,20 @@ async def answer_delivery(
     media = headers.get("content-type", "").split(";")[0].strip().lower()
     if media and media != "application/json":
         return 415, {"error": "set the webhook's content type to application/json"}
+    if nests_deeper(body, MAX_DEPTH):  # verified, measured, then parsed
+        return 422, {"error": f"the payload nests more than {MAX_DEPTH} deep"}
     try:
         payload = orjson.loads(body)  # exact where it matters: see `prepare_delivery`
     except orjson.JSONDecodeError as error:  # a ValueError; bad UTF-8 is one too
-        return 400, {"error": f"the payload is not JSON: {type(error).__name__}"}
+        return 400, {"error": f"the payload is not JSON ({error})"}
     if not isinstance(payload, dict):
         return 400, {"error": "the payload is not a JSON object"}
     if event == "ping":
         return 200, {
             "ping": "pong",
             "delivery": delivery,
-            "hook_id": payload.get("hook_id"),
-            "zen": payload.get("zen"),
+            "hook_id": _scalar(payload.get("hook_id")),
+            "zen": _scalar(payload.get("zen")),
         }
     prepared = prepare_delivery(context, event, delivery, payload, body)
     if isinstance(prepared, tuple):

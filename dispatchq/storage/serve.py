@@ -129,7 +129,8 @@ class AsyncDeliveries:
         self._ttl = ttl
 
     async def aclose(self) -> None:
-        """Close the client's connections (on the loop that made them)."""
+        """Close the client's connections, on the loop that made them, before that loop ends
+        (an application served in-process by a test client, whose loop goes with it)."""
         await self._client.aclose()
 
     async def accept(self, deliveries: Sequence[Delivery], job: PreparedJob) -> list[dict[str, Any] | None]:

@@ -69,6 +69,7 @@ from tests.support.entry_points import user_project
 from tests.support.faults import Formation
 from tests.support.gate import World, finding_block, make_world
 from tests.support.helpers import counting_check, pid_alive, wait_for, write_check_module, write_config
+from tests.support.hostile import BOOM, HOSTILE_TOKEN, InProcess, boom
 from tests.support.job_upgrade import Evil, stored_data
 from tests.support.leases import FAKE_CLAUDE
 from tests.support.look_around_world import (
@@ -96,8 +97,10 @@ from tests.support.sandbox import Echo
 from tests.support.serve import (
     ACTIONS_TOKEN,
     API_TOKEN,
+    CONFIG,
     GATE_PUBLIC,
     GATE_TOKEN,
+    SECRET,
     SERVE_BOUNDS,
     WEBHOOKS_TOKEN,
     Server,
@@ -1043,3 +1046,63 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     made = Procs(tmp_path)
     yield made
     made.stop()
+
+
+# --- hostile input on every route of `dispatchq serve` (test_serve_hostile.py) ----------------
+
+
+@pytest.fixture
+def hostile_app(
+    make_runtime: Callable[..., Any], dq_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InProcess]:
+    """`create_app` over the test's Redis (a token, the webhook secret, every request logged)
+    with one more route that raises, in a TestClient whose one event loop serves every request."""
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from dispatchq.serve.app import create_app
+
+    monkeypatch.syspath_prepend(str(tmp_path))  # the config's check is imported in this process
+    check, _ = counting_check(tmp_path, answer="'ok'")
+    Path(dq_env["DISPATCHQ_CONFIG"]).write_text(CONFIG.format(check=check))
+    runtime = make_runtime(
+        DISPATCHQ_API_TOKEN=HOSTILE_TOKEN,
+        DISPATCHQ_GITHUB_WEBHOOK_SECRET=SECRET,
+        DISPATCHQ_SERVE_ACCESS_LOG="all",
+    )
+    app = create_app(runtime, extra_routes=[Route(BOOM, boom, methods=["GET"])])
+    routes = [route for route in app.routes if getattr(route, "path", None) != BOOM]
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+        yield InProcess(client, routes)
+        client.portal.call(app.state.context.deliveries.aclose)
+
+
+@pytest.fixture(scope="module")
+def hostile_env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    directory = tmp_path_factory.mktemp("serve-hostile")
+    check, _ = counting_check(directory, answer="'ok'")
+    return module_env(
+        redis_server,
+        directory,
+        check,
+        DISPATCHQ_API_TOKEN=HOSTILE_TOKEN,
+        DISPATCHQ_SERVE_ACCESS_LOG="all",
+        **SERVE_BOUNDS,
+    )
+
+
+@pytest.fixture(scope="module")
+def hostile_module_server(
+    hostile_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One real `dispatchq serve` for the module (uvicorn, h11 and the bounds in front); when
+    it stops, its log must hold no traceback."""
+    with Server(hostile_env, tmp_path_factory.mktemp("serve-hostile-log")) as running:
+        yield running
+    log = running.log.read_text(errors="replace")
+    assert "Traceback" not in log and "Exception in ASGI" not in log, log[-4000:]
+
+
+@pytest.fixture
+def hostile_server(hostile_module_server: Server, redis_client: Any) -> Server:
+    return hostile_module_server
