@@ -1072,9 +1072,11 @@ def hostile_app(
     )
     app = create_app(runtime, extra_routes=[Route(BOOM, boom, methods=["GET"])])
     routes = [route for route in app.routes if getattr(route, "path", None) != BOOM]
-    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+    with TestClient(
+        app, raise_server_exceptions=False, base_url="http://127.0.0.1", follow_redirects=False
+    ) as client:
         yield InProcess(client, routes)
-        client.portal.call(app.state.context.deliveries.aclose)
+        client.portal.call(app.state.context.aclose)
 
 
 @pytest.fixture(scope="module")

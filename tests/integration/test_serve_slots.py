@@ -10,12 +10,11 @@ import json
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.serve import Reply, Server, sign
-from tests.support.slots import closed_by_server, connect_from, refused_from, request_from
+from tests.support.slots import closed_by_server, connect_from, in_flight, refused_from, request_from
 
 A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 HELD = {"DISPATCHQ_SERVE_HEADER_TIMEOUT": "60", "DISPATCHQ_SERVE_BODY_TIMEOUT": "60"}
@@ -29,24 +28,6 @@ def until(probe: Callable[[], Reply], status: int, *, within: float = 30) -> Rep
         if reply.status == status or time.monotonic() > deadline:
             return reply
         time.sleep(0.1)
-
-
-@contextmanager
-def in_flight(source: str, port: int, count: int, forwarded: str = "") -> Iterator[list[socket.socket]]:
-    """`count` POST /judgements from `source` whose bodies never finish: requests in flight."""
-    head = (
-        b"POST /judgements HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        + (f"X-Forwarded-For: {forwarded}\r\n".encode() if forwarded else b"")
-        + b"Content-Length: 1000\r\n\r\n["
-    )
-    held = [connect_from(source, port) for _ in range(count)]
-    try:
-        for sock in held:
-            sock.sendall(head)
-        yield held
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def test_a_client_past_its_connection_cap_is_closed_while_others_are_served(

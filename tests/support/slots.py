@@ -9,11 +9,12 @@ from __future__ import annotations
 import http.client
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from tests.support.serve import Reply
 
-__all__ = ["closed_by_server", "connect_from", "refused_from", "request_from"]
+__all__ = ["closed_by_server", "connect_from", "in_flight", "refused_from", "request_from"]
 
 
 def connect_from(source: str, port: int, *, timeout: float = 30) -> socket.socket:
@@ -61,3 +62,21 @@ def refused_from(source: str, port: int, reason: str) -> float:
     found = re.search(rf'^dispatchq_serve_refused_total{{reason="{reason}"}} (\S+)$', text, re.MULTILINE)
     assert found, text[-2000:]
     return float(found.group(1))
+
+
+@contextmanager
+def in_flight(source: str, port: int, count: int, forwarded: str = "") -> Iterator[list[socket.socket]]:
+    """`count` POST /judgements from `source` whose bodies never finish: requests in flight."""
+    head = (
+        b"POST /judgements HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + (f"X-Forwarded-For: {forwarded}\r\n".encode() if forwarded else b"")
+        + b"Content-Length: 1000\r\n\r\n["
+    )
+    held = [connect_from(source, port) for _ in range(count)]
+    try:
+        for sock in held:
+            sock.sendall(head)
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
