@@ -14,6 +14,7 @@ import click
 from dispatchq.cli import console as make_console
 from dispatchq.cli import print_json, runtime, settings
 from dispatchq.core.tiers import TIERS
+from dispatchq.core.until import TooFar, duration, within_reach
 from dispatchq.errors import UserError
 from dispatchq.storage.outage import is_outage, waiting_here
 from dispatchq.window.poolstatus import pool_lines
@@ -358,17 +359,16 @@ def _session_names(s: Any) -> dict[str, Any]:
     return {**names, "passes": sorted(passes), "credential": var, "sandbox": s.session_sandbox}
 
 
-_DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
 def parse_until(text: str, zone: str, now: datetime | None = None) -> datetime:
     """`2h30m`, `+90m`, `18:00` (next such time in DISPATCHQ_TIMEZONE) or an ISO 8601 instant."""
     now = now or datetime.now(UTC)
     text = text.strip()
-    match = _DURATION.match(text)
-    if text and match and any(match.groups()):
-        d, h, m, s = (int(g or 0) for g in match.groups())
-        return now + timedelta(days=d, hours=h, minutes=m, seconds=s)
+    try:
+        span = duration(text)
+    except TooFar as error:
+        raise UserError(f"--until: {error}") from None
+    if span is not None:
+        return now + span
     tz = ZoneInfo(zone)
     clock = re.match(r"^(\d{1,2}):(\d{2})$", text)
     if clock:
@@ -381,11 +381,15 @@ def parse_until(text: str, zone: str, now: datetime | None = None) -> datetime:
         return local.astimezone(UTC)
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=tz)
+        when = when.astimezone(UTC)  # 9999-12-31T23:00-05:00 is past the last year datetime has
+    except (ValueError, OverflowError):
         raise UserError(f"--until: {text!r} is not a duration (2h30m), a time (18:00) or ISO 8601") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=tz)
-    return when.astimezone(UTC)
+    try:
+        return within_reach(text, when, now)
+    except TooFar as error:
+        raise UserError(f"--until: {error}") from None
 
 
 @click.group()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from dispatchq.core.until import LONGEST_CLOSE, TooFar, duration, within_reach
 from dispatchq.errors import UserError
 from dispatchq.serve.body import BodyTooLarge, read_limited
 from dispatchq.serve.guard import Networks, peer_address
@@ -46,8 +47,6 @@ _MAX_BODY = 16 * 1024
 _MAX_DEPTH = 4
 #: The furthest a close may reach: a year (a usage limit lifts within a week; an operator's
 #: reservation past a year is a typo, and past year 9999 Python's datetime cannot say it).
-LONGEST_CLOSE = timedelta(days=366)
-_DURATION = re.compile(r"^\+?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
@@ -66,16 +65,12 @@ def parse_until(text: object, now: datetime) -> datetime:
     if not isinstance(text, str) or not text.strip():
         raise ActionError(400, '"until" is required: a duration (2h30m) or an ISO 8601 instant')
     text = text.strip()
-    match = _DURATION.match(text)
-    if match and any(match.groups()):
-        parts = [g or "0" for g in match.groups()]
-        if any(len(part) > 9 for part in parts):  # and Python reads no more than 4,300 digits
-            raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
-        d, h, m, s = (int(part) for part in parts)
-        seconds = ((d * 24 + h) * 60 + m) * 60 + s  # whole: timedelta overflows past 999,999,999 days
-        if seconds > LONGEST_CLOSE.total_seconds():
-            raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
-        return now + timedelta(seconds=seconds)
+    try:
+        span = duration(text)
+    except TooFar as error:
+        raise ActionError(400, f'"until": {error}') from None
+    if span is not None:
+        return now + span
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
         if when.tzinfo is None:
@@ -87,9 +82,10 @@ def parse_until(text: object, now: datetime) -> datetime:
         raise ActionError(
             400, f'"until": {text[:60]!r} is not a duration (2h30m) or an ISO 8601 instant'
         ) from None
-    if when - now > LONGEST_CLOSE:
-        raise ActionError(400, f'"until": {text[:60]!r} is further than {LONGEST_CLOSE.days} days ahead')
-    return when
+    try:
+        return within_reach(text, when, now)
+    except TooFar as error:
+        raise ActionError(400, f'"until": {error}') from None
 
 
 def _room(context: ServeContext) -> None:
