@@ -87,6 +87,7 @@ for i = 1, #entries do
     tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
     redis.call('ZADD', '$P:ids:lex', 0, id)  -- the prefix index (storage.prefix)
+    index_new(e[6], now, id)  -- its tier's unstarted index (storage.unstarted)
     table.insert(scored, now)
     table.insert(scored, id)
   end
