@@ -8,7 +8,7 @@ unstarted judgements, id -> `created`, and the answer is its first member.
 Kept separate from the record's encoding: the scripts that change a record
 (`storage.scripts`) all end in the live counts' `settle` (`storage.counts`), which calls
 `index_moved` here with the record's (status, tier) before and after the change; `ENQUEUE`
-calls `index_new` for every record it makes. So a record leaves its tier's index in the same
+calls `index_many` with every record it makes. So a record leaves its tier's index in the same
 script that starts, finishes or re-tiers it, and enters it in the one that makes or re-queues
 it. The index depends only on a record's `status`, `tier` and `created` fields.
 
@@ -45,7 +45,7 @@ STALE_PER_READ = 100
 _CHUNK = 1000
 
 # Prepended to every script that changes a record (through `storage.counts.COUNTS_LUA`).
-# `index_new(tier, created, id)`: a record just made, queued. `index_moved(rkey, before,
+# `index_many(by_tier, created)`: records just made, queued (tier -> ids). `index_moved(rkey, before,
 # after)`: `before` and `after` are the record's facts (status first, tier second) around a
 # change. A record that stays unstarted at the same tier is added again (a no-op when it is
 # there), so a record an older release left out joins at its next change.
@@ -63,6 +63,22 @@ end
 ensure_indexed()
 local function index_new(tier, created, id)
   if tier and tier ~= '' and tonumber(created) then redis.call('ZADD', UNSTARTED .. tier, created, id) end
+end
+-- Many records just made at one instant (ENQUEUE): one ZADD per tier per 500, not one per record.
+local function index_many(by_tier, created)
+  if not tonumber(created) then return end
+  for tier, ids in pairs(by_tier) do
+    if tier ~= '' then
+      for i = 1, #ids, 500 do
+        local scored = {}
+        for j = i, math.min(i + 499, #ids) do
+          scored[#scored + 1] = created
+          scored[#scored + 1] = ids[j]
+        end
+        redis.call('ZADD', UNSTARTED .. tier, unpack(scored))
+      end
+    end
+  end
 end
 local function unstarted_tier(f)
   if f[1] and NOT_STARTED[f[1]] and f[2] and f[2] ~= '' then return f[2] end

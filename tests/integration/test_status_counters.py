@@ -21,6 +21,7 @@ from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
 from tests.support.helpers import run_cli
+from tests.support.unstarted import assert_index_exact
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
 WINDOW = "usage window closed until 2030-01-01 00:00 UTC (five_hour)"
@@ -209,6 +210,7 @@ def test_counts_stay_exact_under_concurrent_workers(redis_client: Any, redis_ser
         t.join()
     assert not errors
     assert_exact(base)
+    assert_index_exact(base)  # the oldest-waiting index, moved by the same scripts
     # The mix really reached every interesting state (else the test proves little).
     by_tier, classes, _ = scan(base)
     assert sum(classes.values()) > 0 and any("running" in c for c in by_tier.values())

@@ -23,6 +23,7 @@ from dispatchq.queue.upgrade import backfill_unstarted_index, ensure_upgraded
 from dispatchq.serve.metrics import StoreCollector
 from dispatchq.storage import histograms, keys, unstarted
 from dispatchq.storage.store import NewRecord, Store
+from tests.support.unstarted import assert_index_exact, unstarted_truth
 
 NOW = 2_000_000_000.0  # the instant ages are read at: fixed, so every figure is exact
 
@@ -54,25 +55,14 @@ def enqueue_at(store: Store, monkeypatch: pytest.MonkeyPatch, at: float, entries
     assert created is not None and all(new for _, new in created)
 
 
-def truth(store: Store) -> dict[str, dict[str, float]]:
-    """Every queued or waiting record, per tier: id -> enqueue time, read from the records."""
-    out: dict[str, dict[str, float]] = {tier: {} for tier in TIERS}
-    for status in ("queued", "waiting"):
-        for jid in store.ids(status):
-            tier, created = (v.decode() for v in store.redis.hmget(keys.record(jid), "tier", "created"))
-            out.setdefault(tier, {})[jid] = float(created)
-    return out
-
-
 def expected_ages(store: Store) -> dict[str, float]:
-    return {t: NOW - min(ids.values()) if ids else 0.0 for t, ids in truth(store).items() if t in TIERS}
+    ages = unstarted_truth(store).items()
+    return {t: NOW - min(ids.values()) if ids else 0.0 for t, ids in ages if t in TIERS}
 
 
 def assert_exact(store: Store) -> None:
     """The index holds exactly the unstarted records, and the ages it gives are theirs."""
-    want = truth(store)
-    for tier in TIERS:
-        assert unstarted.indexed(store.redis, tier) == want[tier], tier
+    assert_index_exact(store)
     assert unstarted.oldest_waiting(store.redis, NOW) == expected_ages(store)
 
 
@@ -233,3 +223,13 @@ def test_a_store_with_only_queued_or_only_waiting_records_is_not_taken_for_a_fre
     enqueue_at(store, monkeypatch, NOW - 10, [entry("new", tier="code")])
     assert store.redis.get(keys.UNSTARTED_INDEXED) is None  # the old record is not in the index yet
     assert unstarted.oldest_waiting(store.redis, NOW) == {"code": 10.0, "typed": 0.0, "session": 300.0}
+
+
+def test_a_large_batch_is_indexed_whole(counted_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One enqueue call of more records than one ZADD takes (500 a call), over two tiers."""
+    store = counted_store
+    batch = [entry(f"b{i}", tier="code" if i % 3 else "typed") for i in range(1_501)]
+    enqueue_at(store, monkeypatch, NOW - 60, batch)
+    assert len(unstarted.indexed(store.redis, "code")) == 1_000
+    assert len(unstarted.indexed(store.redis, "typed")) == 501
+    assert_exact(store)
