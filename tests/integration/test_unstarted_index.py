@@ -233,3 +233,35 @@ def test_a_large_batch_is_indexed_whole(counted_store: Store, monkeypatch: pytes
     assert len(unstarted.indexed(store.redis, "code")) == 1_000
     assert len(unstarted.indexed(store.redis, "typed")) == 501
     assert_exact(store)
+
+
+def test_a_metrics_scrape_runs_the_same_commands_with_400_waiting_as_with_40(
+    make_runtime: Any,
+    counted_store: Store,  # the live counts built: no rebuild in the first scrape
+) -> None:
+    """Every figure of `/metrics` from counts and indexes: the server's own command counts for
+    one scrape do not grow with the backlog (the scan the index replaced read each record)."""
+    rt = make_runtime()
+    store = rt.storage.records
+    line = keys.session_line()
+
+    def wait(first: int, last: int) -> None:
+        store.create_many([entry(f"s{i}", line=line) for i in range(first, last)])
+        store.create_many([entry(f"c{i}", tier="code") for i in range(first, last)])
+        for i in range(first, last):
+            store.transition(f"s{i}", "waiting", fields={"reason": "window closed"})
+
+    def scrape() -> tuple[dict[str, int], dict[str, float]]:
+        rt.redis.config_resetstat()
+        families = {f.name: f for f in StoreCollector(lambda: rt).collect()}
+        stats = rt.redis.info("commandstats")
+        calls = {name: int(stat["calls"]) for name, stat in stats.items() if name != "cmdstat_info"}
+        ages = families["dispatchq_oldest_waiting_age_seconds"].samples
+        return calls, {s.labels["tier"]: s.value for s in ages}
+
+    wait(0, 40)
+    few, _ = scrape()
+    wait(40, 400)
+    many, ages = scrape()
+    assert many == few, {k: (few.get(k), n) for k, n in many.items() if few.get(k) != n}
+    assert set(ages) == set(TIERS)
