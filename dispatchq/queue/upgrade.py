@@ -22,6 +22,9 @@ worker like any other foreign job, and reconciliation re-enqueues its judgements
 A second step, under its own mark: `backfill_prefix_index` puts the judgement ids made
 before the prefix index (`dispatchq.storage.prefix`) into it, once per store, so
 `GET /judgements/{prefix}` finds them in O(log n) too. `serve` runs it at start as well.
+A third, the same way: `backfill_unstarted_index` puts the judgements queued or waiting
+before the unstarted index (`dispatchq.storage.unstarted`) into it, so `/metrics` reads the
+oldest waiting age from the index rather than a bounded scan.
 
 Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
 in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
@@ -44,12 +47,13 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import prefix, rqstate
+from dispatchq.storage import prefix, rqstate, unstarted
 
 __all__ = [
     "NeedsGlobal",
     "Upgrade",
     "backfill_prefix_index",
+    "backfill_unstarted_index",
     "ensure_upgraded",
     "no_globals_loads",
     "upgrade_job",
@@ -105,12 +109,23 @@ def backfill_prefix_index(client: redis.Redis) -> int | None:
     return added
 
 
+def backfill_unstarted_index(client: redis.Redis) -> int | None:
+    """Put the judgements queued or waiting before the unstarted index into it
+    (`storage.unstarted`), once per store: None when it was done already; else how many."""
+    added = unstarted.backfill(client)
+    if added:
+        log.warning("upgrade: %d unstarted judgement(s) added to the oldest-waiting index", added)
+    return added
+
+
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
     """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
 
-    The prefix index's backfill (`backfill_prefix_index`) runs first, under its own mark.
+    The indexes' backfills (`backfill_prefix_index`, `backfill_unstarted_index`) run first,
+    each under its own mark.
     """
     backfill_prefix_index(client)
+    backfill_unstarted_index(client)
     if rqstate.jobs_upgraded(client):
         return None
     return upgrade_jobs(client)

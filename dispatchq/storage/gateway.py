@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.storage import histograms, history, rqstate
+from dispatchq.storage import histograms, history, rqstate, unstarted
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import require_room
@@ -73,7 +73,8 @@ class Histograms:
         return histograms.read_histograms(self._redis)
 
     def oldest_waiting(self, now: float | None = None) -> dict[str, float]:
-        return histograms.oldest_waiting(self._redis, now)
+        """Per tier, the oldest unstarted judgement's age, from the index (`storage.unstarted`)."""
+        return unstarted.oldest_waiting(self._redis, now)
 
 
 class Jobs:

@@ -12,7 +12,9 @@ buckets as the exposition format wants them.
   pipeline as the transition, checked in Lua to be that transition's);
 - `session_duration` (no label): seconds a session ran, observed when it ends.
 
-`oldest_waiting` is here too: the age of the oldest judgement per tier not yet started.
+`oldest_waiting` is here too: the age of the oldest judgement per tier not yet started, by a
+bounded scan of the records. `/metrics` reads it from an index instead
+(`storage.unstarted`); the scan is what that falls back to on a store not yet indexed.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ __all__ = [
     "TRIAGE_RUNS",
     "TYPED_KEYLESS",
     "TYPED_REQUESTS",
+    "UNSTARTED_INDEXED",
+    "UNSTARTED_INDEX_PREFIX",
     "WAKE_CHANNEL",
     "WORKERS",
     "WRITE_PROBE",
@@ -67,6 +69,7 @@ __all__ = [
     "triage_labels_added",
     "typed_cache",
     "typed_state",
+    "unstarted_index",
     "wait_probe",
     "worker_info",
 ]
@@ -292,6 +295,16 @@ unfinished judgements are there, `c:<class>` -> how many wait for that class of 
 STATS_WAITING_REASONS = f"{PREFIX}:stats:waiting-reasons"  # hash: waiting reason text -> how many
 STATS_FINISHED = f"{PREFIX}:stats:finished"  # hash: `<tier>:<status>` -> judgements ever finished so
 STATS_TRIAGE_OUTCOMES = f"{PREFIX}:stats:triage:outcomes"  # hash: resolution row (reason code) -> count
+UNSTARTED_INDEX_PREFIX = f"{PREFIX}:unstarted:"
+UNSTARTED_INDEXED = f"{PREFIX}:unstarted-indexed"
+"""String, no TTL: set once every judgement queued or waiting is in its tier's `unstarted_index`
+(a fresh store at its first change, an older one by `storage.unstarted.backfill`)."""
+
+
+def unstarted_index(tier: str) -> str:
+    """Sorted set: the tier's judgements queued or waiting (not started), id -> enqueue time, kept
+    by the store's scripts with every change (`dispatchq.storage.unstarted`)."""
+    return f"{UNSTARTED_INDEX_PREFIX}{tier}"
 
 
 # A worker runs only dispatchq's own jobs.

@@ -52,7 +52,7 @@ ENQUEUE = (
     + """
 local now = ARGV[1]
 local entries = cjson.decode(ARGV[2])
-local out, new_ids, scored, keys, tiers = {}, {}, {}, {}, {}
+local out, new_ids, scored, keys, tiers, unstarted = {}, {}, {}, {}, {}, {}
 local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
 for i = 1, #entries do
   local e = entries[i]
@@ -87,6 +87,8 @@ for i = 1, #entries do
     tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
     redis.call('ZADD', '$P:ids:lex', 0, id)  -- the prefix index (storage.prefix)
+    unstarted[e[6]] = unstarted[e[6]] or {}
+    table.insert(unstarted[e[6]], id)
     table.insert(scored, now)
     table.insert(scored, id)
   end
@@ -97,6 +99,7 @@ for i = 1, #new_ids, 500 do
   redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
 end
 for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
+index_many(unstarted, now)  -- each tier's unstarted index (storage.unstarted)
 return out
 """.replace("$P", P)
 )

@@ -131,14 +131,17 @@ def _typed_status(rt: Runtime, details: list[WorkerFacts]) -> TypedPart:
 
 
 def _orphaned(rt: Runtime, details: list[WorkerFacts]) -> int:
-    """`running` judgements whose worker died (RQ retries them once the heartbeat expires)."""
+    """`running` judgements whose worker died (RQ retries them once the heartbeat expires).
+
+    A job carries a batch of judgements (200 by default), so each job is asked about once per
+    call, not once per judgement it carries.
+    """
     store = rt.storage.records
     running = [r for r in store.get_many(store.ids("running")) if r is not None and r.tier in batch_tiers()]
     if not running:
         return 0
     workers = {str(w.name) for w in details}
+    jobs = Counter(getattr(r, "job", None) for r in running)
     return sum(
-        1
-        for r in running
-        if job_liveness(rt.redis, getattr(r, "job", None), workers=workers).state == "orphaned"
+        n for job, n in jobs.items() if job_liveness(rt.redis, job, workers=workers).state == "orphaned"
     )

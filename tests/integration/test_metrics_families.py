@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatchq.core.tiers import TIERS
 from dispatchq.serve.metrics import DEPRECATED, StoreCollector
-from dispatchq.storage import keys
 from dispatchq.storage.histograms import observe_session, oldest_waiting, read_histograms
 from dispatchq.storage.store import NewRecord
 
@@ -60,7 +60,9 @@ def _scrape(rt: Any) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(text)}, text  # type: ignore[return-value]
 
 
-def test_the_families_parse_and_keep_the_naming_rules(make_runtime: Any, dq_env: dict[str, str]) -> None:
+def test_the_families_parse_and_keep_the_naming_rules(
+    make_runtime: Any, dq_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     Path(dq_env["DISPATCHQ_CONFIG"]).write_text('kinds:\n  k:\n    session:\n      prompt: "x"\n')
     rt = make_runtime()
     store = rt.storage.records
@@ -74,8 +76,10 @@ def test_the_families_parse_and_keep_the_naming_rules(make_runtime: Any, dq_env:
     pipe = rt.redis.pipeline()
     store.transition("j2", "answered", fields={"tier": "typed", "value": "no"}, pipe=pipe)  # the pipe path
     pipe.execute()
-    store.create_many([_entry("old", "session")])
-    rt.redis.hset(keys.record("old"), "created", repr(time.time() - 120))  # enqueued two minutes ago
+    two_minutes_ago = time.time() - 120
+    with monkeypatch.context() as patched:
+        patched.setattr("time.time", lambda: two_minutes_ago)
+        store.create_many([_entry("old", "session")])  # enqueued two minutes ago
     observe_session(rt.redis, 42.0)
     observe_session(rt.redis, 4000.0)
 

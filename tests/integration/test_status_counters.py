@@ -21,6 +21,7 @@ from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
 from tests.support.helpers import run_cli
+from tests.support.unstarted import assert_index_exact
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
 WINDOW = "usage window closed until 2030-01-01 00:00 UTC (five_hour)"
@@ -209,6 +210,7 @@ def test_counts_stay_exact_under_concurrent_workers(redis_client: Any, redis_ser
         t.join()
     assert not errors
     assert_exact(base)
+    assert_index_exact(base)  # the oldest-waiting index, moved by the same scripts
     # The mix really reached every interesting state (else the test proves little).
     by_tier, classes, _ = scan(base)
     assert sum(classes.values()) > 0 and any("running" in c for c in by_tier.values())
@@ -324,3 +326,29 @@ def test_status_json_is_the_documented_document(make_runtime: Any, dq_env: dict[
     assert set(document) <= set(status_json_schema()["properties"])
     assert document["waiting_for_redis_here"] == []  # the CLI's own field: this host waits for nothing
     assert Status.model_validate(document).as_json() == document
+
+
+def test_status_asks_about_each_running_job_once_not_each_judgement_it_carries(
+    make_runtime: Any, dq_env: dict[str, str], monkeypatch: Any
+) -> None:
+    from dispatchq.client import Client
+    from dispatchq.queue.liveness import JobLiveness
+    from dispatchq.workers import status as status_module
+
+    Path(dq_env["DISPATCHQ_CONFIG"]).write_text("kinds:\n  noop:\n    check: checks:noop\n")
+    Path(dq_env["DISPATCHQ_CONFIG"]).with_name("checks.py").write_text("def noop(j):\n    return j.target\n")
+    rt = make_runtime()
+    store = rt.storage.records
+    store.live_counts()
+    done = Client(runtime=rt).enqueue_many([{"kind": "noop", "target": f"o/r#{i}"} for i in range(30)])
+    ids = [e.id for e in done if e.id]
+    assert len(ids) == 30 and len(store.claim(ids, "code")) == 30  # one job's batch, all running
+    asked: list[str | None] = []
+
+    def dead(client: Any, job: str | None, *, workers: Any = None) -> JobLiveness:
+        asked.append(job)
+        return JobLiveness("orphaned", "its worker died")
+
+    monkeypatch.setattr(status_module, "job_liveness", dead)
+    assert status_module.collect_status(rt).judgements_orphaned == 30  # every judgement of the job
+    assert len(asked) == len(set(asked)) == 1
