@@ -47,17 +47,23 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.storage.connection import process_alive
 from dispatchq.storage.outage import is_outage
+from dispatchq.storage.replays import HOOKS_DUE
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
 from dispatchq.storage.store import LEGACY_CLAIM
+from dispatchq.tiers.after import replayed_hooks
 from dispatchq.window.face import SLOT_LEASE
 from dispatchq.window.limits import SessionOutcome
 from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dispatchq.core.judgement import Record
     from dispatchq.core.kinds import Kind
     from dispatchq.launcher.spawn import LaunchResult
+    from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
+    from dispatchq.tiers.hooks import SessionHooks
     from dispatchq.window.face import Window
     from dispatchq.window.messages import LimitSignal
 
@@ -262,6 +268,7 @@ class Holding:
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
             "returncode": result.returncode,
+            "timed_out": result.timed_out,
             "now": datetime.now(UTC).isoformat(),
             "started": started,
             "host": self.window.settings.host,
@@ -374,22 +381,27 @@ def sweep_lapsed(window: Window) -> int:
 
 
 # --- replaying a spool ------------------------------------------------------------------------
-def replay_spool(window: Window) -> int:
+def replay_spool(
+    window: Window, *, runtime: Runtime | None = None, hooks: Mapping[str, SessionHooks] | None = None
+) -> int:
     """Apply what this host kept while Redis was away; returns how many entries were done.
 
     A limit is raised whatever the claim (later lift wins, as always). An answer is applied
     if its claim is still the record's (`apply_answer`), else put on the trail as a late
-    answer, once. Each entry's file goes only after it was applied: a replay cut off by a
-    crash repeats it harmlessly. Stops at the first outage (the next round tries again).
+    answer, once. An outcome applied under its claim runs the kind's after-session hooks
+    (`hooks`, by kind name, as the session job has them; `runtime` is what they are handed),
+    as the live run would have, once (`tiers.after`). Each entry's file goes only after it
+    was applied: a replay cut off by a crash repeats it harmlessly. Stops at the first
+    outage (the next round tries again).
     """
     spool = spool_of(window.settings.data_dir)
     done = 0
     for entry in spool.entries():
         try:
             if entry.kind == "limit":
-                replay_limit(window, entry)
+                replay_limit(window, entry, runtime=runtime, hooks=hooks)
             else:
-                _replay_answer(window, entry)
+                _replay_answer(window, entry, runtime, hooks)
         except Exception as error:
             if is_outage(error):
                 return done
@@ -400,7 +412,9 @@ def replay_spool(window: Window) -> int:
     return done
 
 
-def _replay_answer(window: Window, entry: SpoolEntry) -> None:
+def _replay_answer(
+    window: Window, entry: SpoolEntry, runtime: Runtime | None, hooks: Mapping[str, SessionHooks] | None
+) -> None:
     record = window.records.get(entry.jid)
     if record is None:
         log.warning("spooled answer of %s: the judgement no longer exists; dropped", entry.jid)
@@ -408,6 +422,12 @@ def _replay_answer(window: Window, entry: SpoolEntry) -> None:
     token = str(entry.body.get("token") or entry.claim)
     if record.status == "running" and replay_answer(window, record, entry):
         log.warning("session judgement %s: its spooled answer applied", entry.jid)
+        replayed_hooks(runtime, hooks, window, record, entry, answered=True)
+        return
+    if getattr(record, "settled_by", None) == token:
+        # Its answer landed (the live run's reply was lost, or a replay was cut off): only
+        # the hooks may still be due.
+        replayed_hooks(runtime, hooks, window, record, entry, answered=True)
         return
     sid = entry.body.get("session_id") or "?"
     where = entry.body.get("host") or "?"
@@ -502,7 +522,7 @@ def answer(
             "value": value,
             "reason": f"answered by session {sid or '?'}",
             "raw": meta,
-            **({"settled_by": claim} if claim else {}),
+            **({"settled_by": claim, HOOKS_DUE: claim} if claim else {}),
         },
         delete=["resume_session"],
         claim=claim,
@@ -569,9 +589,16 @@ def replay_answer(window: Window, record: Record, entry: SpoolEntry) -> bool:
     )
 
 
-def replay_limit(window: Window, entry: SpoolEntry) -> None:
+def replay_limit(
+    window: Window,
+    entry: SpoolEntry,
+    *,
+    runtime: Runtime | None = None,
+    hooks: Mapping[str, SessionHooks] | None = None,
+) -> None:
     """A spooled usage limit raised whatever the claim (later lift wins); the holder's own
-    judgement, if it still holds it, waits to resume as a cut-off one does."""
+    judgement, if it still holds it, waits to resume as a cut-off one does, and its kind's
+    after-session hooks run then (only the replay that puts it back runs them)."""
     body = entry.body
     now = datetime.fromisoformat(str(body.get("now")))
     outcome = outcome_of(
@@ -597,7 +624,7 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
     sid = outcome.session_id
     fields = {"resume_session": sid} if sid else {}
     why = "cut off by the usage limit while Redis was away (replayed); will resume"
-    requeue_front(
+    back = requeue_front(
         window,
         record,
         reason,
@@ -606,3 +633,5 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
         claim=str(body.get("token") or entry.claim),
         **fields,
     )
+    if back:
+        replayed_hooks(runtime, hooks, window, record, entry, answered=False)

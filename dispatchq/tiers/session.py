@@ -44,6 +44,7 @@ from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
+from dispatchq.tiers.after import answer_hooks
 from dispatchq.tiers.blocks import (
     block_credential,
     block_host,
@@ -551,7 +552,10 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started:
             utilization=used,
             credential=attempt.credential.name,
         )
-    attempt.hooks.after_session(attempt.runtime, record, outcome, result)
+    if accounted == "answered":  # once per answer: the spool's replay may run them instead
+        answer_hooks(attempt.runtime, attempt.hooks, window, record, outcome, result, attempt.claim)
+    else:
+        attempt.hooks.after_session(attempt.runtime, record, outcome, result)
     if window.records.statuses([record.id])[0] in FINISHED:
         forget(settings, record.id)  # its transcripts and scratch folder end with it
     return accounted
@@ -692,8 +696,10 @@ def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, w
 
     Its answer or usage limit is spooled, for the worker to replay once Redis is back;
     anything else is dropped: the judgement, still `running` under this claim, is taken over
-    uncharged once its lease lapses. Nothing is charged and no hook is told: a fixing
-    session's dispatch marker stays, so its next dispatch verifies first.
+    uncharged once its lease lapses. Nothing is charged and no hook is told now: the replay
+    that applies a spooled outcome under this claim runs the kind's after-session hooks, once
+    (`tiers.after`); one never applied leaves a fixing session's dispatch marker, so its next
+    dispatch verifies first.
     """
     settings = attempt.settings
     outcome = outcome_of(
