@@ -200,8 +200,8 @@ class Holding:
         """One round: the slot (for as long as the lease), the probes, the claim's lease."""
         sent = time.monotonic()
         self.window.renew_slot(self.slot, max(SLOT_LEASE, self.lease))
-        for scope in self.probes:
-            self.window.store.renew_probe(scope, self.window.probe_lease)
+        for scope in self.probes:  # the probe follows the claim: elected and renewed for its lease
+            self.window.store.renew_probe(scope, self.lease, holder=self.slot)
         if self.claim is not None and not self.window.records.renew_claim(self.jid, self.claim, self.lease):
             self._fence(f"{LOST_CONTACT}: its claim was taken or settled elsewhere", always=False)
             return
