@@ -19,6 +19,18 @@ makes carries the token; a write whose token is no longer the record's is refuse
   counted, and `resume_session` is dropped (the transcript stays on the host that lost
   contact). Host-bound work is never taken over by another host: its own host settles it
   (from its spool, or by its own death count when its worker died).
+- **Orphaned spools**: a holder cut off after its session finished keeps the answer in its
+  host's spool, and only that host can read it. Another host therefore leaves a lapsed
+  judgement whose holder was elsewhere to that holder's own replay for a bounded time more,
+  the spool wait (`DISPATCHQ_SESSION_SPOOL_WAIT`, default one lease): the holder renews, with
+  its lease, a key that lives lease + wait (`dispatchq.storage.replays`), and the takeover
+  waits for it too. A host back within the wait applies its answer under its still-valid
+  claim (the session is paid once); one that stays away costs that wait, then the judgement is
+  asked again elsewhere (never dropped), and its answer, if it ever comes back, is a late
+  answer on the trail. This is chosen over shipping the answer through a second channel: a
+  host cut off from Redis is usually cut off from its peers too, a second channel that writes
+  answers is one more way in to defend, and a host that died has no channel at all. The
+  judgement's own host never waits (its sweep runs right after its own replay).
 - **Upgrade**: a judgement claimed before tokens existed has no claim and no lease. Its
   holder (a job without a token) writes with `LEGACY_CLAIM`, accepted once on a record
   without a claim; another host treats it as before (a death counted once RQ abandons it).
@@ -47,7 +59,7 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.storage.connection import process_alive
 from dispatchq.storage.outage import is_outage
-from dispatchq.storage.replays import HOOKS_DUE
+from dispatchq.storage.replays import HOOKS_DUE, Replays
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
 from dispatchq.storage.store import LEGACY_CLAIM
 from dispatchq.tiers.after import replayed_hooks
@@ -90,6 +102,7 @@ __all__ = [
     "requeue_front",
     "retry_or_fail",
     "spool_of",
+    "spool_wait_of",
     "sweep_lapsed",
     "take_over",
 ]
@@ -128,6 +141,12 @@ def spool_of(data_dir: Path) -> Spool:
     return Spool(spool_dir(data_dir))
 
 
+def spool_wait_of(settings: Settings) -> float:
+    """How long past a lapsed lease another host leaves a judgement to its holder's own replay."""
+    wait = settings.session_spool_wait
+    return float(settings.session_lease if wait is None else wait)
+
+
 class Holding:
     """The holder's side of one admitted session judgement: its claim, its lease, its writes.
 
@@ -150,8 +169,11 @@ class Holding:
         self.lease = float(settings.session_lease)
         self.margin = margin_of(self.lease)
         self.interval = max(0.2, min(SLOT_LEASE / 3, self.lease / 6))
+        #: How long past its lease the judgement is kept for this holder's own spool replay.
+        self.wait = spool_wait_of(settings)
         timeout = max(0.5, min(5.0, self.lease / 4))
         records = window.records.bounded(timeout)
+        self.replays = Replays(records.redis)
         self._own_client = records is not window.records
         self.window = copy.copy(window)
         self.window.records = records
@@ -168,8 +190,18 @@ class Holding:
         ]
 
     def start(self) -> None:
+        try:
+            self.hold_for_replay()  # from the first moment: a cut right after admission is covered too
+        except Exception as error:  # the first renewal tries again
+            why = type(error).__name__
+            _say_once(logging.WARNING, "session %s: cannot hold it for its replay (%s)", self.jid, why)
         for thread in self._threads:
             thread.start()
+
+    def hold_for_replay(self) -> None:
+        """Keep the judgement from other hosts for lease + spool wait (see the module docstring)."""
+        if self.claim is not None and self.wait > 0:
+            self.replays.hold_for_replay(self.jid, self.claim, self.lease + self.wait)
 
     def write(self, call: Callable[[], object]) -> None:
         """A record write from inside the session's output loop: done on the writer thread."""
@@ -206,6 +238,7 @@ class Holding:
             self._fence(f"{LOST_CONTACT}: its claim was taken or settled elsewhere", always=False)
             return
         self.last_sent = sent
+        self.hold_for_replay()
 
     def _renew_loop(self) -> None:
         """Renew every `interval`; an error costs a round, never the thread."""
@@ -313,7 +346,8 @@ def take_over(
 
     Returns "legacy" (no claim: the caller does what it did before tokens), "died" (its
     holder ran here and is gone, or RQ failed its job in this very worker: the caller counts
-    a death), "held" (its lease lives, or it is host-bound to another host: left alone),
+    a death), "held" (its lease lives, it is host-bound to another host, or its holder was on
+    another host and the spool wait since its lease lapsed is not over: left alone),
     "gone" (not running under that claim any more) or "taken" (requeued uncharged, "lost
     contact", without `resume_session` unless host-bound). The sweep
     (`sweeping`) leaves a dead holder to RQ's death count, and takes over what a job of its
@@ -329,6 +363,16 @@ def take_over(
     if here == "dead" or (here == "me" and not sweeping):
         return "died"
     if host_bound(record) and record.host != window.settings.host:
+        return "held"
+    if here == "elsewhere" and Replays(window.records.redis).waiting_for_replay(record.id, held):
+        _say_once(
+            logging.WARNING,
+            "session judgement %s: its holder on %s lost contact; left to that host's spool replay "
+            "for up to %gs more before it is asked again",
+            record.id,
+            info.get("host") or "another host",
+            spool_wait_of(window.settings),
+        )
         return "held"
     done = window.records.take_over(record.id, claim or held)
     if done < 0:
