@@ -367,11 +367,10 @@ def take_over(
     if here == "elsewhere" and Replays(window.records.redis).waiting_for_replay(record.id, held):
         _say_once(
             logging.WARNING,
-            "session judgement %s: its holder on %s lost contact; left to that host's spool replay "
-            "for up to %gs more before it is asked again",
+            "session judgement %s: its holder on %s lost contact; left to that host's own spool replay "
+            "until the spool wait its holder set is over, then asked again",
             record.id,
             info.get("host") or "another host",
-            spool_wait_of(window.settings),
         )
         return "held"
     done = window.records.take_over(record.id, claim or held)
