@@ -696,7 +696,7 @@ def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, w
 
     Its answer or usage limit is spooled, for the worker to replay once Redis is back;
     anything else is dropped: the judgement, still `running` under this claim, is taken over
-    uncharged once its lease lapses. Nothing is charged and no hook is told now: the replay
+    uncharged once its lease lapses. Nothing is charged and no hook is told here: the replay
     that applies a spooled outcome under this claim runs the kind's after-session hooks, once
     (`tiers.after`); one never applied leaves a fixing session's dispatch marker, so its next
     dispatch verifies first.

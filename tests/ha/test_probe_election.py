@@ -1,12 +1,12 @@
-"""A probe session that outlives the old fixed election keeps it: no second probe starts.
+"""A probe session that outlives a fixed election of `probe_grace * 2 + 30` s keeps it.
 
 Hosts A and B, real `dispatchq worker session` processes behind stall proxies to one Redis
 (`tests/support/partition.py`), two session slots. A window's marker has just lifted, so A's
 first session is the probe; its output is held back behind a gate (`tests/support/gated.py`),
-so it never shows the window open. A is then cut off for longer than the election used to last
-(`DISPATCHQ_PROBE_GRACE * 2 + 30` s) but shorter than its session's lease less its margin: A's
-session rightly runs on, and B, with a judgement waiting in the same scope, must not elect
-itself a second probe meanwhile. What is asserted is counted (spawns per host); the waits are
+so it never shows the window open. A is then cut off for longer than a fixed election of
+`DISPATCHQ_PROBE_GRACE * 2 + 30` s would last, but shorter than its session's lease less its
+margin: A's session rightly runs on, and B, with a judgement waiting in the same scope, must not
+elect itself a second probe meanwhile. What is asserted is counted (spawns per host); the waits are
 bounded and no duration is asserted.
 """
 

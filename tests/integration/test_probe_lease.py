@@ -1,9 +1,9 @@
 """The probe's election lives as long as its session's lease, renewed with it, not a fixed formula.
 
 A lifted marker elects one probe at admission; every other admission in its scope waits for the
-probe's session to show the window open. The election used to last `probe_grace * 2 + 30`
-seconds whatever the session's lease: a probe holder whose renewals stalled for longer than that
-(while its claim still lived) let a second probe start, and a dead one held the scope that long.
+probe's session to show the window open. An election of a fixed `probe_grace * 2 + 30` seconds,
+whatever the session's lease, would let a second probe start under a holder whose renewals
+stalled longer than that while its claim lived, and hold a dead holder's scope that long.
 """
 
 from __future__ import annotations
