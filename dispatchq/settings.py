@@ -460,6 +460,13 @@ class Settings(BaseSettings):
         description="How long a session's claim lives unrenewed: its holder renews it, and another host "
         "takes the judgement over only after it lapsed (keep it above a failover plus an AOF reload).",
     )
+    session_spool_wait: int | None = Field(
+        None,
+        ge=0,
+        description="How long past its lease a judgement whose holder on another host lost contact "
+        "waits for that host to replay the answer it may have spooled, before another host asks again "
+        "(unset: one DISPATCHQ_SESSION_LEASE; 0: at once).",
+    )
 
     @field_validator("checkout_roots", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+# `session_hooks` is also what the session worker's spool replay runs (`workers.session.replay_hooks`).
 from dispatchq.process.wiring import get_runtime, session_hooks
 
 if TYPE_CHECKING:

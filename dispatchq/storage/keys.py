@@ -54,6 +54,7 @@ __all__ = [
     "probe",
     "queue_name",
     "record",
+    "replay_wait",
     "retrigger_lock",
     "retrigger_request",
     "serve_failures",
@@ -190,6 +191,12 @@ MARKER_AUDIT = f"{PREFIX}:marker:audit"  # capped list of marker changes (who, w
 def probe(scope: str) -> str:
     """String with a lease: the one session elected to probe a lifted window."""
     return f"{PREFIX}:probe:{scope}"
+
+
+def replay_wait(jid: str) -> str:
+    """String (the holder's claim) that outlives a session's lease by the spool wait: while it
+    lives, another host leaves the judgement to its holder's own spool replay."""
+    return f"{PREFIX}:replay-wait:{jid}"
 
 
 SCHEDULER_HEARTBEAT = f"{PREFIX}:scheduler:heartbeat"

@@ -52,6 +52,14 @@ return {1, ARGV[1]}
 
 # KEYS: slots zset. ARGV: now, lease_until, holder, max. A lease that was not renewed
 # (its worker died) frees the slot by itself.
+# KEYS: the probe. ARGV: its holder ('' = whoever holds it), the lease in ms. 1 renewed, 0 not held.
+_RENEW_PROBE = """
+local held = redis.call('GET', KEYS[1])
+if not held or (ARGV[1] ~= '' and held ~= ARGV[1]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
 _SLOT = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
@@ -100,6 +108,7 @@ class WindowStore:
         self.redis = client
         self._raise = client.register_script(_RAISE)
         self._slot = client.register_script(_SLOT)
+        self._renew_probe = client.register_script(_RENEW_PROBE)
         self._clear_running = client.register_script(CLEAR_RUNNING)
         #: The window's usage as sessions report it (`storage.usage`), on the same client.
         self.usage = UsageStore(client)
@@ -184,15 +193,18 @@ class WindowStore:
 
     # --- probes and slots ---------------------------------------------------------------
     def try_probe(self, scope: str, holder: str, lease: float) -> bool:
-        """Elect `holder` as the one probe of a lifted scope, across machines."""
-        return bool(self.redis.set(keys.probe(scope), holder, nx=True, ex=int(lease)))
+        """Elect `holder` as the one probe of a lifted scope, across machines, for `lease` seconds."""
+        return bool(self.redis.set(keys.probe(scope), holder, nx=True, px=max(1, int(lease * 1000))))
 
     def end_probe(self, scope: str, holder: str) -> None:
         if as_text(self.redis.get(keys.probe(scope))) == holder:
             self.redis.delete(keys.probe(scope))
 
-    def renew_probe(self, scope: str, lease: float) -> None:
-        self.redis.expire(keys.probe(scope), int(lease))
+    def renew_probe(self, scope: str, lease: float, holder: str | None = None) -> bool:
+        """Keep a probe elected `lease` more seconds; with `holder`, only while it is that holder's
+        (a probe that lapsed and was won by another is not stretched). False when not renewed."""
+        args: list[str | int] = [holder or "", max(1, int(lease * 1000))]
+        return bool(self._renew_probe(keys=[keys.probe(scope)], args=args))
 
     def acquire_slot(self, holder: str, lease: float, limit: int, credential: str = "default") -> bool:
         """Take (or renew) one of a credential's `limit` session slots, shared by every machine."""

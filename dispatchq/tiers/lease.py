@@ -19,6 +19,18 @@ makes carries the token; a write whose token is no longer the record's is refuse
   counted, and `resume_session` is dropped (the transcript stays on the host that lost
   contact). Host-bound work is never taken over by another host: its own host settles it
   (from its spool, or by its own death count when its worker died).
+- **Orphaned spools**: a holder cut off after its session finished keeps the answer in its
+  host's spool, and only that host can read it. Another host therefore leaves a lapsed
+  judgement whose holder was elsewhere to that holder's own replay for a bounded time more,
+  the spool wait (`DISPATCHQ_SESSION_SPOOL_WAIT`, default one lease): the holder renews, with
+  its lease, a key that lives lease + wait (`dispatchq.storage.replays`), and the takeover
+  waits for it too. A host back within the wait applies its answer under its still-valid
+  claim (the session is paid once); one that stays away costs that wait, then the judgement is
+  asked again elsewhere (never dropped), and its answer, if it ever comes back, is a late
+  answer on the trail. This is chosen over shipping the answer through a second channel: a
+  host cut off from Redis is usually cut off from its peers too, a second channel that writes
+  answers is one more way in to defend, and a host that died has no channel at all. The
+  judgement's own host never waits (its sweep runs right after its own replay).
 - **Upgrade**: a judgement claimed before tokens existed has no claim and no lease. Its
   holder (a job without a token) writes with `LEGACY_CLAIM`, accepted once on a record
   without a claim; another host treats it as before (a death counted once RQ abandons it).
@@ -47,17 +59,23 @@ from dispatchq.core.judgement import TrailEntry
 from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.storage.connection import process_alive
 from dispatchq.storage.outage import is_outage
+from dispatchq.storage.replays import HOOKS_DUE, Replays
 from dispatchq.storage.spool import Spool, SpoolEntry, SpoolKind, spool_dir
 from dispatchq.storage.store import LEGACY_CLAIM
+from dispatchq.tiers.after import replayed_hooks
 from dispatchq.window.face import SLOT_LEASE
 from dispatchq.window.limits import SessionOutcome
 from dispatchq.window.marker import scope_pausing
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dispatchq.core.judgement import Record
     from dispatchq.core.kinds import Kind
     from dispatchq.launcher.spawn import LaunchResult
+    from dispatchq.runtime import Runtime
     from dispatchq.settings import Settings
+    from dispatchq.tiers.hooks import SessionHooks
     from dispatchq.window.face import Window
     from dispatchq.window.messages import LimitSignal
 
@@ -84,6 +102,7 @@ __all__ = [
     "requeue_front",
     "retry_or_fail",
     "spool_of",
+    "spool_wait_of",
     "sweep_lapsed",
     "take_over",
 ]
@@ -122,6 +141,12 @@ def spool_of(data_dir: Path) -> Spool:
     return Spool(spool_dir(data_dir))
 
 
+def spool_wait_of(settings: Settings) -> float:
+    """How long past a lapsed lease another host leaves a judgement to its holder's own replay."""
+    wait = settings.session_spool_wait
+    return float(settings.session_lease if wait is None else wait)
+
+
 class Holding:
     """The holder's side of one admitted session judgement: its claim, its lease, its writes.
 
@@ -144,8 +169,11 @@ class Holding:
         self.lease = float(settings.session_lease)
         self.margin = margin_of(self.lease)
         self.interval = max(0.2, min(SLOT_LEASE / 3, self.lease / 6))
+        #: How long past its lease the judgement is kept for this holder's own spool replay.
+        self.wait = spool_wait_of(settings)
         timeout = max(0.5, min(5.0, self.lease / 4))
         records = window.records.bounded(timeout)
+        self.replays = Replays(records.redis)
         self._own_client = records is not window.records
         self.window = copy.copy(window)
         self.window.records = records
@@ -162,8 +190,18 @@ class Holding:
         ]
 
     def start(self) -> None:
+        try:
+            self.hold_for_replay()  # from the first moment: a cut right after admission is covered too
+        except Exception as error:  # the first renewal tries again
+            why = type(error).__name__
+            _say_once(logging.WARNING, "session %s: cannot hold it for its replay (%s)", self.jid, why)
         for thread in self._threads:
             thread.start()
+
+    def hold_for_replay(self) -> None:
+        """Keep the judgement from other hosts for lease + spool wait (see the module docstring)."""
+        if self.claim is not None and self.wait > 0:
+            self.replays.hold_for_replay(self.jid, self.claim, self.lease + self.wait)
 
     def write(self, call: Callable[[], object]) -> None:
         """A record write from inside the session's output loop: done on the writer thread."""
@@ -194,12 +232,13 @@ class Holding:
         """One round: the slot (for as long as the lease), the probes, the claim's lease."""
         sent = time.monotonic()
         self.window.renew_slot(self.slot, max(SLOT_LEASE, self.lease))
-        for scope in self.probes:
-            self.window.store.renew_probe(scope, self.window.probe_lease)
+        for scope in self.probes:  # the probe follows the claim: elected and renewed for its lease
+            self.window.store.renew_probe(scope, self.lease, holder=self.slot)
         if self.claim is not None and not self.window.records.renew_claim(self.jid, self.claim, self.lease):
             self._fence(f"{LOST_CONTACT}: its claim was taken or settled elsewhere", always=False)
             return
         self.last_sent = sent
+        self.hold_for_replay()
 
     def _renew_loop(self) -> None:
         """Renew every `interval`; an error costs a round, never the thread."""
@@ -262,6 +301,7 @@ class Holding:
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
             "returncode": result.returncode,
+            "timed_out": result.timed_out,
             "now": datetime.now(UTC).isoformat(),
             "started": started,
             "host": self.window.settings.host,
@@ -306,7 +346,8 @@ def take_over(
 
     Returns "legacy" (no claim: the caller does what it did before tokens), "died" (its
     holder ran here and is gone, or RQ failed its job in this very worker: the caller counts
-    a death), "held" (its lease lives, or it is host-bound to another host: left alone),
+    a death), "held" (its lease lives, it is host-bound to another host, or its holder was on
+    another host and the spool wait since its lease lapsed is not over: left alone),
     "gone" (not running under that claim any more) or "taken" (requeued uncharged, "lost
     contact", without `resume_session` unless host-bound). The sweep
     (`sweeping`) leaves a dead holder to RQ's death count, and takes over what a job of its
@@ -322,6 +363,15 @@ def take_over(
     if here == "dead" or (here == "me" and not sweeping):
         return "died"
     if host_bound(record) and record.host != window.settings.host:
+        return "held"
+    if here == "elsewhere" and Replays(window.records.redis).waiting_for_replay(record.id, held):
+        _say_once(
+            logging.WARNING,
+            "session judgement %s: its holder on %s lost contact; left to that host's own spool replay "
+            "until the spool wait its holder set is over, then asked again",
+            record.id,
+            info.get("host") or "another host",
+        )
         return "held"
     done = window.records.take_over(record.id, claim or held)
     if done < 0:
@@ -374,22 +424,27 @@ def sweep_lapsed(window: Window) -> int:
 
 
 # --- replaying a spool ------------------------------------------------------------------------
-def replay_spool(window: Window) -> int:
+def replay_spool(
+    window: Window, *, runtime: Runtime | None = None, hooks: Mapping[str, SessionHooks] | None = None
+) -> int:
     """Apply what this host kept while Redis was away; returns how many entries were done.
 
     A limit is raised whatever the claim (later lift wins, as always). An answer is applied
     if its claim is still the record's (`apply_answer`), else put on the trail as a late
-    answer, once. Each entry's file goes only after it was applied: a replay cut off by a
-    crash repeats it harmlessly. Stops at the first outage (the next round tries again).
+    answer, once. An outcome applied under its claim runs the kind's after-session hooks
+    (`hooks`, by kind name, as the session job has them; `runtime` is what they are handed),
+    as the live run would have, once (`tiers.after`). Each entry's file goes only after it
+    was applied: a replay cut off by a crash repeats it harmlessly. Stops at the first
+    outage (the next round tries again).
     """
     spool = spool_of(window.settings.data_dir)
     done = 0
     for entry in spool.entries():
         try:
             if entry.kind == "limit":
-                replay_limit(window, entry)
+                replay_limit(window, entry, runtime=runtime, hooks=hooks)
             else:
-                _replay_answer(window, entry)
+                _replay_answer(window, entry, runtime, hooks)
         except Exception as error:
             if is_outage(error):
                 return done
@@ -400,7 +455,9 @@ def replay_spool(window: Window) -> int:
     return done
 
 
-def _replay_answer(window: Window, entry: SpoolEntry) -> None:
+def _replay_answer(
+    window: Window, entry: SpoolEntry, runtime: Runtime | None, hooks: Mapping[str, SessionHooks] | None
+) -> None:
     record = window.records.get(entry.jid)
     if record is None:
         log.warning("spooled answer of %s: the judgement no longer exists; dropped", entry.jid)
@@ -408,6 +465,12 @@ def _replay_answer(window: Window, entry: SpoolEntry) -> None:
     token = str(entry.body.get("token") or entry.claim)
     if record.status == "running" and replay_answer(window, record, entry):
         log.warning("session judgement %s: its spooled answer applied", entry.jid)
+        replayed_hooks(runtime, hooks, window, record, entry, answered=True)
+        return
+    if getattr(record, "settled_by", None) == token:
+        # Its answer landed (the live run's reply was lost, or a replay was cut off): only
+        # the hooks may still be due.
+        replayed_hooks(runtime, hooks, window, record, entry, answered=True)
         return
     sid = entry.body.get("session_id") or "?"
     where = entry.body.get("host") or "?"
@@ -502,7 +565,7 @@ def answer(
             "value": value,
             "reason": f"answered by session {sid or '?'}",
             "raw": meta,
-            **({"settled_by": claim} if claim else {}),
+            **({"settled_by": claim, HOOKS_DUE: claim} if claim else {}),
         },
         delete=["resume_session"],
         claim=claim,
@@ -569,9 +632,16 @@ def replay_answer(window: Window, record: Record, entry: SpoolEntry) -> bool:
     )
 
 
-def replay_limit(window: Window, entry: SpoolEntry) -> None:
+def replay_limit(
+    window: Window,
+    entry: SpoolEntry,
+    *,
+    runtime: Runtime | None = None,
+    hooks: Mapping[str, SessionHooks] | None = None,
+) -> None:
     """A spooled usage limit raised whatever the claim (later lift wins); the holder's own
-    judgement, if it still holds it, waits to resume as a cut-off one does."""
+    judgement, if it still holds it, waits to resume as a cut-off one does, and its kind's
+    after-session hooks run then (only the replay that puts it back runs them)."""
     body = entry.body
     now = datetime.fromisoformat(str(body.get("now")))
     outcome = outcome_of(
@@ -597,7 +667,7 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
     sid = outcome.session_id
     fields = {"resume_session": sid} if sid else {}
     why = "cut off by the usage limit while Redis was away (replayed); will resume"
-    requeue_front(
+    back = requeue_front(
         window,
         record,
         reason,
@@ -606,3 +676,5 @@ def replay_limit(window: Window, entry: SpoolEntry) -> None:
         claim=str(body.get("token") or entry.claim),
         **fields,
     )
+    if back:
+        replayed_hooks(runtime, hooks, window, record, entry, answered=False)

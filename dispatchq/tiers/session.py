@@ -25,7 +25,6 @@ signal, or refused at spawn, goes back to the front too, and costs nothing.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from dispatchq.pools.credentials import DEFAULT_CREDENTIAL
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
+from dispatchq.tiers.after import answer_hooks
 from dispatchq.tiers.blocks import (
     block_credential,
     block_host,
@@ -80,6 +80,7 @@ from dispatchq.tiers.lease import (
     retry_or_fail,
     take_over,
 )
+from dispatchq.tiers.probe_watch import ProbeWatch
 from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, is_credential_refused
@@ -367,64 +368,6 @@ class _Spawn:
     confined: Confinement
 
 
-class _ProbeWatch:
-    """What the session's stream says about the window, while it runs (for a probe session).
-
-    A probe releases everyone else as soon as the window shows open: the first sign in the
-    stream, or `probe_grace` seconds without a limit, or a normal completion (`_account`).
-    Once the stream showed a limit, neither the stream nor the grace opens it any more.
-    The session id is recorded as soon as the `system` event names it, so a worker that dies
-    mid-session leaves a judgement that resumes.
-    """
-
-    def __init__(self, attempt: _Attempt) -> None:
-        self.attempt = attempt
-        self.opened = threading.Event()
-        self.limited = threading.Event()
-        self.grace: threading.Timer | None = None
-
-    def open_window(self, why: str) -> None:
-        if self.attempt.probes and not self.opened.is_set():
-            self.opened.set()
-            self.attempt.window.opened(self.attempt.probes, why)
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        """Called from the launcher's read loop: no Redis call here, only work for the writer."""
-        attempt = self.attempt
-        sid = event.get("session_id")
-        if isinstance(sid, str) and sid and event.get("type") == "system":
-
-            def record_session(sid: str = sid) -> None:
-                attempt.window.records.set_fields(
-                    attempt.record.id, claim=attempt.claim, session_id=sid, credential=attempt.credential.name
-                )
-                attempt.running(sid)
-
-            attempt.holding.write(record_session)
-        state = attempt.backend.window_state(event)
-        if state == "closed":
-            self.limited.set()
-        elif state == "open" and not self.limited.is_set():
-            attempt.holding.write(
-                lambda: self.open_window("the probe session's stream shows the window open")
-            )
-
-    def start_grace(self) -> None:
-        if not self.attempt.probes:
-            return
-        self.grace = threading.Timer(self.attempt.settings.probe_grace, self._grace_over)
-        self.grace.daemon = True
-        self.grace.start()
-
-    def _grace_over(self) -> None:
-        if not self.limited.is_set():
-            self.open_window(f"probe ran {self.attempt.settings.probe_grace}s without a limit")
-
-    def stop_grace(self) -> None:
-        if self.grace is not None:
-            self.grace.cancel()
-
-
 def _run(
     runtime: Runtime,
     holding: Holding,
@@ -453,7 +396,7 @@ def _run(
         attempt.hooks.not_spawned(runtime, record, unconfinable)
         return "sandbox unavailable"
     spawn = _build_spawn(attempt)
-    watch = _ProbeWatch(attempt)
+    watch = ProbeWatch(attempt)
     watch.start_grace()
     attempt.running(attempt.resume)
     started = time.time()
@@ -555,7 +498,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     )
 
 
-def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started: float) -> str:
+def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started: float) -> str:
     """Account for one spawn: what ended it first (nothing ran, a shutdown), then what it said."""
     window, record, settings = attempt.window, attempt.record, attempt.settings
     if result.missing_executable:
@@ -609,7 +552,10 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: _ProbeWatch, started
             utilization=used,
             credential=attempt.credential.name,
         )
-    attempt.hooks.after_session(attempt.runtime, record, outcome, result)
+    if accounted == "answered":  # once per answer: the spool's replay may run them instead
+        answer_hooks(attempt.runtime, attempt.hooks, window, record, outcome, result, attempt.claim)
+    else:
+        attempt.hooks.after_session(attempt.runtime, record, outcome, result)
     if window.records.statuses([record.id])[0] in FINISHED:
         forget(settings, record.id)  # its transcripts and scratch folder end with it
     return accounted
@@ -750,8 +696,10 @@ def _settle_unwritten(attempt: _Attempt, result: LaunchResult, started: float, w
 
     Its answer or usage limit is spooled, for the worker to replay once Redis is back;
     anything else is dropped: the judgement, still `running` under this claim, is taken over
-    uncharged once its lease lapses. Nothing is charged and no hook is told: a fixing
-    session's dispatch marker stays, so its next dispatch verifies first.
+    uncharged once its lease lapses. Nothing is charged and no hook is told here: the replay
+    that applies a spooled outcome under this claim runs the kind's after-session hooks, once
+    (`tiers.after`); one never applied leaves a fixing session's dispatch marker, so its next
+    dispatch verifies first.
     """
     settings = attempt.settings
     outcome = outcome_of(

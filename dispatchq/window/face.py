@@ -265,8 +265,13 @@ class Window:
         )
 
     @property
-    def probe_lease(self) -> int:
-        return self.settings.probe_grace * 2 + 30
+    def probe_lease(self) -> float:
+        """How long a probe stays elected unrenewed: its session's lease (`DISPATCHQ_SESSION_LEASE`).
+
+        The probe's holder renews it with its claim's lease (`tiers.lease.Holding`), so a probe
+        session keeps the election however long it runs, and a dead holder's lapses with its claim.
+        """
+        return float(self.settings.session_lease)
 
     # --- may this spawn now? ------------------------------------------------------------
     def admit(
@@ -402,7 +407,7 @@ class Window:
         """Keep a running session's slot and probe leases alive."""
         self.renew_slot(slot)
         for scope in probes:
-            self.store.renew_probe(scope, self.probe_lease)
+            self.store.renew_probe(scope, self.probe_lease, holder=slot)
 
     def release(self, slot: str, probes: Iterable[str]) -> None:
         """The session is over (or never started): its slot and probes go back."""

@@ -25,7 +25,7 @@ from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
 from dispatchq.launcher.scrub import decide_scrub
-from dispatchq.queue.entrypoints import DispatchqQueue
+from dispatchq.queue.entrypoints import DispatchqQueue, entry_module
 from dispatchq.queue.stopping import stop_requested
 from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
@@ -49,7 +49,10 @@ from dispatchq.tiers.session import (
 from dispatchq.workers.base import DispatchqWorker, build_worker
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dispatchq.runtime import Runtime
+    from dispatchq.tiers.hooks import SessionHooks
     from dispatchq.window.face import Window
 
 __all__ = ["SESSION_JOB", "SessionWorker", "burst", "check_session_host", "session_job_lost", "stopped_cold"]
@@ -111,6 +114,13 @@ def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> 
     backend_for(DEFAULT_BACKEND).check_release(settings.session_command, environ)
 
 
+def replay_hooks() -> Mapping[str, SessionHooks]:
+    """The built-in kinds' hooks exactly as the session job gets them (`jobs.tiers.session`,
+    from the process wiring this room sits below): a replayed answer runs the same ones."""
+    hooks: Mapping[str, SessionHooks] = entry_module().session_hooks()
+    return hooks
+
+
 class SessionWorker(DispatchqWorker):
     """An RQ worker whose dequeue is dispatchq's admission loop (see the module docstring)."""
 
@@ -129,7 +139,9 @@ class SessionWorker(DispatchqWorker):
         """Replay this host's spool and take over judgements whose lease lapsed.
 
         Every few seconds (a third of the lease at most) rather than every round: the spool
-        is a folder listing, the sweep reads the running table. Redis away: next time.
+        is a folder listing, the sweep reads the running table. Redis away: next time. The
+        replay runs the hooks the session job runs (`replay_hooks`), so a replayed answer is
+        graded as a live one.
         """
         settings = self.runtime.settings
         now = time.monotonic()
@@ -138,7 +150,7 @@ class SessionWorker(DispatchqWorker):
         self._last_sweep = now
         window = self.runtime.window
         try:
-            replay_spool(window)
+            replay_spool(window, runtime=self.runtime, hooks=replay_hooks())
             sweep_lapsed(window)
         except Exception as error:  # never out of the worker loop: the next round tries again
             if not is_outage(error):

@@ -71,7 +71,7 @@ from tests.support.gate import World, finding_block, make_world
 from tests.support.helpers import counting_check, pid_alive, wait_for, write_check_module, write_config
 from tests.support.hostile import BOOM, HOSTILE_TOKEN, InProcess, boom
 from tests.support.job_upgrade import Evil, stored_data
-from tests.support.leases import FAKE_CLAUDE
+from tests.support.leases import FAKE_CLAUDE, SPOOL_WAIT, WAIT_LEASE
 from tests.support.look_around_world import (
     Planted,
     StoreHarness,
@@ -1108,3 +1108,16 @@ def hostile_module_server(
 @pytest.fixture
 def hostile_server(hostile_module_server: Server, redis_client: Any) -> Server:
     return hostile_module_server
+
+
+@pytest.fixture
+def spool_wait_hosts(make_runtime: Callable[..., Any], tmp_path: Path) -> tuple[Window, Window]:
+    """host-a (a holder with a spool wait) and host-b (another host's sweep), on one Redis."""
+    a = make_runtime(
+        DISPATCHQ_HOST="host-a",
+        DISPATCHQ_DATA_DIR=str(tmp_path / "data-a"),
+        DISPATCHQ_SESSION_LEASE=str(WAIT_LEASE),
+        DISPATCHQ_SESSION_SPOOL_WAIT=str(SPOOL_WAIT),
+    ).window
+    b = make_runtime(DISPATCHQ_HOST="host-b", DISPATCHQ_DATA_DIR=str(tmp_path / "data-b")).window
+    return a, b
