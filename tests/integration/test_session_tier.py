@@ -710,6 +710,7 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()  # reaped: an unreaped child fails the test as a ResourceWarning
         server.terminate()
         server.wait(timeout=15)
 
