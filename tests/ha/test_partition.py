@@ -27,7 +27,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dispatchq.settings import Settings
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.support.helpers import pid_alive
 from tests.support.netns import LoopbackRedis, Namespaces, require_netns
@@ -44,14 +43,6 @@ pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux"),
 ]
 
-#: The claims, leases and spool these cases test are issue 21's `lease` branch. Until it has
-#: landed they fail (the lead was told which and why); strict, so the first pass says so, and
-#: once `DISPATCHQ_SESSION_LEASE` is a setting they must simply pass.
-needs_leases = pytest.mark.xfail(
-    "session_lease" not in Settings.model_fields,
-    reason="needs leases, claim tokens and the spool (issue 21, branch lease)",
-    strict=True,
-)
 # Holds a session's whole output back until `<gate>/open` exists: what the session says (a
 # limit) then reaches its worker only after the test has cut the host off.
 GATE = r"""
@@ -97,7 +88,6 @@ def test_a_cut_shorter_than_the_lease_costs_nothing(cluster: Cluster) -> None:
     }, cluster.explain(jid)
 
 
-@needs_leases
 def test_a_cut_longer_than_the_lease_moves_shared_work_once_and_never_runs_it_twice(
     any_cluster: Cluster,
 ) -> None:
@@ -123,7 +113,6 @@ def test_a_cut_longer_than_the_lease_moves_shared_work_once_and_never_runs_it_tw
     }, cluster.explain(jid)
 
 
-@needs_leases
 def test_a_cut_longer_than_the_lease_on_host_bound_work_keeps_a_s_spooled_answer(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -152,7 +141,6 @@ def test_a_cut_longer_than_the_lease_on_host_bound_work_keeps_a_s_spooled_answer
     }, cluster.explain(jid)
 
 
-@needs_leases
 def test_a_limit_seen_while_cut_off_reaches_the_marker_and_others_spawn_at_most_once_meanwhile(
     cluster: Cluster, tmp_path: Path
 ) -> None:

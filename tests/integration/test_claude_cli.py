@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -32,6 +31,7 @@ from dispatchq.pools.credentials import qualify
 from dispatchq.pools.spend import spend_periods
 from dispatchq.testing.anthropic import Reply, Seen
 from dispatchq.window.limits import GENERAL_SCOPE, WEEKLY_SCOPE
+from tests.support.ci import require_bwrap
 from tests.support.pool_config import secret_file, write_pool
 from tests.support.real_client import (
     RealHarness,
@@ -59,12 +59,6 @@ def newest_gap(real: RealHarness, why: str, *, strict: bool = True) -> None:
         real.node.add_marker(pytest.mark.xfail(reason=f"Claude Code {real.version}: {why}", strict=strict))
 
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="bubblewrap is not installed here (ops/dev.py installs it with apt-get)",
-)
-
-
 def run_jsonl(real: RealHarness, lines: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     source = real.tmp / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
@@ -88,8 +82,8 @@ def test_the_real_cli_answers_through_a_session_worker(real: RealHarness) -> Non
     assert "the question" in str(sent.body)
 
 
-@needs_bwrap
 def test_with_bwrap_usable_sessions_get_the_subprocess_scrub_and_still_answer(real: RealHarness) -> None:
+    require_bwrap()
     real.api.answer("scrubbed")
     jid = real.enqueue("ask", "q")
     done = real.cli("worker", "session", "--burst", DISPATCHQ_SESSION_SUBPROCESS_SCRUB="on")
@@ -191,8 +185,8 @@ def test_a_real_answer_billed_as_extra_usage_is_kept(real: RealHarness) -> None:
 
 
 # --- the reason is the error line; the whole stderr is in the session log -------------------------
-@needs_bwrap
 def test_a_cli_that_refuses_to_start_shows_its_error_line_and_logs_the_rest(real: RealHarness) -> None:
+    require_bwrap()
     # Scrubbing is on (bwrap works for the worker) but the session's own PATH has no bwrap: the
     # real CLI exits 1 with ~5 KB of minified source, the message, stack frames and its banner.
     real.env["DISPATCHQ_SESSION_COMMAND"] = f"/usr/bin/env PATH=/nonexistent {real.command}"

@@ -18,6 +18,7 @@ import pytest
 from rq import Callback
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry
+from rq.webhook import Webhook
 
 from dispatchq.client import Client
 from dispatchq.core.entrypoints import CODE_JOB
@@ -25,7 +26,7 @@ from dispatchq.process.wiring import drain
 from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, DispatchqJob, DispatchqQueue, entry_module
 from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
-from tests.support.entry_points import user_project
+from tests.support.entry_points import HookCatcher, user_project
 from tests.support.helpers import calls_of, run_cli
 
 HERE = __name__  # importable by RQ's `import_attribute` from the test process
@@ -163,6 +164,38 @@ def test_a_callback_outside_the_table_is_refused_before_the_job_runs(
     assert f"refused {role} {name!r}" in failure_of(redis_client, refused.id)
     (got,) = rt.storage.records.get_many([after[0].id])
     assert (got.status, got.value) == ("answered", "answered")
+    assert calls_of(calls) == ["after-the-refused-job"]
+
+
+def test_a_job_carrying_an_rq_webhook_is_refused_before_it_runs_and_its_url_is_never_called(
+    code_queue: Any, redis_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ calls a job's webhook URLs when it ends: a job from Redis must not make a worker call out."""
+    rt, queue, calls = code_queue
+    ran = tmp_path / "job-ran"
+    real = entry_module().code
+
+    def code(ids: list[str]) -> int:
+        if ids == ["no-such-judgement"]:  # the refused job's: it must never get here
+            ran.write_text("ran")
+            return 0
+        return real(ids)
+
+    monkeypatch.setattr(entry_module(), "code", code)
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)  # the call, were it made, would reach the catcher
+    with HookCatcher() as hook:
+        hooks = [Webhook(hook.url, status, method="POST") for status in ("finished", "failed")]
+        refused = queue.enqueue_call(CODE_JOB, args=(["no-such-judgement"],), failure_ttl=500, webhooks=hooks)
+        after = Client(runtime=rt).enqueue_many([{"kind": "k", "target": "after-the-refused-job"}])
+
+        drain(rt, sessions=False)
+
+    assert not ran.exists()
+    assert f"refused webhook {hook.url!r}" in failure_of(redis_client, refused.id)
+    assert hook.requests == []
+    (got,) = rt.storage.records.get_many([after[0].id])
+    assert (got.status, got.value) == ("answered", "answered")  # the worker kept working
     assert calls_of(calls) == ["after-the-refused-job"]
 
 

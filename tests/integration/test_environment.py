@@ -26,6 +26,7 @@ from dispatchq.launcher.environment import (
     session_environment,
 )
 from dispatchq.launcher.scrub import ScrubDecision, decide_scrub
+from tests.support.ci import cannot_run
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "support" / "fake_claude.py"
@@ -395,7 +396,7 @@ def _python_for(run_as: dict[str, object]) -> str:
             ok = False
         if ok:
             return candidate
-    pytest.skip("no python3 the unprivileged user can run with this checkout readable")
+    cannot_run("no python3 the unprivileged user can run with this checkout readable")
 
 
 def _read_environ_of(mark: bool, report_dir: Path) -> tuple[dict, str, str]:
@@ -442,7 +443,7 @@ def _read_environ_of(mark: bool, report_dir: Path) -> tuple[dict, str, str]:
 def test_non_dumpable_process_environ_is_unreadable_to_the_same_user(shared_dir: Path) -> None:
     control, secret, control_status = _read_environ_of(False, shared_dir)
     if not control["ok"]:
-        pytest.skip(f"/proc/<pid>/environ of a same-user process is unreadable here: {control['error']}")
+        cannot_run(f"/proc/<pid>/environ of a same-user process is unreadable here: {control['error']}")
     assert control["environ"]["WORKER_SECRET_TOKEN"] == secret  # the hole the flag closes
     assert control_status == "False True"
 

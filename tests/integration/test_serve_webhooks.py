@@ -156,6 +156,30 @@ def test_a_bad_or_missing_signature_is_401_and_nothing_is_recorded(
     assert deliveries(redis_client) == []
 
 
+#: Bodies no parser should ever see unsigned: not JSON, not UTF-8, and a JSON object 950 deep.
+UNPARSED = {
+    "not-json": b'{"action": "opened", "issue": ',
+    "not-utf8": b'{"action": "\xff\xfe"}',
+    "nested-950": b'{"a":' * 950 + b"{}" + b"}" * 950,
+}
+
+
+@pytest.mark.parametrize("body", list(UNPARSED.values()), ids=list(UNPARSED))
+def test_a_bad_signature_is_401_before_the_body_is_read_as_json(
+    webhooks_server: Server, redis_client: Any, body: bytes
+) -> None:
+    """Verified first, parsed after: an unsigned body is refused as unsigned, whatever it holds
+    (a parser reached first would answer 400, 422 or 500, and would have read it)."""
+    logged = len(webhooks_server.log.read_bytes())
+    unsigned = sign(body, "not-the-secret")
+    reply = deliver(webhooks_server.port, "issues", body, delivery="d-unparsed", signature=unsigned)
+    assert reply.status == 401, reply.body
+    assert "X-Hub-Signature-256" in reply.json["error"]
+    assert typed_jobs(redis_client) == []
+    assert deliveries(redis_client) == []
+    assert b"Traceback" not in webhooks_server.log.read_bytes()[logged:]
+
+
 def test_a_push_is_named_without_an_action_and_targets_the_new_head(
     webhooks_server: Server, redis_client: Any
 ) -> None:

@@ -39,6 +39,7 @@ from dispatchq.runtime import Runtime
 from dispatchq.settings import load_settings
 from dispatchq.storage import keys
 from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal
+from tests.support.ci import cannot_run
 from tests.support.helpers import REPO
 from tests.support.session import FAKE, FAKE_ARGS, NOBODY, Harness, iso_epoch
 
@@ -590,7 +591,7 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
         pythonpath = os.pathsep.join([str(code), str(packages), str(shim)])
         python = _python_for(run_as, pythonpath, root)
     if python is None:
-        pytest.skip("no python interpreter the unprivileged user may run")
+        cannot_run("no python interpreter the unprivileged user may run")
 
     secrets = {
         "TYPESAFE_API_KEY": "tsk-" + uuid.uuid4().hex,
@@ -709,12 +710,13 @@ def test_no_secret_reaches_a_session_nor_can_it_read_one_from_proc(unprivileged_
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()  # reaped: an unreaped child fails the test as a ResourceWarning
         server.terminate()
         server.wait(timeout=15)
 
     supervisor = environs[next(iter(environs))]  # the session's parent: same user, dumpable
     if not supervisor["ok"]:
-        pytest.skip(f"/proc/<pid>/environ of a same-user process is unreadable here: {supervisor['error']}")
+        cannot_run(f"/proc/<pid>/environ of a same-user process is unreadable here: {supervisor['error']}")
     values = [*secrets.values(), password]
     # The session's own environment: scrubbed, with its one credential.
     assert not [v for v in values if v in json.dumps(seen_env)]

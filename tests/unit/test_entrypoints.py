@@ -48,6 +48,7 @@ def test_every_tier_has_its_job_and_back() -> None:
 
 import fakeredis  # noqa: E402
 from rq import Callback, Queue  # noqa: E402
+from rq.webhook import Webhook  # noqa: E402
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, refusal_of  # noqa: E402
 from dispatchq.queue.serializer import JSONSerializer  # noqa: E402
@@ -90,3 +91,14 @@ def test_a_json_job_with_a_callback_outside_the_table_is_refused_by_role(role: s
     )
     refused = refusal_of(DispatchqJob.fetch(job.id, connection=client))
     assert refused is not None and str(refused).startswith(f"refused {role} 'os.system'")
+
+
+def test_a_json_job_of_the_table_carrying_a_webhook_is_refused_by_its_url() -> None:
+    client = fakeredis.FakeRedis()
+    url = "http://127.0.0.1:9/collect"
+    job = DispatchqQueue("q", connection=client).enqueue_call(
+        TIER_JOB["code"], args=(["a"],), webhooks=[Webhook(url, "failed", method="POST")]
+    )
+    refused = refusal_of(DispatchqJob.fetch(job.id, connection=client))
+    assert refused is not None and refused.role == "webhook" and refused.name == url
+    assert str(refused).startswith(f"refused webhook {url!r}")
