@@ -20,7 +20,7 @@ from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
 from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
-from tests.support.helpers import run_cli
+from tests.support.helpers import run_cli, write_check_module
 from tests.support.unstarted import assert_index_exact
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
@@ -335,8 +335,11 @@ def test_status_asks_about_each_running_job_once_not_each_judgement_it_carries(
     from dispatchq.queue.liveness import JobLiveness
     from dispatchq.workers import status as status_module
 
-    Path(dq_env["DISPATCHQ_CONFIG"]).write_text("kinds:\n  noop:\n    check: checks:noop\n")
-    Path(dq_env["DISPATCHQ_CONFIG"]).with_name("checks.py").write_text("def noop(j):\n    return j.target\n")
+    config = Path(dq_env["DISPATCHQ_CONFIG"])
+    module = write_check_module(
+        config.parent, "def noop(j):\n    return j.target\n"
+    )  # its own name in-process
+    config.write_text(f"kinds:\n  noop:\n    check: {module}:noop\n")
     rt = make_runtime()
     store = rt.storage.records
     store.live_counts()

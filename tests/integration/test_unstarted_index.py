@@ -23,6 +23,7 @@ from dispatchq.queue.upgrade import backfill_unstarted_index, ensure_upgraded
 from dispatchq.serve.metrics import StoreCollector
 from dispatchq.storage import histograms, keys, unstarted
 from dispatchq.storage.store import NewRecord, Store
+from tests.support.helpers import write_check_module
 from tests.support.unstarted import assert_index_exact, unstarted_truth
 
 NOW = 2_000_000_000.0  # the instant ages are read at: fixed, so every figure is exact
@@ -125,10 +126,14 @@ def test_the_dispatcher_and_the_window_keep_the_index_and_metrics_read_it(
 ) -> None:
     from dispatchq.client import Client
 
-    Path(dq_env["DISPATCHQ_CONFIG"]).write_text(
-        'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n  noop:\n    check: checks:noop\n'
+    config = Path(dq_env["DISPATCHQ_CONFIG"])
+    module = write_check_module(
+        config.parent, "def noop(j):\n    return j.target\n"
+    )  # its own name in-process
+    config.write_text(
+        'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
+        f"  noop:\n    check: {module}:noop\n"
     )
-    Path(dq_env["DISPATCHQ_CONFIG"]).with_name("checks.py").write_text("def noop(j):\n    return j.target\n")
     rt = make_runtime()
     store = rt.storage.records
     client = Client(runtime=rt)
