@@ -124,6 +124,20 @@ class RepoLock:
 
         threading.Thread(target=keep, name=f"repo-lock-{self.jid}", daemon=True).start()
 
+    def hold(self) -> bool:
+        """The lock for a grading, which may run in another process than the one that took it.
+
+        An answer replayed from a host's spool is graded by that host's session worker, not by
+        the job that took the lock (it is gone, and its lease with it). Kept when this process
+        keeps it; taken again when nobody took the repository meanwhile (the holder's own name,
+        so re-entrant); False when another fixer holds it now: grading then would race that
+        fixer's edits.
+        """
+        with _KEEPERS_LOCK:
+            if self.holder in _KEEPERS:
+                return True
+        return self.acquire(wait=0)
+
     def release(self) -> None:
         with _KEEPERS_LOCK:
             stop = _KEEPERS.pop(self.holder, None)
@@ -408,6 +422,12 @@ class FixerJob:
         own = self.state.load()
         if own.get("phase") not in ("dispatched", "resuming"):
             self.lock.release()
+            return
+        if not self.lock.hold():
+            # A replayed answer whose repository another fixer holds now: its edits are not
+            # this session's, so no grade; the next run verifies before anything else.
+            self.state.save(phase="unknown")
+            self.log("answered while another fixer holds the repository: outcome unknown, verified first")
             return
         try:
             self._after(own, outcome, result)
