@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -10,30 +9,15 @@ import pytest
 
 from dispatchq.core.judgement import TrailEntry
 from dispatchq.storage import keys
-from dispatchq.storage.store import LEGACY_CLAIM, NewRecord, Store, lease_key
+from dispatchq.storage.store import LEGACY_CLAIM, Store, lease_key
 from dispatchq.storage.window import WindowStore
+from tests.support.leases import in_line
 
 LINE = keys.session_line()
 
 
-def enqueue(store: Store, jid: str) -> str:
-    """A session judgement in the shared line; returns its line member."""
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": LINE,
-        "input": json.dumps({"kind": "ask", "target": jid}),
-        "tier": "session",
-        "effect": "local",
-    }
-    store.create_many([NewRecord(**{n: fields.get(n, "") for n in NewRecord._fields})])
-    [member] = [m for m in store.redis.zrange(LINE, 0, -1) if m.decode().endswith(jid)]
-    return str(member.decode())
-
-
 def admit(store: Store, jid: str) -> str:
-    token = store.claim_from_line(LINE, enqueue(store, jid), jid)
+    token = store.claim_from_line(LINE, in_line(store, jid, line=LINE), jid)
     assert token
     return token
 
@@ -91,7 +75,7 @@ def test_a_stale_holders_put_back_leaves_the_record_running_and_in_no_line(store
 
 def test_a_record_in_flight_at_upgrade_takes_one_legacy_transition(store: Store) -> None:
     """A record claimed by the previous release has no claim: its token-less holder may settle it once."""
-    enqueue(store, "old")
+    in_line(store, "old", line=LINE)
     # What the previous release's LINE_CLAIM left: running, no claim, no lease.
     store.redis.zrem(LINE, *store.redis.zrange(LINE, 0, -1))
     store.redis.hset(keys.record("old"), mapping={"status": "running", "claimed": repr(time.time())})

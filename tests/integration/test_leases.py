@@ -3,7 +3,6 @@ and a holder renews on a thread that survives errors (and fences itself on the s
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,30 +15,11 @@ import pytest
 import redis
 
 from dispatchq.storage import keys
-from dispatchq.storage.store import NewRecord, Store
+from dispatchq.storage.store import Store
 from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, spool_of, sweep_lapsed
 from dispatchq.tiers.session import run_claimed, worker_died
 from dispatchq.window.face import Window
-from tests.support.leases import plan, spawns
-
-
-def enqueue(store: Store, jid: str, host: str = "") -> str:
-    line = keys.session_line(host or None)
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "ask", "target": jid}),
-        "tier": "session",
-        "effect": "local",
-        "host": host,
-    }
-    store.create_many([NewRecord(**{n: fields.get(n, "") for n in NewRecord._fields})])
-    member = next(m.decode() for m in store.redis.zrange(line, 0, -1) if m.decode().endswith(jid))
-    token = store.claim_from_line(line, member, jid)
-    assert token
-    return token
+from tests.support.leases import claimed, plan, spawns
 
 
 def held_on(window: Window, jid: str, token: str, host: str, pid: int = 1) -> None:
@@ -61,7 +41,7 @@ def test_another_host_takes_over_only_after_the_lease_lapsed_lost_contact_and_un
 ) -> None:
     store = host_b.records
     store.claim_lease = 1.0
-    token = enqueue(store, "j1")
+    token = claimed(store, "j1")
     held_on(host_b, "j1", token, "host-a")
 
     # RQ on host-b finds host-a's job abandoned (heartbeat lapsed) while the lease still lives.
@@ -99,7 +79,7 @@ def test_another_host_takes_over_only_after_the_lease_lapsed_lost_contact_and_un
 
 def test_a_holder_seen_dead_on_this_very_host_is_a_death_whatever_its_lease(host_b: Window) -> None:
     store = host_b.records
-    token = enqueue(store, "j1")  # a lease of two minutes: it would outlive the dead worker
+    token = claimed(store, "j1")  # a lease of two minutes: it would outlive the dead worker
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     held_on(host_b, "j1", token, "host-b", pid=gone.pid)
@@ -114,7 +94,7 @@ def test_a_holder_seen_dead_on_this_very_host_is_a_death_whatever_its_lease(host
 def test_a_job_failed_in_its_own_worker_is_a_death_there_too(host_b: Window) -> None:
     """RQ fails a job (a job timeout) in the worker that ran it: the job is over, unsettled."""
     store = host_b.records
-    token = enqueue(store, "j1")
+    token = claimed(store, "j1")
     held_on(host_b, "j1", token, "host-b", pid=os.getpid())
     worker_died(host_b, "j1", "host-b:slot", [], token)
     record = store.get("j1")
@@ -124,7 +104,7 @@ def test_a_job_failed_in_its_own_worker_is_a_death_there_too(host_b: Window) -> 
 def test_host_bound_work_is_never_taken_over_by_another_host(host_b: Window) -> None:
     store = host_b.records
     store.claim_lease = 0.5
-    token = enqueue(store, "j1", host="host-a")
+    token = claimed(store, "j1", host="host-a")
     held_on(host_b, "j1", token, "host-a")
     wait_until(lambda: not store.lease_alive("j1"), "the lease to lapse")
     assert sweep_lapsed(host_b) == 0
@@ -136,7 +116,7 @@ def test_host_bound_work_is_never_taken_over_by_another_host(host_b: Window) -> 
 
 def test_a_judgement_claimed_before_tokens_existed_is_handled_as_before(host_b: Window) -> None:
     store = host_b.records
-    token = enqueue(store, "old")
+    token = claimed(store, "old")
     store.redis.hdel(keys.record("old"), "claim")  # as the previous release left it
     host_b.store.set_running("old", {"host": "host-a"})
     worker_died(host_b, "old", "host-a:slot", [], None)
@@ -172,7 +152,7 @@ def holding(window: Window, jid: str, token: str, *, bound: bool) -> tuple[Holdi
 def test_a_shared_line_holder_that_cannot_renew_ends_its_session_and_its_thread_lives_on(
     host_b: Window,
 ) -> None:
-    token = enqueue(host_b.records, "j1")
+    token = claimed(host_b.records, "j1")
     hold, flaky = holding(host_b, "j1", token, bound=False)
     hold.start()
     try:
@@ -186,7 +166,7 @@ def test_a_shared_line_holder_that_cannot_renew_ends_its_session_and_its_thread_
 
 
 def test_a_host_bound_holder_runs_on_without_renewing(host_b: Window) -> None:
-    token = enqueue(host_b.records, "j1", host="host-b")
+    token = claimed(host_b.records, "j1", host="host-b")
     hold, flaky = holding(host_b, "j1", token, bound=True)
     hold.start()
     try:
@@ -202,7 +182,7 @@ def test_a_session_whose_holder_cannot_renew_is_ended_uncharged_and_left_for_the
 ) -> None:
     runtime, window = session_window
     plan(tmp_path, {"sleep": "60"})  # would run a minute: the fence ends it long before
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
 
     def away(self: Store, jid: str, claim: str, lease: float) -> bool:
         raise redis.TimeoutError("Timeout reading from socket")
@@ -222,7 +202,7 @@ def test_an_answer_that_cannot_be_written_is_spooled_and_lands_when_replayed(
 ) -> None:
     runtime, window = session_window
     plan(tmp_path, {"answer": "forty-two"})
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     real = Store.transition
 
     def answer_lost(self: Store, jid: str, status: str, **kwargs: Any) -> bool | None:
@@ -249,7 +229,7 @@ def test_host_bound_work_its_own_workers_job_left_unsettled_is_taken_back_by_the
     its own host asks again, uncharged, resuming the same session (the transcript is here)."""
     store = host_b.records
     store.claim_lease = 0.3
-    token = enqueue(store, "j1", host="host-b")
+    token = claimed(store, "j1", host="host-b")
     held_on(host_b, "j1", token, "host-b", pid=os.getpid())
     wait_until(lambda: not store.lease_alive("j1"), "the lease to lapse")
     assert sweep_lapsed(host_b) == 1

@@ -18,6 +18,7 @@ from dispatchq.queue.upgrade import backfill_prefix_index
 from dispatchq.storage import keys, prefix
 from dispatchq.storage.serve import BODY_KEYS
 from tests.support.serve import Server, deliver, payload, request
+from tests.support.slots import closed_by_server
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
@@ -32,17 +33,7 @@ def raw_exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float = 
         for part in parts:
             sock.sendall(part)
             time.sleep(pause)
-        data = b""
-        try:
-            while True:
-                got = sock.recv(65536)
-                if not got:
-                    return data, True
-                data += got
-        except TimeoutError:
-            return data, False
-        except ConnectionResetError:
-            return data, True
+        return closed_by_server(sock)
 
 
 def refused_count(server: Server, reason: str) -> float:

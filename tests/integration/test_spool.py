@@ -13,28 +13,10 @@ import pytest
 
 from dispatchq.launcher.spawn import LaunchResult
 from dispatchq.storage import keys
-from dispatchq.storage.store import NewRecord, Store
 from dispatchq.tiers.lease import LATE_ANSWER, Holding, replay_spool, spool_of, take_over
 from dispatchq.window.face import Window
 from tests.support.fake_claude import assistant, rate_limit_event, result_event
-
-
-def enqueue(store: Store, jid: str) -> str:
-    line = keys.session_line()
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "ask", "target": jid}),
-        "tier": "session",
-        "effect": "local",
-    }
-    store.create_many([NewRecord(**{n: fields.get(n, "") for n in NewRecord._fields})])
-    member = next(m.decode() for m in store.redis.zrange(line, 0, -1) if m.decode().endswith(jid))
-    token = store.claim_from_line(line, member, jid)
-    assert token
-    return token
+from tests.support.leases import claimed
 
 
 def stream(*events: dict[str, Any]) -> str:
@@ -72,7 +54,7 @@ def spool_answer(window: Window, jid: str, token: str, value: Any = "yes") -> No
 def test_a_spooled_answer_whose_claim_still_holds_is_applied_and_a_second_replay_adds_nothing(
     window: Window,
 ) -> None:
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     spool_answer(window, "j1", token)
     assert len(spool_of(window.settings.data_dir)) == 1
     assert replay_spool(window) == 1
@@ -92,7 +74,7 @@ def test_a_spooled_answer_whose_claim_still_holds_is_applied_and_a_second_replay
 def test_a_spooled_answer_whose_claim_is_gone_is_a_late_answer_on_the_trail_once(window: Window) -> None:
     store = window.records
     store.claim_lease = 0.2
-    token = enqueue(store, "j1")
+    token = claimed(store, "j1")
     window.store.set_running("j1", {"host": "host-b", "claim": token})
     spool_answer(window, "j1", token, value="late-yes")
     deadline = time.monotonic() + 10
@@ -115,7 +97,7 @@ def test_a_spooled_answer_whose_claim_is_gone_is_a_late_answer_on_the_trail_once
 def test_a_spooled_limit_is_raised_whatever_the_claim(window: Window) -> None:
     store = window.records
     resets = int(time.time()) + 3600
-    gone = enqueue(store, "j1")
+    gone = claimed(store, "j1")
     store.redis.hset(keys.record("j1"), "claim", "-lost:" + gone)  # taken over meanwhile
     hold = Holding(window, "j1", "host-a:slot", [], gone, bound=False)
     assert hold.spool("limit", limited_run(resets), time.time(), model=None, session_id="sess-1")
@@ -131,7 +113,7 @@ def test_a_spooled_limit_is_raised_whatever_the_claim(window: Window) -> None:
 def test_a_spooled_limit_of_a_judgement_still_held_puts_it_back_to_resume(window: Window) -> None:
     store = window.records
     resets = int(time.time()) + 1800
-    token = enqueue(store, "j1")
+    token = claimed(store, "j1")
     hold = Holding(window, "j1", "host-a:slot", [], token, bound=False)
     assert hold.spool(
         "limit", limited_run(resets, sid="sess-9"), time.time(), model=None, session_id="sess-9"
@@ -155,7 +137,7 @@ def test_a_session_worker_replays_its_hosts_spool_when_it_starts(
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
     runtime = make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data"))
     window = runtime.window
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     spool_answer(window, "j1", token, value="from-the-spool")
     worker = build_worker(SessionWorker, runtime, "session")
     worker.work(burst=True, logging_level="WARNING", with_scheduler=False)

@@ -19,15 +19,14 @@ import redis
 from dispatchq.core.judgement import Record
 from dispatchq.launcher.spawn import LaunchResult
 from dispatchq.runtime import Runtime
-from dispatchq.storage import keys
-from dispatchq.storage.store import NewRecord, Store
+from dispatchq.storage.store import Store
 from dispatchq.tiers.hooks import SessionHooks
 from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, spool_of
 from dispatchq.tiers.session import run_claimed
 from dispatchq.window.face import Window
 from dispatchq.window.limits import SessionOutcome
 from tests.support.fake_claude import assistant, rate_limit_event, result_event
-from tests.support.leases import plan, spawns
+from tests.support.leases import claimed, plan, spawns
 
 
 class Recording(SessionHooks):
@@ -41,24 +40,6 @@ class Recording(SessionHooks):
         self.calls.append((record.id, outcome.kind, outcome.text))
         if self.fail_first and len(self.calls) == 1:
             raise redis.ConnectionError("Connection closed by server.")  # Redis went away after it
-
-
-def enqueue(store: Store, jid: str) -> str:
-    line = keys.session_line()
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "ask", "target": jid}),
-        "tier": "session",
-        "effect": "local",
-    }
-    store.create_many([NewRecord(**{n: fields.get(n, "") for n in NewRecord._fields})])
-    member = next(m.decode() for m in store.redis.zrange(line, 0, -1) if m.decode().endswith(jid))
-    token = store.claim_from_line(line, member, jid)
-    assert token
-    return token
 
 
 def answered(sid: str, text: str) -> LaunchResult:
@@ -76,7 +57,7 @@ def test_a_spooled_answer_runs_its_kinds_hook_when_replayed_and_a_second_replay_
 ) -> None:
     runtime, window = session_window
     plan(tmp_path, {"answer": "forty-two"})
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     hooks = Recording()
     real = Store.transition
 
@@ -110,7 +91,7 @@ def test_a_replay_after_the_live_run_ran_the_hook_does_not_run_it_again(
     """The answer landed and the hook ran; Redis went away right after, so the run spooled it."""
     runtime, window = session_window
     plan(tmp_path, {"answer": "forty-two"})
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     hooks = Recording(fail_first=True)
     result = run_claimed(runtime, "j1", "host-a:slot", [], claim=token, hooks={"ask": hooks})
     assert result == f"{LOST_CONTACT}: answer spooled"
@@ -129,7 +110,7 @@ def test_a_replay_without_the_hooks_leaves_them_due_for_the_replay_that_has_them
     session_window: tuple[Any, Window], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime, window = session_window
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     hold = Holding(window, "j1", "host-a:slot", [], token, bound=False)
     meta = {"session_id": "sess-1", "turns": 1, "cost_usd": 0.01}
     run = answered("sess-1", "yes")
@@ -148,7 +129,7 @@ def test_a_replayed_limit_of_a_judgement_still_held_runs_the_hook_once(
     session_window: tuple[Any, Window],
 ) -> None:
     runtime, window = session_window
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     resets = int(time.time()) + 1800
     message = "You've hit your session limit"
     run = LaunchResult(
@@ -190,7 +171,7 @@ def test_a_session_worker_replays_with_the_hooks_the_session_job_runs(
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "test-session-credential")
     runtime = make_runtime(DISPATCHQ_HOST="host-a", DISPATCHQ_DATA_DIR=str(tmp_path / "data"))
     window = runtime.window
-    token = enqueue(window.records, "j1")
+    token = claimed(window.records, "j1")
     hold = Holding(window, "j1", "host-a:slot", [], token, bound=False)
     run = answered("sess-1", "yes")
     assert hold.spool("answer", run, time.time(), value="yes", meta={}, session_id="sess-1")

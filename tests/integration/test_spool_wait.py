@@ -12,48 +12,21 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 
 from dispatchq.launcher.spawn import LaunchResult
 from dispatchq.storage import keys
-from dispatchq.storage.store import NewRecord, Store
 from dispatchq.tiers.lease import LOST_CONTACT, Holding, replay_spool, sweep_lapsed
 from dispatchq.window.face import Window
 from tests.support.fake_claude import assistant, result_event
+from tests.support.helpers import wait_for
+from tests.support.leases import claimed
 
 CLAIMED = 1.0  # the claim's first lease, seconds (the holder's own lease and wait: `spool_wait_hosts`)
 
 
-def enqueue(store: Store, jid: str) -> str:
-    line = keys.session_line()
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "ask", "target": jid}),
-        "tier": "session",
-        "effect": "local",
-    }
-    store.create_many([NewRecord(**{n: fields.get(n, "") for n in NewRecord._fields})])
-    member = next(m.decode() for m in store.redis.zrange(line, 0, -1) if m.decode().endswith(jid))
-    store.claim_lease = CLAIMED
-    token = store.claim_from_line(line, member, jid)
-    assert token
-    return token
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def held_by_a(a: Window, jid: str, *, pid: int = 1) -> tuple[str, Holding]:
     """host-a claims `jid`, shows itself running it, and holds it for its replay (as `start` does)."""
-    token = enqueue(a.records, jid)
+    token = claimed(a.records, jid, lease=CLAIMED)
     a.store.set_running(jid, {"host": "host-a", "pid": pid, "claim": token, "session_id": "sess-a"})
     hold = Holding(a, jid, "host-a:slot", [], token, bound=False)
     hold.hold_for_replay()
@@ -74,7 +47,7 @@ def test_a_holder_back_within_the_wait_lands_its_spooled_answer_and_nobody_asks_
     token, hold = held_by_a(a, "j1")
     spool_answer(hold, "from A")  # its session finished while it was cut off
     hold.window.records.disconnect()  # cut off: it renews no more, frees nothing
-    wait_until(lambda: not b.records.lease_alive("j1"), "the lease to lapse")
+    wait_for(lambda: not b.records.lease_alive("j1"), what="the lease to lapse")
     assert sweep_lapsed(b) == 0  # left to host-a's replay
     record = b.records.get("j1")
     assert record is not None and record.status == "running" and getattr(record, "claim", None) == token
@@ -93,9 +66,9 @@ def test_a_holder_that_stays_away_is_taken_over_once_the_wait_is_over(
     a, b = spool_wait_hosts
     token, hold = held_by_a(a, "j1")
     hold.window.records.disconnect()  # cut off: it renews no more, frees nothing
-    wait_until(lambda: not b.records.lease_alive("j1"), "the lease to lapse")
+    wait_for(lambda: not b.records.lease_alive("j1"), what="the lease to lapse")
     assert sweep_lapsed(b) == 0
-    wait_until(lambda: sweep_lapsed(b) == 1, "the spool wait to be over")  # bounded: never dropped
+    wait_for(lambda: sweep_lapsed(b) == 1, what="the spool wait to be over")  # bounded: never dropped
     record = b.records.get("j1")
     assert record is not None and record.status == "queued"
     assert LOST_CONTACT in record.trail[-1].why and "host-a" in record.trail[-1].why
@@ -108,7 +81,7 @@ def test_the_holders_own_host_takes_back_what_it_left_unsettled_without_the_wait
     a, _ = spool_wait_hosts
     token, hold = held_by_a(a, "j1", pid=os.getpid())  # its own job ended, spooling nothing
     hold.window.records.disconnect()  # cut off: it renews no more, frees nothing
-    wait_until(lambda: not a.records.lease_alive("j1"), "the lease to lapse")
+    wait_for(lambda: not a.records.lease_alive("j1"), what="the lease to lapse")
     assert sweep_lapsed(a) == 1  # its replay ran first: nothing to wait for
     record = a.records.get("j1")
     assert record is not None and record.status == "queued" and getattr(record, "claim", None) != token
@@ -122,7 +95,7 @@ def test_each_renewal_of_the_holder_keeps_the_judgement_for_its_replay(
     a.records.redis.delete(keys.replay_wait("j1"))  # what its first hold gave is spent
     hold.renew_once()  # a renewal, as its thread makes them while the session runs
     hold.window.records.disconnect()  # then it is cut off
-    wait_until(lambda: not b.records.lease_alive("j1"), "the renewed lease to lapse")
+    wait_for(lambda: not b.records.lease_alive("j1"), what="the renewed lease to lapse")
     assert sweep_lapsed(b) == 0
     record = b.records.get("j1")
     assert record is not None and record.status == "running" and getattr(record, "claim", None) == token
