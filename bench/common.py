@@ -4,8 +4,12 @@ so the benchmarks form no import circle."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
-__all__ = ["PY", "ROOT", "Bench", "write_jsonl"]
+__all__ = ["PY", "ROOT", "Bench", "free_port", "github_signature", "stop_server", "write_jsonl"]
 
 PY = sys.executable
 
@@ -72,3 +76,26 @@ class Bench:
 
 def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now, for a server the bench starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def github_signature(secret: str, body: bytes) -> str:
+    """`X-Hub-Signature-256` for `body`, as GitHub signs a delivery."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def stop_server(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM, then SIGKILL past `timeout`: a server the bench started never outlives it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

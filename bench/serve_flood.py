@@ -17,14 +17,11 @@ the same flood and the same slow bodies. A missed target exits 1. Timing lives h
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
 import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import free_port, github_signature, stop_server  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
 __all__ = ["run_serve_flood"]
@@ -97,16 +95,6 @@ triage:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _sign(body: bytes) -> str:
-    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-
-
 def _request(
     port: int, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
 ) -> tuple[int, float]:
@@ -152,7 +140,7 @@ def _flood(port: int) -> dict[str, Any]:
         "Content-Type": "application/json",
         "X-GitHub-Event": "ping",
         "X-GitHub-Delivery": "flood-ping",
-        "X-Hub-Signature-256": _sign(ping),
+        "X-Hub-Signature-256": github_signature(SECRET, ping),
     }
     probes = {
         "healthz": ("GET", "/healthz", None, {}),
@@ -201,7 +189,7 @@ def _slow_bodies(port: int, pid: int) -> dict[str, Any]:
     head = (
         "POST /webhooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "X-GitHub-Event: ping\r\nX-GitHub-Delivery: slow\r\n"
-        f"X-Hub-Signature-256: {_sign(body)}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"X-Hub-Signature-256: {github_signature(SECRET, body)}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     before = _rss_mb(pid)[0]
     held: list[socket.socket] = []
@@ -246,16 +234,6 @@ def _slow_bodies(port: int, pid: int) -> dict[str, Any]:
     }
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def run_serve_flood() -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
@@ -276,7 +254,7 @@ def run_serve_flood() -> dict[str, Any]:
     result: dict[str, Any] = {}
     try:
         for side in ("dispatchq", "plain"):
-            port = _free_port()
+            port = free_port()
             command = (
                 [PY, "-m", "dispatchq.cli", "serve", "--port", str(port)]
                 if side == "dispatchq"
@@ -290,7 +268,7 @@ def run_serve_flood() -> dict[str, Any]:
                 time.sleep(1)
                 result[side] = {"flood": flood, "slow_bodies": _slow_bodies(port, proc.pid)}
             finally:
-                _stop(proc)
+                stop_server(proc)
     finally:
         redis.stop()
         shutil.rmtree(workdir, ignore_errors=True)

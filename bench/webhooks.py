@@ -26,14 +26,10 @@ Target: dispatchq >= 0.5x the bare endpoint. Timing lives here.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import free_port, github_signature, stop_server  # noqa: E402
 from dispatchq.queue.entrypoints import DispatchqQueue  # noqa: E402
 from dispatchq.storage import keys  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
@@ -96,12 +93,6 @@ triage:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _bodies(n: int, first: int = 1) -> list[tuple[str, bytes, str]]:
     """N distinct deliveries (issue numbers from `first`) of GitHub's example, or a stand-in.
 
@@ -120,7 +111,7 @@ def _bodies(n: int, first: int = 1) -> list[tuple[str, bytes, str]]:
     for i in range(n):
         payload = {**base, "issue": {**base["issue"], "number": first + i}}
         body = json.dumps(payload).encode()
-        signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        signature = github_signature(SECRET, body)
         out.append((f"bench-{i}", body, signature))
     return out
 
@@ -224,16 +215,6 @@ def _burst(port: int, deliveries: list[tuple[str, bytes, str]]) -> dict[str, Any
     return {"size": len(deliveries), "statuses": statuses, "peak_open_connections": peak}
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
     """Both servers up at once, taking turns (bare, dispatchq, bare, ...): medians of `rounds`.
 
@@ -262,7 +243,7 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
     bare_rates: list[float] = []
     serve_rates: list[float] = []
     bare_ok = serve_ok = 0
-    bare_port, serve_port = _free_port(), _free_port()
+    bare_port, serve_port = free_port(), free_port()
     bare = subprocess.Popen([PY, "-c", BARE, str(bare_port), SECRET], env=env, cwd=ROOT)
     serve = subprocess.Popen(
         [PY, "-m", "dispatchq.cli", "serve", "--port", str(serve_port)],
@@ -296,8 +277,8 @@ def run_webhooks(n: int, rounds: int = 7) -> dict[str, Any]:
             for size in BURSTS
         ]
     finally:
-        _stop(bare)
-        _stop(serve)
+        stop_server(bare)
+        stop_server(serve)
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     bare_rate = statistics.median(bare_rates)
