@@ -84,6 +84,8 @@ class DispatchqWorker(SimpleWorker):
     #: its handlers in (while the worker was built, or the spool replayed) must still stop it.
     outer_stop: threading.Event | None = None
     _outage: OutageLog | None = None
+    #: The running job's heartbeat thread and its stop, while a job runs.
+    _beating: tuple[threading.Event, threading.Thread] | None = None
 
     def subscribe(self) -> None:
         # RQ's command channel (`rq`'s stop/kill commands). RQ polls it every 60 s, and
@@ -236,8 +238,18 @@ class DispatchqWorker(SimpleWorker):
         # after its hash expired; with `result_ttl=0` the success path deletes the job, trips
         # over that entry (`ValueError: Execution … not found in Redis`) and files the job,
         # whose judgements were all answered, as failed. Forget such entries first.
+        # The job's heartbeat thread stops first: a beat landing after the cleanup (a partition's
+        # late one) would tear the hash again, between the cleanup and RQ's delete.
+        self._stop_beating()
         forget_dead_executions(self.connection, job.id, keep=execution.id)
         super().handle_job_success(job, queue, started_job_registry, execution)
+
+    def _stop_beating(self) -> None:
+        beating, self._beating = self._beating, None
+        if beating is not None:
+            stop, thread = beating
+            stop.set()
+            thread.join(timeout=5)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval + self.heartbeat_grace)
@@ -257,12 +269,12 @@ class DispatchqWorker(SimpleWorker):
                         log.warning("heartbeat for job %s failed", job.id, exc_info=True)
 
         thread = threading.Thread(target=beat, name=f"heartbeat-{job.id}", daemon=True)
+        self._beating = (stop, thread)
         thread.start()
         try:
             self.perform_job(job, queue, execution)
         finally:
-            stop.set()
-            thread.join(timeout=5)
+            self._stop_beating()
         self.set_state("idle")
 
 

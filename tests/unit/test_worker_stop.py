@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
+from types import SimpleNamespace
 
 import fakeredis
 import pytest
@@ -52,3 +54,42 @@ def test_a_round_that_starts_after_the_stop_builds_no_worker() -> None:
     assert body.round() == Done()  # a runtime of None: building a worker would raise
     assert body.worker is None
     assert body.stopped()
+
+
+def test_no_heartbeat_lands_once_the_jobs_success_is_being_written(
+    fake_client: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A late beat (a partition's) re-creates the execution's hash without `created_at` after
+    # the cleanup and before RQ deletes the job: RQ then raises, and a job that returned is
+    # filed as failed (for a session: its worker "died"). The beats stop before the cleanup.
+    from rq.worker import SimpleWorker
+
+    from dispatchq.workers import base
+
+    worker = _worker(fake_client)
+    worker.job_monitoring_interval = 0.005  # type: ignore[assignment]
+    writing = threading.Event()
+    late: list[str] = []
+
+    def beat(job: object, execution: object) -> None:
+        if writing.is_set():
+            late.append("beat")
+
+    def cleanup(client: object, job_id: str, *, keep: str = "") -> int:
+        writing.set()
+        time.sleep(0.2)  # forty beat intervals: a beat still running would land here
+        return 0
+
+    monkeypatch.setattr(worker, "maintain_heartbeats", beat)
+    monkeypatch.setattr(worker, "prepare_execution", lambda job: SimpleNamespace(id="e-1"))
+    monkeypatch.setattr(base, "forget_dead_executions", cleanup)
+    monkeypatch.setattr(SimpleWorker, "handle_job_success", lambda *args, **kwargs: None)
+
+    def perform(job: object, queue: object, execution: object) -> None:
+        time.sleep(0.05)  # the job runs: beats meanwhile are fine
+        worker.handle_job_success(job, queue, None, execution)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worker, "perform_job", perform)
+    worker.execute_job(SimpleNamespace(id="j-1"), None)  # type: ignore[arg-type]
+    assert writing.is_set()
+    assert late == []
