@@ -185,9 +185,11 @@ def result(jid: str, wait: float | None, as_json: bool) -> None:
 def list_(status: str | None, kind: str | None, limit: int, as_json: bool) -> None:
     """List judgements, newest first."""
     rt = runtime(config=False)
-    ids = rt.storage.records.ids(status)
+    # Newest first; without a filter only the newest `limit` are read, not every record.
     if status is None:
-        ids = list(reversed(ids))
+        ids = rt.storage.records.newest(limit if kind is None else None)
+    else:
+        ids = rt.storage.records.ids(status)
     records = [
         r for r in rt.storage.records.get_many(ids) if r is not None and (kind is None or r.kind == kind)
     ]
@@ -258,7 +260,7 @@ def retry(jid: str) -> None:
 @click.command()
 def prune() -> None:
     """Drop index entries of records that have expired (DISPATCHQ_RESULT_TTL)."""
-    click.echo(f"pruned {runtime(config=False).storage.records.prune()} expired entries")
+    click.echo(f"pruned {runtime(config=False).storage.records.prune(everything=True)} expired entries")
 
 
 def _progress_thread(rt: Any, ids: list[str], progress: Progress, task: Any, stop: threading.Event) -> None:
@@ -415,7 +417,7 @@ def full_id(rt: Any, jid: str) -> str:
     wanted = jid.strip()
     if rt.storage.records.get(wanted) is not None or len(wanted) < MIN_ID_PREFIX:
         return wanted
-    matches = [i for i in rt.storage.records.ids() if i.startswith(wanted)]
+    matches = rt.storage.records.with_prefix(wanted, limit=50)
     if len(matches) > 1:
         raise UserError(f"id prefix {wanted!r} is ambiguous: {len(matches)} judgements start with it")
     return matches[0] if matches else wanted

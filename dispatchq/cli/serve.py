@@ -36,7 +36,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime_waiting
-    from dispatchq.queue.upgrade import backfill_prefix_index, backfill_unstarted_index
+    from dispatchq.queue.upgrade import backfill_unstarted_index, migrate_directory
     from dispatchq.serve.app import create_app
     from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start, trusted_networks
@@ -65,7 +65,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
         log.warning("the config has no triage section: deliveries to /webhooks/github are refused (503)")
     if s.api_token is None:
         log.warning("DISPATCHQ_API_TOKEN is not set: routes are open to anyone on this machine")
-    backfill_prefix_index(rt.redis)  # ids made before the prefix index (once per store)
+    migrate_directory(rt.redis)  # ids of the indexes before the directory (once per store)
     backfill_unstarted_index(rt.redis)  # judgements queued before the oldest-waiting index (once)
     app = create_app(rt)
     log.info("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)

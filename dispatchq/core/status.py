@@ -70,8 +70,17 @@ class _Stored(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: The longest value a hash may hold and stay in Redis's compact encoding (listpack, ziplist before
+#: Redis 7) on the server dispatchq starts itself. A judgement's record is one hash whose longest
+#: value is its input (a few hundred bytes): under this limit it costs about half the memory of the
+#: hashtable Redis falls back to past it (2.1 KB a waiting judgement at the default of 64).
+RECORD_VALUE_LIMIT = 4096
+#: Below this `hash-max-listpack-value`, `status` warns: a typical record no longer fits.
+RECORD_VALUE_WARN = 1024
+
+
 class ServerFacts(_Part):
-    """What the Redis server says of itself (`storage.store.Store.server_facts`).
+    """What the Redis server says of itself (`storage.facts.server_facts`).
 
     The document keeps these at its top level (`Status` has each under the same name), so this
     part is what the store hands `collect_status`, not a field of the document.
@@ -81,6 +90,7 @@ class ServerFacts(_Part):
     redis_appendfsync: str | None = None
     redis_used_memory: int | None = None
     redis_maxmemory: int | None = None
+    redis_hash_value_limit: int | None = None
     redis_unreadable: list[str] = Field(default_factory=list)
 
 
@@ -357,6 +367,7 @@ class Status(_Part):
     redis_appendfsync: str | None = None
     redis_used_memory: int | None = None
     redis_maxmemory: int | None = None
+    redis_hash_value_limit: int | None = None
     redis_unreadable: list[str] = Field(default_factory=list)
     queues: dict[str, int] = Field(default_factory=dict)
     workers: dict[str, int] = Field(default_factory=dict)

@@ -268,7 +268,7 @@ class Dispatcher:
                     p.content_key,
                     "1" if p.force else "0",
                     self.store.line_of(p.host) if _admission(p.tier) == "line" else "",
-                    p.judgement.model_dump_json(),
+                    p.judgement.model_dump_json(exclude_defaults=True),
                     p.tier,
                     p.kind.effect,
                     p.host or "",

@@ -19,9 +19,10 @@ So no lock is needed, and no process takes a job before its own pass is over. A 
 written after the mark (a previous-release producer still running) is refused by the
 worker like any other foreign job, and reconciliation re-enqueues its judgements.
 
-A second step, under its own mark: `backfill_prefix_index` puts the judgement ids made
-before the prefix index (`dispatchq.storage.prefix`) into it, once per store, so
-`GET /judgements/{prefix}` finds them in O(log n) too. `serve` runs it at start as well.
+A second step: `migrate_directory` moves the judgement ids of the sorted sets a store kept
+before the directory (`dispatchq.storage.directory`) into it, once per store (the legacy sets
+are deleted when it is done), so `GET /judgements/{prefix}` and `list` find them there too.
+`serve` runs it at start as well.
 A third, the same way: `backfill_unstarted_index` puts the judgements queued or waiting
 before the unstarted index (`dispatchq.storage.unstarted`) into it, so `/metrics` reads the
 oldest waiting age from the index rather than a bounded scan.
@@ -47,14 +48,14 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import prefix, rqstate, unstarted
+from dispatchq.storage import directory, rqstate, unstarted
 
 __all__ = [
     "NeedsGlobal",
     "Upgrade",
-    "backfill_prefix_index",
     "backfill_unstarted_index",
     "ensure_upgraded",
+    "migrate_directory",
     "no_globals_loads",
     "upgrade_job",
     "upgrade_jobs",
@@ -97,16 +98,16 @@ class Upgrade:
     unchanged: int = 0
 
 
-def backfill_prefix_index(client: redis.Redis) -> int | None:
-    """Put the ids made before the prefix index into it (`storage.prefix`), once per store.
+def migrate_directory(client: redis.Redis) -> int | None:
+    """Move the ids of a store's legacy id indexes into the directory (`storage.directory`).
 
-    Its own step with its own mark: a store whose jobs were upgraded by an earlier release
-    still needs it. None when it was done already; else how many ids were added.
+    None when there were none (the step is done, or the store never had them); else how many
+    ids were moved (an id whose record expired is dropped instead).
     """
-    added = prefix.backfill(client)
-    if added:
-        log.warning("upgrade: %d judgement id(s) added to the prefix index", added)
-    return added
+    moved = directory.migrate(client)
+    if moved:
+        log.warning("upgrade: %d judgement id(s) moved into the id directory", moved)
+    return moved
 
 
 def backfill_unstarted_index(client: redis.Redis) -> int | None:
@@ -121,10 +122,10 @@ def backfill_unstarted_index(client: redis.Redis) -> int | None:
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
     """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
 
-    The indexes' backfills (`backfill_prefix_index`, `backfill_unstarted_index`) run first,
+    The indexes' steps (`migrate_directory`, `backfill_unstarted_index`) run first,
     each under its own mark.
     """
-    backfill_prefix_index(client)
+    migrate_directory(client)
     backfill_unstarted_index(client)
     if rqstate.jobs_upgraded(client):
         return None

@@ -36,6 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
+from dispatchq.core.status import RECORD_VALUE_LIMIT
 from dispatchq.errors import RedisUnavailable, RedisUnreachable
 from dispatchq.settings import Settings, parent_environment
 from dispatchq.storage.private import (
@@ -365,6 +366,9 @@ class EmbeddedRedis:
             # Queues and records must never be evicted to make room.
             "maxmemory-policy": "noeviction",
             "tcp-backlog": "511",
+            # A record stays in the compact hash encoding (half the memory of a hashtable) while
+            # its longest value is under this: its input, a few hundred bytes (`RECORD_VALUE_LIMIT`).
+            "hash-max-ziplist-value": str(RECORD_VALUE_LIMIT),
             "timeout": "0",
         }
         return "".join(f"{key} {value}\n" for key, value in lines.items())
@@ -652,6 +656,10 @@ def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:
         current = current.decode()
     if current != wanted:
         client.config_set("appendfsync", wanted)
+    # A server started before the limit was in its config keeps what it had until told.
+    limit = client.config_get("hash-max-ziplist-value").get("hash-max-ziplist-value")
+    if limit is not None and int(limit) < RECORD_VALUE_LIMIT:
+        client.config_set("hash-max-ziplist-value", str(RECORD_VALUE_LIMIT))
 
 
 def _short(error: BaseException) -> str:

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from dispatchq.core.status import ServerFacts
 from dispatchq.storage import histograms, history, rqstate, unstarted
+from dispatchq.storage.facts import server_facts
 from dispatchq.storage.findings import FindingsStore
 from dispatchq.storage.locks import LeasedLock
 from dispatchq.storage.outage import require_room
@@ -136,6 +138,10 @@ class Server:
     def await_replica(self, settings: Settings) -> None:
         """Wait until the last write reached a replica, when the settings ask for one."""
         await_replica(self._redis, settings)
+
+    def facts(self) -> ServerFacts:
+        """What `status` shows of the server in effect (`storage.facts`)."""
+        return server_facts(self._redis)
 
     def lock(self, key: str, holder: str) -> LeasedLock:
         """A lock with a lease, owned by `holder` (`storage.locks`)."""

@@ -11,10 +11,14 @@ __all__ = [
     "ALL_IDS",
     "CONTROL_QUEUE",
     "CREDENTIAL_BLOCKED",
+    "DIRECTORY_PREFIX",
+    "EXPIRING",
     "JOBS_UPGRADED",
+    "LIVE_KEYS_PREFIX",
     "MARKER_AUDIT",
     "MARKER_SCOPES",
     "PREFIX",
+    "RECENT",
     "RECONCILE_TURN",
     "SCHEDULER_HEARTBEAT",
     "SEQUENCE",
@@ -44,12 +48,14 @@ __all__ = [
     "WORKERS",
     "WRITE_PROBE",
     "answered_counter",
+    "directory",
     "findings_approval",
     "findings_attempt",
     "findings_dispatch_log",
     "findings_lines",
     "findings_lock",
     "idempotency",
+    "live_key",
     "marker",
     "probe",
     "queue_name",
@@ -105,8 +111,34 @@ def idempotency(content_key: str) -> str:
     return f"{PREFIX}:key:{content_key}"
 
 
-ALL_IDS = f"{PREFIX}:ids"  # sorted set: id -> enqueue time, for `list` and `prune`
+ALL_IDS = f"{PREFIX}:ids"  # sorted set: id -> enqueue time; stores made before the directory
 SEQUENCE = f"{PREFIX}:seq"  # counter giving every judgement a FIFO sequence number
+
+
+#: Hashes `dir:<first 4 characters of an id>`: the rest of the id -> its enqueue time in ms.
+#: Every judgement id, in 65,536 small hashes Redis keeps in its compact encoding (about 35 bytes
+#: an id, where one sorted set of every id cost 130 and a second one for prefixes 130 more): a
+#: prefix lookup reads one, `list` and the upgrade read them all (`storage.directory`).
+DIRECTORY_PREFIX = f"{PREFIX}:dir:"
+#: List: the newest judgement ids, newest first, capped (`list` and `status` read it).
+RECENT = f"{PREFIX}:recent"
+#: Sorted set: finished judgements by the instant their record expires, so `prune` reads only
+#: the expired, not every id.
+EXPIRING = f"{PREFIX}:expiring"
+#: Hashes `live-keys:<first 4 hex of a content key>`: the rest of the key -> the live judgement
+#: with it. A finished judgement's key moves to `idempotency` (a string that expires with its
+#: record): what waits costs one small hash entry, not a key of its own.
+LIVE_KEYS_PREFIX = f"{PREFIX}:live-keys:"
+
+
+def live_key(content_key: str) -> tuple[str, str]:
+    """(hash, field) that hold the live judgement with this content key (the scripts' `live_key`)."""
+    return f"{LIVE_KEYS_PREFIX}{content_key[:4]}", content_key[4:]
+
+
+def directory(judgement_id: str) -> tuple[str, str]:
+    """(hash, field) that list a judgement id in the directory."""
+    return f"{DIRECTORY_PREFIX}{judgement_id[:4]}", judgement_id[4:]
 
 
 def answered_counter(tier: str) -> str:

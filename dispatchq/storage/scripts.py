@@ -23,6 +23,7 @@ __all__ = [
     "STALE",
     "TAKE_OVER",
     "TRANSITION",
+    "TRANSITION_MANY",
 ]
 
 P = keys.PREFIX
@@ -43,22 +44,49 @@ local function fenced(rkey, claim)
 end
 """.replace("$LEGACY", LEGACY_CLAIM)
 
+# A record's member in its session line. Written on the record (`lmember`) only when it is not
+# this one (a member put at the front by `LINE_ADD`): the default is derived from the record's
+# own seq and id, which saves ~60 bytes on each of a million waiting records.
+_LINE_MEMBER_LUA = """
+local function line_member(seq, id)
+  return string.format('%015d:%s', tonumber(seq) or 0, id)
+end
+"""
+
+# Where the live judgement with a content key is found (`keys.LIVE_KEYS_PREFIX`), and where a
+# judgement id is listed (`keys.directory`): small hashes, each in Redis's compact encoding.
+_BUCKETS_LUA = """
+local function live_key(ckey)
+  return '$LIVE' .. string.sub(ckey, 1, 4), string.sub(ckey, 5)
+end
+local function dir_entry(id)
+  return '$DIR' .. string.sub(id, 1, 4), string.sub(id, 5)
+end
+""".replace("$LIVE", keys.LIVE_KEYS_PREFIX).replace("$DIR", keys.DIRECTORY_PREFIX)
+
+#: How many of the newest ids `keys.RECENT` keeps (what `list` and `status` show first).
+RECENT_CAP = 10_000
+
 # ARGV: now, then one JSON array of entries, each the 12 fields of `NewRecord` in order
 # (one argument rather than 10 per entry: packing arguments costs more than cjson).
 # Returns only the duplicates, as flat (1-based position, live id) pairs: the common case
 # (everything new) then costs no reply at all. Index writes are batched per call.
 ENQUEUE = (
     COUNTS_LUA
+    + _LINE_MEMBER_LUA
+    + _BUCKETS_LUA
     + """
 local now = ARGV[1]
 local entries = cjson.decode(ARGV[2])
-local out, new_ids, scored, keys, tiers, unstarted = {}, {}, {}, {}, {}, {}
+local ms = string.format('%d', math.floor(tonumber(now) * 1000))
+local out, new_ids, keys, tiers, unstarted = {}, {}, {}, {}, {}
 local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
 for i = 1, #entries do
   local e = entries[i]
   local id, ckey, force, line = e[1], e[2], e[3], e[4]
   local kkey = '$P:key:' .. ckey
-  local existing = keys[kkey] or redis.call('GET', kkey)
+  local lkey, lfield = live_key(ckey)
+  local existing = keys[kkey] or redis.call('HGET', lkey, lfield) or redis.call('GET', kkey)
   local dup = false
   if existing and force == '0' then
     local st = redis.call('HGET', '$P:j:' .. existing, 'status')
@@ -69,39 +97,41 @@ for i = 1, #entries do
     table.insert(out, existing)
   else
     seq = seq + 1
-    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey, 'trail', '[]',
-                  'in', e[5], 'tier', e[6], 'effect', e[7], 'host', e[8], 'job', e[9]}
+    -- Only what is not a reader's default is written: every field counts at a million waiting.
+    local args = {'seq', seq, 'created', now, 'updated', now, 'status', 'queued', 'ckey', ckey,
+                  'in', e[5], 'tier', e[6]}
+    if e[7] ~= 'local' then table.insert(args, 'effect'); table.insert(args, e[7]) end
+    if e[8] ~= '' then table.insert(args, 'host'); table.insert(args, e[8]) end
+    if e[9] ~= '' then table.insert(args, 'job'); table.insert(args, e[9]) end
     if line ~= '' then
-      local member = string.format('%015d:%s', seq, id)
       table.insert(args, 'line'); table.insert(args, line)
-      table.insert(args, 'lmember'); table.insert(args, member)
-      redis.call('ZADD', line, (e[12] ~= nil and e[12] ~= '') and e[12] or 0, member)
+      redis.call('ZADD', line, (e[12] ~= nil and e[12] ~= '') and e[12] or 0, line_member(seq, id))
     end
     if e[11] ~= nil and e[11] ~= '' then
       table.insert(args, 'urgency'); table.insert(args, e[11])
     end
     redis.call('HSET', '$P:j:' .. id, unpack(args))
     if e[10] ~= '' then redis.call('SADD', e[10], id) end
-    redis.call('SET', kkey, id)
+    redis.call('HSET', lkey, lfield, id)
     keys[kkey] = id
     tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
-    redis.call('ZADD', '$P:ids:lex', 0, id)  -- the prefix index (storage.prefix)
+    local dkey, dfield = dir_entry(id)
+    redis.call('HSET', dkey, dfield, ms)
     unstarted[e[6]] = unstarted[e[6]] or {}
     table.insert(unstarted[e[6]], id)
-    table.insert(scored, now)
-    table.insert(scored, id)
   end
 end
 for i = 1, #new_ids, 500 do
   local last = math.min(i + 499, #new_ids)
   redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
-  redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
+  redis.call('LPUSH', '$P:recent', unpack(new_ids, i, last))
 end
+if #new_ids > 0 then redis.call('LTRIM', '$P:recent', 0, $CAP - 1) end
 for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
 index_many(unstarted, now)  -- each tier's unstarted index (storage.unstarted)
 return out
-""".replace("$P", P)
+""".replace("$P", P).replace("$CAP", str(RECENT_CAP))
 )
 
 # Claim judgements for a tier: queued/waiting -> running. ARGV: now, tier, ids...
@@ -145,6 +175,8 @@ return out
 TRANSITION = (
     COUNTS_LUA
     + _FENCE_LUA
+    + _LINE_MEMBER_LUA
+    + _BUCKETS_LUA
     + """
 local rkey = KEYS[1]
 local now, expect, status, trail_json, ttl, answered = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -181,27 +213,76 @@ if cur ~= status then
   redis.call('SREM', '$P:by-status:' .. cur, id)
   redis.call('SADD', '$P:by-status:' .. status, id)
 end
+-- A finished judgement's content key leaves the live hash for a string that expires with the
+-- record (a duplicate enqueued meanwhile still finds it); one that is unfinished again goes back.
 local ckey = redis.call('HGET', rkey, 'ckey')
 if ttl ~= '' then
   redis.call('EXPIRE', rkey, tonumber(ttl))
+  redis.call('ZADD', '$P:expiring', tonumber(now) + tonumber(ttl), id)
   if ckey then
     local kkey = '$P:key:' .. ckey
-    if redis.call('GET', kkey) == id then redis.call('EXPIRE', kkey, tonumber(ttl)) end
+    local lkey, lfield = live_key(ckey)
+    if redis.call('HGET', lkey, lfield) == id then
+      redis.call('HDEL', lkey, lfield)
+      redis.call('SET', kkey, id, 'EX', tonumber(ttl))
+    elseif redis.call('GET', kkey) == id then
+      redis.call('EXPIRE', kkey, tonumber(ttl))
+    end
   end
-else
-  redis.call('PERSIST', rkey)
+elseif redis.call('PERSIST', rkey) == 1 then
+  redis.call('ZREM', '$P:expiring', id)
   if ckey then
     local kkey = '$P:key:' .. ckey
-    if redis.call('GET', kkey) == id then redis.call('PERSIST', kkey) end
+    local lkey, lfield = live_key(ckey)
+    if redis.call('GET', kkey) == id then
+      if redis.call('HSETNX', lkey, lfield, id) == 1 then redis.call('DEL', kkey)
+      else redis.call('PERSIST', kkey) end
+    end
   end
 end
 if answered ~= '' then redis.call('INCR', '$P:stats:answered:' .. answered) end
-local line, member = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
-if line and member and (status ~= 'queued' and status ~= 'waiting') then
-  redis.call('ZREM', line, member)
+local line, member, lseq = unpack(redis.call('HMGET', rkey, 'line', 'lmember', 'seq'))
+if line and (status ~= 'queued' and status ~= 'waiting') then
+  redis.call('ZREM', line, member or line_member(lseq, id))
 end
 return 1
 """.replace("$P", P).replace("$LEGACY", LEGACY_CLAIM)
+)
+
+# Move many unfinished records to a status at once, with the same fields (a window closing or
+# opening over a whole backlog): one call per chunk, not one per record. No trail, expiry or
+# claim: only moves between unfinished statuses. ARGV: now, expect (comma-separated), status,
+# the number of field/value pairs, the pairs ("\\0" deletes the field), then the ids.
+# Returns how many moved.
+TRANSITION_MANY = (
+    COUNTS_LUA
+    + """
+local now, expect, status = ARGV[1], ',' .. ARGV[2] .. ',', ARGV[3]
+local nf = tonumber(ARGV[4])
+local sets, drops = {'status', status, 'updated', now}, {}
+for i = 5, 4 + 2 * nf, 2 do
+  if ARGV[i + 1] == '\\0' then table.insert(drops, ARGV[i])
+  else table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i + 1]) end
+end
+local moved = 0
+for i = 5 + 2 * nf, #ARGV do
+  local id = ARGV[i]
+  local rkey = '$P:j:' .. id
+  local cur = redis.call('HGET', rkey, 'status')
+  if cur and string.find(expect, ',' .. cur .. ',', 1, true) then
+    local before = facts(rkey)
+    if #drops > 0 then redis.call('HDEL', rkey, unpack(drops)) end
+    redis.call('HSET', rkey, unpack(sets))
+    settle(rkey, before)
+    if cur ~= status then
+      redis.call('SREM', '$P:by-status:' .. cur, id)
+      redis.call('SADD', '$P:by-status:' .. status, id)
+    end
+    moved = moved + 1
+  end
+end
+return moved
+""".replace("$P", P)
 )
 
 # Take a judgement out of a session line and mark it running, only if it is still there
@@ -318,7 +399,9 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 # score the record takes in each class, computed by the caller (`core.priority.line_score`).
 # Members at one score sort bytewise: '-' sorts before every digit, so front members go first
 # and keep FIFO among themselves (several sessions refused at once keep their order).
-LINE_ADD = """
+LINE_ADD = (
+    _LINE_MEMBER_LUA
+    + """
 local rkey, line = KEYS[1], KEYS[2]
 local class = ARGV[2]
 if class == '' then class = redis.call('HGET', rkey, 'urgency') or 'normal' end
@@ -329,13 +412,19 @@ local id = string.sub(rkey, string.len('$P:j:') + 1)
 local seq = redis.call('HGET', rkey, 'seq') or '0'
 local member
 if ARGV[1] == '1' then member = string.format('-%014d:%s', tonumber(seq), id)
-else member = string.format('%015d:%s', tonumber(seq), id) end
+else member = line_member(seq, id) end
 local old_line, old = unpack(redis.call('HMGET', rkey, 'line', 'lmember'))
-if old_line and old then redis.call('ZREM', old_line, old) end
+if old_line then redis.call('ZREM', old_line, old or line_member(seq, id)) end
 redis.call('ZADD', line, score, member)
-redis.call('HSET', rkey, 'line', line, 'lmember', member)
+if member == line_member(seq, id) then
+  redis.call('HSET', rkey, 'line', line)
+  redis.call('HDEL', rkey, 'lmember')
+else
+  redis.call('HSET', rkey, 'line', line, 'lmember', member)
+end
 return member
 """.replace("$P", P)
+)
 
 
 # Set fields (those the live counts depend on move them). KEYS: record. ARGV: the holder's claim

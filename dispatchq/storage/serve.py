@@ -26,8 +26,8 @@ import orjson
 
 from dispatchq.core.text import as_text
 from dispatchq.storage import keys
+from dispatchq.storage.directory import ids_with_prefix
 from dispatchq.storage.logins import revoke_logins
-from dispatchq.storage.prefix import ids_with_prefix
 
 if TYPE_CHECKING:
     import redis
@@ -183,7 +183,7 @@ class ServeStorage:
 
     # -- judgements --------------------------------------------------------------------------
     def ids_with_prefix(self, prefix: str, *, limit: int = 2) -> list[str]:
-        """Up to `limit` judgement ids starting with `prefix` (an exact id first), in O(log n)."""
+        """Up to `limit` judgement ids starting with `prefix` (an exact id first), from one hash."""
         if not JUDGEMENT_PREFIX.match(prefix):
             return []
         if self._redis.exists(keys.record(prefix)):

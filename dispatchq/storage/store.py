@@ -24,11 +24,11 @@ from redis.client import Pipeline
 
 from dispatchq.core.judgement import FINISHED, STATUSES, Record, TrailEntry
 from dispatchq.core.priority import PRIORITIES, line_score, stored_priority
-from dispatchq.core.status import Brief, Counters, ServerFacts
+from dispatchq.core.status import Brief, Counters
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
-from dispatchq.storage import keys, scripts
+from dispatchq.storage import directory, keys, scripts
 from dispatchq.storage.counts import RECOUNT_LUA
 from dispatchq.storage.histograms import observe_answer
 from dispatchq.storage.scripts import LEGACY_CLAIM
@@ -118,6 +118,7 @@ class Store:
         self._enqueue = client.register_script(scripts.ENQUEUE)
         self._claim = client.register_script(scripts.CLAIM)
         self._transition = client.register_script(scripts.TRANSITION)
+        self._transition_many = client.register_script(scripts.TRANSITION_MANY)
         self._line_add = client.register_script(scripts.LINE_ADD)
         self._line_claim = client.register_script(scripts.LINE_CLAIM)
         self._set_fields = client.register_script(scripts.SET_FIELDS)
@@ -269,6 +270,29 @@ class Store:
             return False
         observe_answer(self.redis, jid, answered_tier, args[0])  # time in queue (storage/histograms.py)
         return done == 1
+
+    def transition_many(
+        self,
+        ids: Sequence[str],
+        status: str,
+        *,
+        expect: Iterable[str],
+        fields: dict[str, Any] | None = None,
+        delete: Iterable[str] = (),
+    ) -> int:
+        """Move every record of `ids` in one of `expect` to `status` (unfinished to unfinished), a
+        script call per 500: how many moved. What a window does to a whole line at once."""
+        flat: list[str] = []
+        for name, value in _with_class(fields or {}).items():
+            flat += [name, _encode_field(name, value)]
+        for name in delete:
+            flat += [name, "\0"]
+        head = [",".join(expect), status, str(len(flat) // 2), *flat]
+        moved = 0
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            moved += int(self._transition_many(args=[repr(time.time()), *head, *chunk]))
+        return moved
 
     def add_to_line(
         self,
@@ -422,6 +446,16 @@ class Store:
             reader.hget(keys.record(jid), "in")
         return [as_text(raw) if raw else None for raw in reader.execute()]
 
+    def fields_of(self, ids: Sequence[str], *names: str) -> list[list[str | None]]:
+        """Some fields of each record, in a pipeline per thousand (None where unset or gone)."""
+        out: list[list[str | None]] = []
+        for start in range(0, len(ids), 1000):
+            reader = self.redis.pipeline(transaction=False)
+            for jid in ids[start : start + 1000]:
+                reader.hmget(keys.record(jid), *names)
+            out += [[as_text(v) if v is not None else None for v in row] for row in reader.execute()]
+        return out
+
     def forget_deaths(self, jid: str) -> None:
         """A retry asked for by a person starts the count of worker deaths again."""
         self.redis.hdel(keys.record(jid), "deaths", "shutdowns")
@@ -503,7 +537,14 @@ class Store:
     def ids(self, status: str | None = None) -> list[str]:
         if status is not None:
             return sorted(_texts(self.redis.smembers(keys.status_index(status))))
-        return _texts(self.redis.zrange(keys.ALL_IDS, 0, -1))
+        return directory.all_ids(self.redis)
+
+    def newest(self, limit: int | None = None) -> list[str]:
+        """Judgement ids, newest first: the newest `limit`, or every one."""
+        return directory.newest(self.redis, limit) if limit else list(reversed(directory.all_ids(self.redis)))
+
+    def with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        return directory.ids_with_prefix(self.redis, prefix, limit=limit)
 
     def count(self, status: str) -> int:
         return int(self.redis.scard(keys.status_index(status)))
@@ -598,7 +639,7 @@ class Store:
 
     def latest(self, limit: int = 10) -> list[Brief]:
         """The most recently enqueued judgements, briefly, newest first."""
-        return self.briefs(_texts(self.redis.zrevrange(keys.ALL_IDS, 0, max(0, limit - 1))))
+        return self.briefs(directory.newest(self.redis, limit))
 
     def briefs(self, ids: Sequence[str]) -> list[Brief]:
         """Judgements as lists show them (what, where, why), read field by field: no trail, no model."""
@@ -649,36 +690,6 @@ class Store:
             triage_outcomes={as_text(k): int(v) for k, v in triage.items()},
         )
 
-    def server_facts(self) -> ServerFacts:
-        """What `status` shows of the server in effect: version, fsync mode, memory.
-
-        Read from the server itself, not from the settings: a server started by another
-        process, or configured by hand, is what the data's durability depends on. An ACL
-        user without `@dangerous` may not run INFO or CONFIG: what it could not read is
-        None, and `redis_unreadable` names the commands refused, instead of a traceback.
-        """
-        unreadable: list[str] = []
-
-        def read(what: str, call: Callable[[], Any], empty: Any) -> Any:
-            try:
-                return call()
-            except redis.exceptions.NoPermissionError:
-                unreadable.append(what)
-                return empty
-
-        server = read("INFO server", lambda: self.redis.info("server"), {})
-        memory = read("INFO memory", lambda: self.redis.info("memory"), {})
-        fsync = read(
-            "CONFIG GET appendfsync", lambda: self.redis.config_get("appendfsync").get("appendfsync"), None
-        )
-        return ServerFacts(
-            redis_version=server.get("redis_version"),
-            redis_appendfsync=as_text(fsync) if fsync is not None else None,
-            redis_used_memory=int(memory["used_memory"]) if "used_memory" in memory else None,
-            redis_maxmemory=int(memory["maxmemory"]) if "maxmemory" in memory else None,
-            redis_unreadable=unreadable,
-        )
-
     def publish_worker(self, name: str, info: Mapping[str, Any], ttl: float) -> None:
         """A worker's own account of itself, kept while its heartbeat is (`status` reads it)."""
         now = time.time()
@@ -712,25 +723,10 @@ class Store:
     def line_ids(self, line: str) -> list[str]:
         return [m.split(":", 1)[1] for m in _texts(self.redis.zrange(line, 0, -1))]
 
-    def prune(self) -> int:
-        """Drop index entries whose record has expired; return how many were dropped."""
-        dropped = 0
-        all_ids = self.ids()
-        for start in range(0, len(all_ids), 1000):
-            chunk = all_ids[start : start + 1000]
-            pipe = self.redis.pipeline(transaction=False)
-            for jid in chunk:
-                pipe.exists(keys.record(jid))
-            gone = [jid for jid, alive in zip(chunk, pipe.execute(), strict=True) if not alive]
-            if gone:
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.zrem(keys.ALL_IDS, *gone)
-                pipe.zrem(f"{keys.ALL_IDS}:lex", *gone)  # the prefix index (storage.prefix)
-                for status in STATUSES:
-                    pipe.srem(keys.status_index(status), *gone)
-                pipe.execute()
-                dropped += len(gone)
-        return dropped
+    def prune(self, *, everything: bool = False) -> int:
+        """Unlist the judgements whose record has expired; how many were (`storage.directory`).
+        `everything` checks every listed id (`dispatchq prune`), not only those due by now."""
+        return directory.prune_all(self.redis) if everything else directory.prune(self.redis)
 
 
 _JSON_FIELDS = {"value", "raw", "priority", "confidence"}

@@ -21,6 +21,7 @@ runtime that builds it once (`runtime.window`), so the window never imports the 
 from __future__ import annotations
 
 import getpass
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -621,29 +622,55 @@ class Window:
             ids += self.records.line_ids(line)
         return [r for r in self.records.get_many(ids) if r is not None]
 
+    def _line_ids(self) -> list[str]:
+        ids: list[str] = []
+        for line in self.store.all_lines():
+            ids += self.records.line_ids(line)
+        return ids
+
     def _mark_waiting(self, marker: Marker) -> None:
         """Make the pause visible on every judgement it holds back (status `waiting`, with why).
 
         With several credentials a judgement is held back only when no other one may take it:
-        routing decides that (`hold_paused`), the rest stay queued for the open peers.
+        routing decides that (`hold_paused`), the rest stay queued for the open peers. With one,
+        the line moves in chunks of one script call each, reading no record whole: a weekly
+        limit over a backlog of a million is seconds, not an hour.
         """
         if not self.pool().single:
             self.hold_paused(self._line_records, lambda name: self._kind_parts(name)[0])
             return
-        reason = waiting_reason(marker)
+        ids = self._line_ids()
         try:
             kinds = self._kinds()
         except UserError:  # no readable config here (an operator's shell): treat every kind as default-model
             kinds = {}
-        for record in self._line_records():
-            kind = kinds.get(record.kind)
-            model = kind.session.model if kind and kind.session else None
-            if record.status in ("queued", "waiting") and applies(marker.scope, model):
-                self.records.transition(
-                    record.id, "waiting", expect=["queued", "waiting"], fields={"reason": reason}
-                )
+        models = {name: kind.session.model if kind.session else None for name, kind in kinds.items()}
+        paused = {name for name, model in models.items() if applies(marker.scope, model)}
+        if len(paused) < len(models) or not applies(marker.scope, None):  # a model's own limit
+            ids = [
+                jid
+                for jid, kind in zip(ids, self._kinds_of(ids), strict=True)
+                if kind in paused or (kind is not None and kind not in models and applies(marker.scope, None))
+            ]
+        self.records.transition_many(
+            ids, "waiting", expect=["queued", "waiting"], fields={"reason": waiting_reason(marker)}
+        )
+
+    def _kinds_of(self, ids: list[str]) -> list[str | None]:
+        """Each judgement's kind from its input alone (None: its record is gone)."""
+        out: list[str | None] = []
+        for start in range(0, len(ids), 1000):
+            for raw in self.records.inputs(ids[start : start + 1000]):
+                out.append(json.loads(raw).get("kind") if raw else None)
+        return out
 
     def _release_waiting(self) -> None:
-        for record in self._line_records():
-            if record.status == "waiting" and (record.reason or "").startswith("usage window"):
-                self.records.transition(record.id, "queued", expect=["waiting"], delete=["reason"])
+        ids = self._line_ids()
+        held = [
+            jid
+            for jid, (status, reason) in zip(
+                ids, self.records.fields_of(ids, "status", "reason"), strict=True
+            )
+            if status == "waiting" and (reason or "").startswith("usage window")
+        ]
+        self.records.transition_many(held, "queued", expect=["waiting"], delete=["reason"])

@@ -61,7 +61,7 @@ def collect_status(rt: Runtime) -> Status:
         window.pool.credentials,
     )
     retriggers = scheduled_retriggers(rt)
-    server = store.server_facts()
+    server = rt.storage.server.facts()
     counters = store.counters()  # monotonic: what `/metrics` exports as *_total
     status = Status(
         now=time.time(),  # the server's clock: the page counts down from it, not the browser's
@@ -70,6 +70,7 @@ def collect_status(rt: Runtime) -> Status:
         redis_appendfsync=server.redis_appendfsync,
         redis_used_memory=server.redis_used_memory,
         redis_maxmemory=server.redis_maxmemory,
+        redis_hash_value_limit=server.redis_hash_value_limit,
         redis_unreadable=server.redis_unreadable,
         queues=depths,
         workers=workers,

@@ -10,12 +10,14 @@ wrong in words an operator reads once, `hint` says what to do about it. The ids:
 - `session_command_missing:<host>`: a session worker cannot find its session command;
 - `keyless`: the typed workers have no TypeSafe key, so the typed tier escalates everything;
 - `unconfined:<host>`: a session worker runs its sessions without the sandbox;
-- `host_blocked:<host>`: a host's sessions are blocked by a host-wide failure (its reason).
+- `host_blocked:<host>`: a host's sessions are blocked by a host-wide failure (its reason);
+- `record_encoding`: the server's `hash-max-listpack-value` is too small for a judgement's record
+  to stay in the compact encoding, so each one costs about twice the memory.
 """
 
 from __future__ import annotations
 
-from dispatchq.core.status import Status, StatusWarning
+from dispatchq.core.status import RECORD_VALUE_LIMIT, RECORD_VALUE_WARN, Status, StatusWarning
 from dispatchq.core.tiers import TIERS, row
 from dispatchq.tiers.preflight import COMMAND_HINT
 
@@ -92,4 +94,23 @@ def collect_warnings(status: Status) -> list[StatusWarning]:
                 "set TYPESAFE_API_KEY (or TYPESAFE_API_KEY_FILE) for the typed workers",
             )
         )
+    found += _record_encoding(status)
     return found
+
+
+def _record_encoding(status: Status) -> list[StatusWarning]:
+    """A server whose compact-hash limit is under a record's input stores every record as a
+    hashtable: about 2.1 KB per waiting judgement instead of about 1 KB (bench/backlog.py)."""
+    limit = status.redis_hash_value_limit
+    if limit is None or limit >= RECORD_VALUE_WARN:
+        return []
+    return [
+        _warning(
+            "record_encoding",
+            f"the Redis server's hash-max-listpack-value is {limit}: judgement records longer than that "
+            "are stored as hashtables, about twice the memory each "
+            "(2.1 KB rather than 1 KB a waiting judgement)",
+            f"set `hash-max-listpack-value {RECORD_VALUE_LIMIT}` (Redis 7+; `hash-max-ziplist-value` before) "
+            "in the server's config, or `CONFIG SET` it; records written before keep their encoding",
+        )
+    ]

@@ -89,7 +89,7 @@ def test_a_record_is_found_by_a_unique_prefix_as_result_json_prints_it(
     missing = request(api_server.port, "GET", "/judgements/ffffffffffffffff", headers=AUTH)
     assert missing.status == 404 and "no judgement" in missing.json["error"]
     twin = jid[:8] + "0" * (len(jid) - 8)
-    redis_client.zadd(keys.ALL_IDS, {twin: time.time()})  # a second id with the same start
+    redis_client.hset(*keys.directory(twin), str(int(time.time() * 1000)))  # a second id, same start
     ambiguous = request(api_server.port, "GET", f"/judgements/{jid[:8]}", headers=AUTH)
     assert ambiguous.status == 409 and sorted(ambiguous.json["ids"]) == sorted([jid, twin])
     assert request(api_server.port, "GET", f"/judgements/{jid}", headers=AUTH).status == 200  # exact wins

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from dispatchq.queue.entrypoints import DispatchqQueue
-from dispatchq.queue.upgrade import backfill_prefix_index
-from dispatchq.storage import keys, prefix
+from dispatchq.queue.upgrade import migrate_directory
+from dispatchq.storage import directory, keys
 from dispatchq.storage.serve import BODY_KEYS
 from tests.support.serve import Server, deliver, payload, request
 from tests.support.slots import closed_by_server
@@ -43,8 +43,8 @@ def refused_count(server: Server, reason: str) -> float:
     return float(found.group(1))
 
 
-def ids(redis_client: Any) -> list[bytes]:
-    return list(redis_client.zrange(keys.ALL_IDS, 0, -1))
+def ids(redis_client: Any) -> list[str]:
+    return directory.all_ids(redis_client)
 
 
 # -- time ------------------------------------------------------------------------------------
@@ -262,26 +262,27 @@ def test_a_body_replayed_under_a_new_delivery_id_is_a_redelivery_until_its_recor
     assert deliver(bounds_server.port, "issues", changed, delivery="d-other").status == 202
 
 
-def test_prefix_lookup_reads_the_index_and_an_old_store_is_backfilled(
+def test_prefix_lookup_reads_the_directory_and_an_old_store_is_migrated(
     bounds_server: Server, redis_client: Any
 ) -> None:
     lines = [json.dumps({"kind": "echo", "target": f"acme/app#{n}"}) for n in range(3)]
     posted = request(bounds_server.port, "POST", "/judgements", "\n".join(lines).encode(), NDJSON)
     made = [entry["id"] for entry in posted.json]
-    assert sorted(redis_client.zrange(prefix.INDEX, 0, -1)) == sorted(
-        x.encode() for x in made
-    )  # written by ENQUEUE
-    # A store from before the index: ids in the time index only, no mark.
-    redis_client.delete(prefix.INDEX, prefix.INDEXED)
+    assert sorted(directory.all_ids(redis_client)) == sorted(made)  # written by ENQUEUE
+    # A store from before the directory: ids in the two sorted sets only.
+    for jid in made:
+        redis_client.hdel(*keys.directory(jid))
+    redis_client.zadd(keys.ALL_IDS, {jid: n for n, jid in enumerate(made)})
+    redis_client.zadd(f"{keys.ALL_IDS}:lex", dict.fromkeys(made, 0))
     old = made[0]
-    assert (
-        request(bounds_server.port, "GET", f"/judgements/{old[:8]}").status == 200
-    )  # the scan, until backfilled
-    assert backfill_prefix_index(redis_client) == 3
-    assert backfill_prefix_index(redis_client) is None  # once per store
+    assert request(bounds_server.port, "GET", f"/judgements/{old[:8]}").status == 200  # until migrated
+    assert migrate_directory(redis_client) == 3
+    assert migrate_directory(redis_client) is None  # once per store: the old sets are gone
+    assert not redis_client.exists(keys.ALL_IDS, f"{keys.ALL_IDS}:lex")
+    assert sorted(directory.all_ids(redis_client)) == sorted(made)
     assert request(bounds_server.port, "GET", f"/judgements/{old[:10]}").json["id"] == old
     twin = old[:8] + "0" * (len(old) - 8)
-    redis_client.zadd(prefix.INDEX, {twin: 0})
+    redis_client.hset(*keys.directory(twin), "1")
     ambiguous = request(bounds_server.port, "GET", f"/judgements/{old[:8]}")
     assert ambiguous.status == 409 and sorted(ambiguous.json["ids"]) == sorted([old, twin])
     assert request(bounds_server.port, "GET", "/judgements/zzzzzzzz").status == 404

@@ -7,12 +7,13 @@ transitions with their expectations, the result TTL, the trail, counters and pru
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
-from dispatchq.storage import keys
+from dispatchq.storage import directory, keys
 from dispatchq.storage.store import NewRecord, Store
 from tests.support.store import TTL
 
@@ -52,7 +53,8 @@ def test_create_writes_record_and_indexes(ttl_store: Store, redis_client: Any) -
     assert record.content_key == "ck-a" and record.trail == []
     assert index_of(ttl_store, "a") == ["queued"]
     assert ttl_store.ids() == ["a"]
-    assert redis_client.get(keys.idempotency("ck-a")) == b"a"
+    assert redis_client.hget(*keys.live_key("ck-a")) == b"a"  # live: one field of a small hash
+    assert redis_client.get(keys.idempotency("ck-a")) is None
     assert redis_client.ttl(keys.record("a")) == -1  # unfinished: never expires
 
 
@@ -82,9 +84,11 @@ def test_a_failed_or_cancelled_judgement_frees_its_key(
     create(ttl_store, "a", "same")
     ttl_store.transition("a", status)
     assert create(ttl_store, "b", "same") == ("b", True)
-    assert redis_client.get(keys.idempotency("same")) == b"b"
-    # The new live judgement's key must not inherit the old one's expiry.
-    assert redis_client.ttl(keys.idempotency("same")) == -1
+    assert redis_client.hget(*keys.live_key("same")) == b"b"
+    # The new live judgement's key must not inherit the old one's expiry: the old one's expires.
+    assert redis_client.ttl(keys.live_key("same")[0]) == -1
+    assert redis_client.get(keys.idempotency("same")) == b"a"
+    assert 0 < redis_client.ttl(keys.idempotency("same")) <= TTL
 
 
 def test_force_creates_a_new_judgement_even_when_one_is_live(ttl_store: Store) -> None:
@@ -154,7 +158,8 @@ def test_finished_records_get_the_result_ttl(ttl_store: Store, redis_client: Any
     create(ttl_store, "a", "ck")
     ttl_store.transition("a", status)
     assert 0 < redis_client.ttl(keys.record("a")) <= TTL
-    assert 0 < redis_client.ttl(keys.idempotency("ck")) <= TTL
+    assert 0 < redis_client.ttl(keys.idempotency("ck")) <= TTL  # moved out of the live hash
+    assert redis_client.hget(*keys.live_key("ck")) is None
 
 
 @pytest.mark.parametrize("status", ["running", "waiting"])
@@ -170,7 +175,9 @@ def test_requeued_finished_record_loses_its_ttl(ttl_store: Store, redis_client: 
     assert redis_client.ttl(keys.record("a")) > 0
     ttl_store.transition("a", "queued", expect=["answered"])  # `retry`
     assert redis_client.ttl(keys.record("a")) == -1
-    assert redis_client.ttl(keys.idempotency("ck")) == -1
+    assert redis_client.hget(*keys.live_key("ck")) == b"a"  # live again: back in the hash
+    assert not redis_client.exists(keys.idempotency("ck"))
+    assert create(ttl_store, "b", "ck") == ("a", False)
 
 
 def test_status_index_follows_every_move(ttl_store: Store) -> None:
@@ -295,11 +302,22 @@ def test_prune_drops_only_index_entries_of_expired_records(ttl_store: Store, red
     create(ttl_store, "kept", "2")
     ttl_store.transition("gone", "answered", fields={"tier": "code"})
     redis_client.delete(keys.record("gone"))  # what the TTL does
-    assert ttl_store.prune() == 1
+    assert ttl_store.prune() == 0  # reads only what is due to have expired by now
+    assert directory.prune(redis_client, now=time.time() + TTL + 1) == 1
     assert ttl_store.ids() == ["kept"]
     assert index_of(ttl_store, "gone") == []
     assert index_of(ttl_store, "kept") == ["queued"]
+    assert not redis_client.zscore(keys.EXPIRING, "gone")
+    assert ttl_store.prune(everything=True) == 0
+
+
+def test_a_full_prune_also_drops_records_deleted_early(ttl_store: Store, redis_client: Any) -> None:
+    create(ttl_store, "gone", "1")
+    create(ttl_store, "kept", "2")
+    redis_client.delete(keys.record("gone"))  # by hand, unfinished: never due to expire
     assert ttl_store.prune() == 0
+    assert ttl_store.prune(everything=True) == 1
+    assert ttl_store.ids() == ["kept"]
 
 
 def test_worker_deaths_are_counted_atomically_on_the_record_and_a_retry_starts_again(
