@@ -25,6 +25,8 @@ before the prefix index (`dispatchq.storage.prefix`) into it, once per store, so
 A third, the same way: `backfill_unstarted_index` puts the judgements queued or waiting
 before the unstarted index (`dispatchq.storage.unstarted`) into it, so `/metrics` reads the
 oldest waiting age from the index rather than a bounded scan.
+A fourth: `backfill_stale_index` puts the judgements queued at a batch tier before the index by
+last update (`dispatchq.storage.stale`) into it, so reconciliation reads only the old ones.
 
 Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
 in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
@@ -47,12 +49,13 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import prefix, rqstate, unstarted
+from dispatchq.storage import prefix, rqstate, stale, unstarted
 
 __all__ = [
     "NeedsGlobal",
     "Upgrade",
     "backfill_prefix_index",
+    "backfill_stale_index",
     "backfill_unstarted_index",
     "ensure_upgraded",
     "no_globals_loads",
@@ -118,14 +121,24 @@ def backfill_unstarted_index(client: redis.Redis) -> int | None:
     return added
 
 
+def backfill_stale_index(client: redis.Redis) -> int | None:
+    """Put the judgements queued at a batch tier before the index by last update into it
+    (`storage.stale`), once per store: None when it was done already; else how many."""
+    added = stale.backfill(client)
+    if added:
+        log.warning("upgrade: %d queued judgement(s) added to the reconciliation index", added)
+    return added
+
+
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
     """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
 
-    The indexes' backfills (`backfill_prefix_index`, `backfill_unstarted_index`) run first,
-    each under its own mark.
+    The indexes' backfills (`backfill_prefix_index`, `backfill_unstarted_index`,
+    `backfill_stale_index`) run first, each under its own mark.
     """
     backfill_prefix_index(client)
     backfill_unstarted_index(client)
+    backfill_stale_index(client)
     if rqstate.jobs_upgraded(client):
         return None
     return upgrade_jobs(client)

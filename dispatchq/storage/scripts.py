@@ -100,6 +100,7 @@ for i = 1, #new_ids, 500 do
 end
 for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
 index_many(unstarted, now)  -- each tier's unstarted index (storage.unstarted)
+stale_many(unstarted, now)  -- the queued batch judgements by last update (storage.stale)
 return out
 """.replace("$P", P)
 )
