@@ -21,7 +21,9 @@ The read (`find`) checks each entry against its record: one no longer queued at 
 (a record moved by a process of an older release, or expired) is dropped, one whose record
 was updated later than its score is moved to that time. It pages by rank, resuming after
 the last member it kept (its rank read again, so members removed meanwhile before it do not
-make it skip any), a chunk per script call, so Redis is never held for a whole backlog.
+make it skip any), a chunk per script call, so Redis is never held for a whole backlog. When
+that member itself left meanwhile, the next chunk starts at the rank the chunk ended at: a
+record may then be passed over by this pass, never by the next one that finds it still old.
 
 A store written before the index: `backfill` (run with the other upgrades at a worker's, the
 scheduler's or `serve`'s start, `queue.upgrade`) adds every queued record at such a tier in

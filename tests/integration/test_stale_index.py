@@ -208,3 +208,34 @@ def test_the_index_is_used_only_for_queued_batch_tiers(counted_store: Store) -> 
     assert stale.usable(store.redis, "queued", ("code", "typed"))
     assert not stale.usable(store.redis, "running", ("code",))
     assert not stale.usable(store.redis, "queued", ("code", *stale.line_tiers()))
+
+
+class _ClaimedBetweenCalls:
+    """A client whose read script lets a worker claim records between its first and second call."""
+
+    def __init__(self, store: Store, claimed: list[str]) -> None:
+        self.store, self.claimed = store, claimed
+
+    def register_script(self, text: str) -> Any:
+        script = self.store.redis.register_script(text)
+        calls = []
+
+        def run(**kwargs: Any) -> Any:
+            if len(calls) == 1:
+                assert [c.id for c in self.store.claim(self.claimed, "code")] == self.claimed
+            calls.append(kwargs)
+            return script(**kwargs)
+
+        return run
+
+
+def test_a_pass_resumes_after_the_last_record_it_kept_when_records_it_read_leave_meanwhile(
+    counted_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers take the oldest records while a pass pages through them: the next chunk starts
+    after the last record the pass kept, where it stands now, not at a rank that has moved."""
+    store = counted_store
+    enqueue_at(store, monkeypatch, NOW - 500, [entry(f"o{i}") for i in range(6)])  # one score: o0..o5
+    client: Any = _ClaimedBetweenCalls(store, ["o0"])
+    found = stale.find(client, "queued", ("code",), BEFORE, "*", chunk=2)
+    assert [jid for jid, _ in found.found] == ["o0", "o1", "o2", "o3", "o4", "o5"]
