@@ -23,12 +23,12 @@ was updated later than its score is moved to that time. It pages by rank, resumi
 the last member it kept (its rank read again, so members removed meanwhile before it do not
 make it skip any), a chunk per script call, so Redis is never held for a whole backlog. When
 that member itself left meanwhile, the next chunk starts at the rank the chunk ended at: a
-record may then be passed over by this pass, never by the next one that finds it still old.
+record may then be passed over by this pass, and is read by a later one while it stays old.
 
 A store written before the index: `backfill` (run with the other upgrades at a worker's, the
 scheduler's or `serve`'s start, `queue.upgrade`) adds every queued record at such a tier in
 chunks, then marks the store (`keys.QUEUED_BY_UPDATE_INDEXED`); a store with nothing queued
-is marked by its first change. Until the mark, `Store.stale` scans the status set as before.
+is marked by its first change. Until the mark, `Store.stale` scans the status set (`scan`).
 """
 
 from __future__ import annotations

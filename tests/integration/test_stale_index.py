@@ -55,7 +55,8 @@ def enqueue_at(store: Store, monkeypatch: pytest.MonkeyPatch, at: float, entries
     assert created is not None and all(new for _, new in created)
 
 
-def at(store: Store, monkeypatch: pytest.MonkeyPatch, when: float, move: Any) -> Any:
+def at(monkeypatch: pytest.MonkeyPatch, when: float, move: Any) -> Any:
+    """`move()` with the clock at `when` (the record's `updated`)."""
     with clock(monkeypatch, when):
         return move()
 
@@ -73,23 +74,21 @@ def test_the_index_follows_a_record_through_enqueue_claim_requeue_answer_and_pru
     assert_stale_index_exact(store)
 
     # Claimed: out. Requeued (a dead job, reconciliation's put-back): in again, at the requeue.
-    assert [c.id for c in at(store, monkeypatch, NOW - 300, lambda: store.claim(["c0"], "code"))] == ["c0"]
+    assert [c.id for c in at(monkeypatch, NOW - 300, lambda: store.claim(["c0"], "code"))] == ["c0"]
     assert "c0" not in stale.indexed(store.redis)
-    assert at(store, monkeypatch, NOW - 200, lambda: store.transition("c0", "queued", expect=["running"]))
+    assert at(monkeypatch, NOW - 200, lambda: store.transition("c0", "queued", expect=["running"]))
     assert stale.indexed(store.redis)["c0"] == NOW - 200
     assert_stale_index_exact(store)
 
     # Escalated to typed: still queued at a batch tier, at the escalation's time; to a session
     # line: out (the session backlog is never indexed).
     assert at(
-        store,
         monkeypatch,
         NOW - 100,
         lambda: store.transition("c1", "queued", expect=["queued"], fields={"tier": "typed"}),
     )
     assert stale.indexed(store.redis)["c1"] == NOW - 100
     assert at(
-        store,
         monkeypatch,
         NOW - 90,
         lambda: store.transition("c2", "queued", expect=["queued"], fields={"tier": "session"}),
