@@ -16,10 +16,13 @@ from typing import Any
 
 import pytest
 
+from dispatchq.client import Client
 from dispatchq.core.tiers import batch_tiers
+from dispatchq.queue.scheduler import reconcile
 from dispatchq.queue.upgrade import backfill_stale_index, ensure_upgraded
 from dispatchq.storage import keys, scripts, stale
 from dispatchq.storage.store import NewRecord, Store
+from tests.support.helpers import write_check_module, write_config
 from tests.support.stale import assert_stale_index_exact, stale_truth
 
 NOW = 2_000_000_000.0  # the pass's instant: fixed, so every score is exact
@@ -238,3 +241,35 @@ def test_a_pass_resumes_after_the_last_record_it_kept_when_records_it_read_leave
     client: Any = _ClaimedBetweenCalls(store, ["o0"])
     found = stale.find(client, "queued", ("code",), BEFORE, "*", chunk=2)
     assert [jid for jid, _ in found.found] == ["o0", "o1", "o2", "o3", "o4", "o5"]
+
+
+def test_reconcile_over_a_fresh_code_backlog_and_a_session_line_reads_no_record(
+    make_runtime: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole pass, counted by the server itself: with 300 code judgements queued within the
+    minute and 300 session judgements in their line, Redis reads no record (no HMGET, HGET or
+    HGETALL); the status set's scan read each of the 600."""
+    module = write_check_module(tmp_path, "def check(judgement):\n    return 1\n")
+    write_config(
+        tmp_path / "dispatchq.yaml",
+        f"kinds:\n  one:\n    check: {module}:check\n"
+        '  ask:\n    session:\n      prompt: "Answer {{ target }}"\n',
+    )
+    rt = make_runtime(DISPATCHQ_BATCH_SIZE="50")
+    client = Client(runtime=rt)
+    client.enqueue_many([{"kind": "one", "target": f"c{i}"} for i in range(300)])
+    client.enqueue_many([{"kind": "ask", "target": f"s{i}"} for i in range(300)])
+    assert rt.storage.records.line_depth([keys.session_line()]) == 300
+
+    def record_reads() -> tuple[int, int]:
+        rt.redis.config_resetstat()
+        healed = reconcile(rt)  # the default age: everything here is fresh
+        stats = rt.redis.info("commandstats")
+        return healed, sum(
+            int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hmget", "hget", "hgetall")
+        )
+
+    assert record_reads() == (0, 0)
+    with monkeypatch.context() as patched:
+        patched.setattr(stale, "usable", lambda *_: False)
+        assert record_reads() == (0, 600)
