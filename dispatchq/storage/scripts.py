@@ -130,6 +130,7 @@ end
 if #new_ids > 0 then redis.call('LTRIM', '$P:recent', 0, $CAP - 1) end
 for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
 index_many(unstarted, now)  -- each tier's unstarted index (storage.unstarted)
+stale_many(unstarted, now)  -- the queued batch judgements by last update (storage.stale)
 return out
 """.replace("$P", P).replace("$CAP", str(RECENT_CAP))
 )

@@ -28,7 +28,7 @@ from dispatchq.core.status import Brief, Counters
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
 from dispatchq.core.waiting import WAIT_CLASSES, reason_class
-from dispatchq.storage import directory, keys, scripts
+from dispatchq.storage import directory, keys, scripts, stale
 from dispatchq.storage.counts import RECOUNT_LUA
 from dispatchq.storage.histograms import observe_answer
 from dispatchq.storage.scripts import LEGACY_CLAIM
@@ -463,8 +463,8 @@ class Store:
     def take_reconcile_turn(self, holder: str, ttl: float) -> bool:
         """True for the one process (of all workers and the scheduler) that reconciles now.
 
-        Reconciliation reads every queued record; run by each of N processes at every
-        maintenance round it would cost N times that for nothing.
+        Reconciliation reads the old queued records and asks RQ about their jobs; run by each
+        of N processes at every maintenance round it would cost N times that for nothing.
         """
         return bool(self.redis.set(keys.RECONCILE_TURN, holder, nx=True, px=max(1, int(ttl * 1000))))
 
@@ -501,32 +501,19 @@ class Store:
 
         With `jobs=None`, one record per distinct job (every record without one): what to
         ask RQ about. With `jobs`, every such record of those jobs ("" for none): what to put
-        back. Filtered in Redis, a chunk of the status index per call, so a pass over a
-        backlog of 10,000 queued records costs about one reply per job, not 10,000 replies
-        (or whole records with their trails) every interval.
+        back. Queued ones at batch tiers are read from the index by last update
+        (`storage.stale`): a pass reads the old records only, never a backlog of fresh ones
+        or of session judgements; otherwise (or before the index's backfill) the status set
+        is scanned, filtered in Redis a chunk per call.
         """
         if jobs is not None:
             jobs = list(jobs)
             if not jobs:
                 return []
         wanted = "*" if jobs is None else "," + ",".join(jobs) + ","
-        seen: set[str] = set()
-        out: list[tuple[str, str]] = []
-        cursor = "0"
-        while True:
-            reply = self._stale(
-                keys=[keys.status_index(status)], args=[cursor, status, ",".join(tiers), repr(before), wanted]
-            )
-            cursor = as_text(reply[0])
-            texts = _texts(reply[1:])
-            for jid, job in zip(texts[0::2], texts[1::2], strict=True):
-                if jobs is None and job:
-                    if job in seen:
-                        continue
-                    seen.add(job)
-                out.append((jid, job))
-            if cursor == "0":
-                return out
+        if stale.usable(self.redis, status, tiers):
+            return stale.find(self.redis, status, tiers, before, wanted).found
+        return stale.scan(self._stale, status, tiers, before, wanted).found
 
     def statuses(self, ids: Sequence[str]) -> list[str | None]:
         pipe = self.redis.pipeline(transaction=False)
