@@ -127,7 +127,7 @@ RECENT = f"{PREFIX}:recent"
 #: Sorted set: finished judgements by the instant their record expires, so `prune` reads only
 #: the expired, not every id.
 EXPIRING = f"{PREFIX}:expiring"
-#: Hashes `live-keys:<first 4 hex of a content key>`: the rest of the key -> the live judgement
+#: Hashes `live-keys:<first 4 hex of a content key>`: its next 20 -> the live judgement
 #: with it. A finished judgement's key moves to `idempotency` (a string that expires with its
 #: record): what waits costs one small hash entry, not a key of its own.
 LIVE_KEYS_PREFIX = f"{PREFIX}:live-keys:"
@@ -135,7 +135,7 @@ LIVE_KEYS_PREFIX = f"{PREFIX}:live-keys:"
 
 def live_key(content_key: str) -> tuple[str, str]:
     """(hash, field) that hold the live judgement with this content key (the scripts' `live_key`)."""
-    return f"{LIVE_KEYS_PREFIX}{content_key[:4]}", content_key[4:]
+    return f"{LIVE_KEYS_PREFIX}{content_key[:4]}", content_key[4:24]
 
 
 def directory(judgement_id: str) -> tuple[str, str]:

@@ -54,10 +54,12 @@ end
 """
 
 # Where the live judgement with a content key is found (`keys.LIVE_KEYS_PREFIX`), and where a
-# judgement id is listed (`keys.directory`): small hashes, each in Redis's compact encoding.
+# judgement id is listed (`keys.directory`): small hashes, each in Redis's compact encoding. A
+# content key is a sha256 in hex: 24 of its characters find it (a record found is compared
+# with the whole key before it counts as a duplicate).
 _BUCKETS_LUA = """
 local function live_key(ckey)
-  return '$LIVE' .. string.sub(ckey, 1, 4), string.sub(ckey, 5)
+  return '$LIVE' .. string.sub(ckey, 1, 4), string.sub(ckey, 5, 24)
 end
 local function dir_entry(id)
   return '$DIR' .. string.sub(id, 1, 4), string.sub(id, 5)
@@ -89,8 +91,8 @@ for i = 1, #entries do
   local existing = keys[kkey] or redis.call('HGET', lkey, lfield) or redis.call('GET', kkey)
   local dup = false
   if existing and force == '0' then
-    local st = redis.call('HGET', '$P:j:' .. existing, 'status')
-    if st and st ~= 'failed' and st ~= 'cancelled' then dup = true end
+    local st, held = unpack(redis.call('HMGET', '$P:j:' .. existing, 'status', 'ckey'))
+    if st and st ~= 'failed' and st ~= 'cancelled' and (not held or held == ckey) then dup = true end
   end
   if dup then
     table.insert(out, i)

@@ -91,6 +91,18 @@ def test_a_failed_or_cancelled_judgement_frees_its_key(
     assert 0 < redis_client.ttl(keys.idempotency("same")) <= TTL
 
 
+def test_content_keys_sharing_the_part_the_live_hash_holds_are_still_two_judgements(
+    ttl_store: Store, redis_client: Any
+) -> None:
+    # The live hash is found by 24 characters of the key; the record's whole key decides.
+    first, second = "c" * 24 + "1", "c" * 24 + "2"
+    assert keys.live_key(first) == keys.live_key(second)
+    create(ttl_store, "a", first)
+    assert create(ttl_store, "b", second) == ("b", True)
+    assert redis_client.hget(*keys.live_key(second)) == b"b"
+    assert create(ttl_store, "c", second) == ("b", False)
+
+
 def test_force_creates_a_new_judgement_even_when_one_is_live(ttl_store: Store) -> None:
     create(ttl_store, "a", "same")
     assert create(ttl_store, "b", "same", force=True) == ("b", True)
