@@ -32,6 +32,11 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
   `GET /metrics` scrape with N judgements waiting against one on an empty store, taking turns
   (target <= 1.5x), with the bounded scan the oldest-waiting index replaced beside it, and the
   index's one-time backfill on an upgraded store. A missed target makes the run exit 1.
+- backlog (`bench/backlog.py`, not in the default set): N = 10,000, 100,000 and 1,000,000 session
+  judgements waiting on a closed window while a code worker answers 100,000 more: Redis bytes
+  per waiting judgement (target <= 1,024 at 1M; a plain server's beside it), idle commands/s
+  (<= 50) and CPU (<= 5 %), `status --json` (<= 0.5 s), the code rate by decile (>= 0.8x of
+  N = 10,000's). A missed target makes the run exit 1.
 - faults (`bench/faults.py`, not in the default set): the fault suite's scenarios at scale
   (10,000 judgements, 20 worker kills, 4 Redis kills with `everysec` and with `always`):
   acknowledged, answered, answered twice, lost, stuck, processes exited, time to recover.
@@ -69,6 +74,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.backlog import run_backlog  # noqa: E402
 from bench.cli_start import run_cli_start  # noqa: E402
 from bench.common import PY, Bench, write_jsonl  # noqa: E402
 from bench.faults import QUICK, run_faults  # noqa: E402
@@ -364,6 +370,12 @@ def main() -> int:
         # --waiting judgements on the full side; --rounds scrapes per side (default 21 here).
         "metrics": lambda: run_metrics(bench, args.waiting, args.rounds if args.rounds != 7 else 21),
         "cli": lambda: run_cli_start(bench),
+        # Not in the default set: a million judgements; each N brings its own Redis.
+        "backlog": lambda: (
+            run_backlog([1_000, 10_000], 10_000, 12.0)
+            if args.quick
+            else run_backlog([10_000, 100_000, 1_000_000], 100_000, 30.0)
+        ),
         # Not in the default set: each scenario brings its own Redis and takes minutes.
         "faults": lambda: (
             run_faults(**QUICK)

@@ -529,7 +529,7 @@ def connect(settings: Settings, *, start: bool = True) -> redis.Redis:
     try:
         client.ping()
         if settings.redis_url is None:
-            _apply_appendfsync(client, settings.appendfsync)
+            _apply_config(client, settings.appendfsync)
         elif target is None:
             refuse_a_sentinel(client, settings.describe_redis())
     except MasterNotFoundError:
@@ -644,8 +644,8 @@ def _login_refused(settings: Settings) -> str:
     return f"DISPATCHQ_REDIS_URL: Redis at {settings.describe_redis()} refused the login: {reason}"
 
 
-def _apply_appendfsync(client: redis.Redis, wanted: str) -> None:
-    """Bring a running embedded server to the configured fsync mode.
+def _apply_config(client: redis.Redis, wanted: str) -> None:
+    """Bring a running embedded server to the configured fsync mode and the record encoding limit.
 
     The server outlives the process that started it, so a changed
     DISPATCHQ_APPENDFSYNC would otherwise apply only after a restart while `dispatchq
