@@ -19,7 +19,8 @@ For each N, on an embedded Redis of its own (the server dispatchq starts, with i
    window), settle, and are measured idle for `--idle` seconds: Redis commands per second
    (INFO's `total_commands_processed`, less this bench's own) and the CPU of the three
    processes and of the server, in percent of one core.
-4. `dispatchq status --json`, a whole process, median of 3.
+4. `dispatchq status --json`, a whole process, median of 3; and beside it the same document made
+   in process (`collect_status`, median of 5): what of it is reading Redis, not starting Python.
 5. M code judgements (a no-op check) are enqueued and answered by the one code worker: the
    rate by decile of answers, and over the middle 60 % (20 % to 80 % answered).
 
@@ -49,9 +50,11 @@ if str(ROOT) not in sys.path:  # run as a script: `python bench/backlog.py`
 
 from bench.common import PY, Bench  # noqa: E402
 from dispatchq.client import Client  # noqa: E402
+from dispatchq.core.text import as_text  # noqa: E402
 from dispatchq.queue.parts import QUEUE_PARTS  # noqa: E402
 from dispatchq.runtime import Runtime  # noqa: E402
 from dispatchq.settings import load_settings  # noqa: E402
+from dispatchq.workers.status import collect_status  # noqa: E402
 
 CONFIG = (
     'kinds:\n  ask:\n    session:\n      prompt: "Answer {{ target }}"\n  noop:\n    check: checks:noop\n'
@@ -107,7 +110,7 @@ def populate(bench: Bench, n: int, *, plain: bool) -> dict[str, Any]:
         raise SystemExit(f"expected {n} waiting after the close, found {waiting}")
     used = int(bench.redis.info("memory")["used_memory"])
     encoding = bench.redis.object(
-        "encoding", f"dispatchq:j:{bench.redis.lindex('dispatchq:recent', 0).decode()}"
+        "encoding", f"dispatchq:j:{as_text(bench.redis.lindex('dispatchq:recent', 0))}"
     )
     return {
         "enqueue_per_s": round(n / enqueue_s),
@@ -154,7 +157,24 @@ def idle(bench: Bench, procs: list[subprocess.Popen[bytes]], seconds: float) -> 
 
 
 def status_latency(bench: Bench) -> float:
-    return round(statistics.median(bench.timed(bench.dispatchq("status", "--json")) for _ in range(3)), 3)
+    """A whole `status --json` process, bytecode cached as an installed package has it (as
+    `bench/cli_start.py` runs it; PYTHONDONTWRITEBYTECODE would recompile every module each time)."""
+    env = {k: v for k, v in bench.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(bench.workdir / "pycache")
+    bench.timed(bench.dispatchq("status", "--json"), env=env)  # writes the bytecode
+    return round(
+        statistics.median(bench.timed(bench.dispatchq("status", "--json"), env=env) for _ in range(3)), 3
+    )
+
+
+def status_in_process(rt: Runtime) -> float:
+    """The part of `status --json` that reads Redis (no interpreter start-up, no imports)."""
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        collect_status(rt).as_json()
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times), 3)
 
 
 def throughput(bench: Bench, rt: Runtime, m: int) -> dict[str, Any]:
@@ -204,9 +224,10 @@ def one(workdir: Path, n: int, m: int, idle_s: float, plain: bool) -> dict[str, 
         for p in procs:
             if p.poll() is not None:
                 tail = (workdir / "formation.log").read_text(errors="replace")[-1500:]
-                raise SystemExit(f"{p.args} exited with {p.returncode}: {tail}")
+                raise SystemExit(f"{p.args!r} exited with {p.returncode}: {tail}")
         out["idle"] = idle(bench, procs, idle_s)
         out["status_json_s"] = status_latency(bench)
+        out["status_in_process_s"] = status_in_process(rt)
         out["code"] = throughput(bench, rt, m)
         if int(bench.redis.scard("dispatchq:by-status:waiting")) != n:
             raise SystemExit("the waiting backlog changed while the window was closed")
