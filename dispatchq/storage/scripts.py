@@ -52,7 +52,7 @@ ENQUEUE = (
     + """
 local now = ARGV[1]
 local entries = cjson.decode(ARGV[2])
-local out, new_ids, scored, keys, tiers, unstarted = {}, {}, {}, {}, {}, {}
+local out, new_ids, scored, lex, keys, tiers, unstarted = {}, {}, {}, {}, {}, {}, {}
 local seq = redis.call('INCRBY', '$P:seq', #entries) - #entries
 for i = 1, #entries do
   local e = entries[i]
@@ -86,7 +86,8 @@ for i = 1, #entries do
     keys[kkey] = id
     tiers[e[6]] = (tiers[e[6]] or 0) + 1
     table.insert(new_ids, id)
-    redis.call('ZADD', '$P:ids:lex', 0, id)  -- the prefix index (storage.prefix)
+    table.insert(lex, 0)
+    table.insert(lex, id)
     unstarted[e[6]] = unstarted[e[6]] or {}
     table.insert(unstarted[e[6]], id)
     table.insert(scored, now)
@@ -97,6 +98,7 @@ for i = 1, #new_ids, 500 do
   local last = math.min(i + 499, #new_ids)
   redis.call('SADD', '$P:by-status:queued', unpack(new_ids, i, last))
   redis.call('ZADD', '$P:ids', unpack(scored, 2 * i - 1, 2 * last))
+  redis.call('ZADD', '$P:ids:lex', unpack(lex, 2 * i - 1, 2 * last))  -- the prefix index (storage.prefix)
 end
 for tier, n in pairs(tiers) do bump(LIVE, 's:' .. tier .. ':queued', n) end
 index_many(unstarted, now)  -- each tier's unstarted index (storage.unstarted)
