@@ -132,12 +132,17 @@ class Client:
         return self._submit(parsed, force)
 
     def enqueue_lines(
-        self, lines: Iterable[str | bytes], *, force: bool = False, max_errors: int | None = None
+        self,
+        lines: Iterable[str | bytes | JudgementIn],
+        *,
+        force: bool = False,
+        max_errors: int | None = None,
     ) -> list[Enqueued]:
         """Enqueue JSON Lines (how other tools enqueue); blank lines are skipped.
 
         Lines may be bytes (a file or stdin read raw): a line that is not UTF-8 is refused
-        by number, with the offset of its first bad byte, and the other lines go in. With
+        by number, with the offset of its first bad byte, and the other lines go in. A line
+        may also be a `JudgementIn` its caller has validated (`POST /judgements`). With
         `max_errors`, more refused lines than that (unreadable, invalid, an unknown kind,
         anything `prepare` refuses) raise TooManyRefused before anything is written.
         Without it, lines are read as they come and written a chunk at a time
@@ -241,9 +246,14 @@ class Client:
             time.sleep(poll)
 
 
-def _parse_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, JudgementIn | None, str | None]]:
+def _parse_lines(
+    lines: Iterable[str | bytes | JudgementIn],
+) -> Iterator[tuple[int, JudgementIn | None, str | None]]:
     """(line number, judgement or None, why not) per non-blank line, read as they come."""
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, JudgementIn):
+            yield number, raw, None
+            continue
         if isinstance(raw, bytes):
             try:
                 line = raw.decode("utf-8")
