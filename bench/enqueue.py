@@ -35,6 +35,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -128,9 +129,11 @@ def store_writes(bench: Bench, sample: Path, env: dict[str, str]) -> list[Any]:
         check=True,
     )
     jid = done.stdout.decode().split()[1]
-    record_key = next(k.decode() for k in r.scan_iter(count=1000) if k.decode().endswith(jid))
-    record = {k.decode(): v.decode() for k, v in r.hgetall(record_key).items()}
-    ckey = next(v for v in record.values() if len(v) == 64 and all(c in "0123456789abcdef" for c in v))
+    record_key = next(k for k in r.scan_iter(count=1000) if k.decode().endswith(jid))
+    # The content key: the 64 hex digits the record holds (a hash's field, or inside one value).
+    held = r.hgetall(record_key) if r.type(record_key) == b"hash" else {b"": r.get(record_key) or b""}
+    found = re.search(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])", b" ".join(held.values()))
+    ckey = found.group().decode() if found else "\0no content key\0"
 
     def mark(text: str) -> str:
         return text.replace(jid, "{id}").replace(ckey, "{ckey}")
@@ -141,7 +144,8 @@ def store_writes(bench: Bench, sample: Path, env: dict[str, str]) -> list[Any]:
         kind = r.type(key).decode()
         if kind == "hash":
             if jid in key:
-                plan.append(("hset", mark(key), sorted((f, mark(v)) for f, v in record.items())))
+                fields = {f.decode(): v.decode(errors="replace") for f, v in r.hgetall(key).items()}
+                plan.append(("hset", mark(key), sorted((f, mark(v)) for f, v in fields.items())))
         elif kind == "set":
             members = [m.decode() for m in r.smembers(key) if jid.encode() in m]
             if members:
@@ -158,7 +162,7 @@ def store_writes(bench: Bench, sample: Path, env: dict[str, str]) -> list[Any]:
             items = [v.decode(errors="replace") for v in r.lrange(key, 0, -1) if jid.encode() in v]
             if items:
                 plan.append(("rpush", mark(key), [mark(v) for v in items]))
-    if not any(op == "hset" for op, _, _ in plan):
+    if not any("{id}" in key for _, key, _ in plan):
         raise SystemExit(f"found no record of judgement {jid} to copy")
     return plan
 
@@ -208,15 +212,10 @@ def _wait_up(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("dispatchq serve did not answer within 60 s")
 
 
-def _created(bench: Bench, before: int) -> int:
-    """Judgements created since the flush: the records `dispatchq:j:*` the store holds."""
-    return sum(1 for _ in bench.redis.scan_iter(match=f"{_record_prefix()}*", count=10_000)) - before
-
-
-def _record_prefix() -> str:
-    from dispatchq.storage import keys
-
-    return keys.record("")
+def _created(bench: Bench, plan: list[Any]) -> int:
+    """Records in the store: the keys named like the plan's record key (`{id}` in its name)."""
+    pattern = next(key for _, key, _ in plan if "{id}" in key).replace("{id}", "*")
+    return sum(1 for _ in bench.redis.scan_iter(match=pattern, count=10_000))
 
 
 def run_enqueue(bench: Bench, n: int, repeat: int, body_lines: int = 1000) -> dict[str, Any]:
@@ -261,17 +260,17 @@ def run_enqueue(bench: Bench, n: int, repeat: int, body_lines: int = 1000) -> di
             bench.redis.flushall()
             seconds["raw_start"].append(bench.timed([*raw, "0", str(CHUNK)], env=raw_env))
             seconds["raw"].append(bench.timed([*raw, str(n), str(CHUNK)], env=raw_env))
-            if _created(bench, 0) != n:
-                raise SystemExit(f"the raw side wrote {_created(bench, 0)} records, not {n}")
+            if _created(bench, plan) != n:
+                raise SystemExit(f"the raw side wrote {_created(bench, plan)} records, not {n}")
             bench.redis.flushall()
             seconds["cli_start"].append(bench.timed(bench.dispatchq("enqueue", "-"), stdin=empty, env=env))
             seconds["cli"].append(bench.timed(bench.dispatchq("enqueue", "-"), stdin=jsonl, env=env))
-            if _created(bench, 0) != n:
-                raise SystemExit(f"dispatchq enqueue - created {_created(bench, 0)} records, not {n}")
+            if _created(bench, plan) != n:
+                raise SystemExit(f"dispatchq enqueue - created {_created(bench, plan)} records, not {n}")
             bench.redis.flushall()
             took, created = _post_all(port, bodies)
             seconds["serve"].append(took)
-            if created != n or _created(bench, 0) != n:
+            if created != n or _created(bench, plan) != n:
                 raise SystemExit(f"POST /judgements created {created} judgements, not {n}")
             bench.redis.flushall()
             seconds["rq_start"].append(bench.timed([PY, "-c", RQ_ENQUEUE, "0"], env=raw_env))
