@@ -52,6 +52,10 @@ bench/results/<name>.json. Timing lives here, never in the test suite.
   one client, then `/healthz`, a signed webhook and a logged-in `/status` from another (target:
   each 200 within 1 s), and 256 slow 5 MB webhook bodies in flight (target: RSS < 300 MB),
   against a plain Starlette receiver under uvicorn's `limit_concurrency`.
+- enqueue (`bench/enqueue.py`): `dispatchq enqueue -` and `POST /judgements` against raw
+  redis-py pipelines writing the same records (what the store writes, read back from the server;
+  targets >= 0.5x), and `enqueue -` against RQ's `Queue.enqueue` x N (target >= 5x), in one
+  run. A missed target makes the run exit 1.
 - sessions (`bench/sessions.py`, not in the default set): spawns per judgement with the real
   Claude Code CLI for each case of the real-client layer, the layer's run time, and a plain
   retry loop's wasted spawns over the same limit and the same refused credential.
@@ -77,6 +81,7 @@ sys.path.insert(0, str(ROOT))
 from bench.backlog import run_backlog  # noqa: E402
 from bench.cli_start import run_cli_start  # noqa: E402
 from bench.common import PY, Bench, write_jsonl  # noqa: E402
+from bench.enqueue import run_enqueue  # noqa: E402
 from bench.faults import QUICK, run_faults  # noqa: E402
 from bench.metrics import run_metrics  # noqa: E402
 from bench.pools import run_pools  # noqa: E402
@@ -335,7 +340,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "which", nargs="*", default=["foundation", "typed", "resume", "webhooks", "status", "cli", "pools"]
+        "which",
+        nargs="*",
+        default=["foundation", "typed", "resume", "webhooks", "status", "cli", "pools", "enqueue"],
     )
     parser.add_argument("-n", type=int, default=20_000, help="judgements for the foundation benchmark")
     parser.add_argument("-k", type=int, default=1_000, help="typed judgements")
@@ -386,6 +393,8 @@ def main() -> int:
         "webhooks": lambda: run_webhooks(args.n if args.n != 20_000 else 1_000, args.rounds),
         # Not in the default set: 1,000 idle connections and 1.3 GB of slow bodies, per side.
         "serve-flood": run_serve_flood,
+        # -n judgements per side and round (default 20,000), --repeat rounds (default 3).
+        "enqueue": lambda: run_enqueue(bench, args.n, args.repeat),
         "sessions": run_sessions,  # the real Claude Code CLI: spawns per case, the layer's time
         # -n judgements in the scenario (default 300), -k admissions per side (default 1,000).
         "pools": lambda: (
@@ -401,7 +410,7 @@ def main() -> int:
                 parser.error(f"unknown benchmark {name!r} (choose from {', '.join(runs)})")
             data = runs[name]()
             report(name, data)
-            if data.get("met") is False:  # a benchmark that gates on its targets (pools, metrics)
+            if data.get("met") is False:  # a benchmark that gates on its targets (pools, metrics, enqueue)
                 missed.append(name)
     finally:
         bench.close()

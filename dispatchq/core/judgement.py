@@ -192,7 +192,9 @@ def content_key(judgement: JudgementIn, kind_digest: str, checkout_fingerprint: 
         kind_digest,
         checkout_fingerprint,
     ]
-    return sha256_hex(canonical_json(payload))
+    # Texts, and a context and state that `JudgementIn`'s own validator (`_plain_json`) has
+    # checked are plain JSON: not walked a second time for every judgement enqueued.
+    return sha256_hex(canonical_json(payload, plain=True))
 
 
 class TrailEntry(BaseModel):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WRITE_CHUNK",
+    "BuiltChunk",
     "Dispatcher",
     "Moves",
     "Prepared",
@@ -73,6 +74,14 @@ class Prepared:
     force: bool = False
     #: Its class: the producer's `priority`, else its kind's default.
     urgency: Priority = DEFAULT_PRIORITY
+
+
+@dataclass(frozen=True)
+class BuiltChunk:
+    """One chunk's MULTI, made and not yet sent, with the records it creates."""
+
+    pipe: Pipeline
+    entries: list[NewRecord]
 
 
 @dataclass
@@ -246,6 +255,14 @@ class Dispatcher:
         return out
 
     def _submit_chunk(self, chunk: Sequence[Prepared]) -> list[tuple[str, bool]]:
+        return self.run_chunk(self.build_chunk(chunk))
+
+    def build_chunk(self, chunk: Sequence[Prepared]) -> BuiltChunk:
+        """At most `WRITE_CHUNK` judgements' records and jobs as one MULTI, made but not sent.
+
+        No Redis I/O: `run_chunk` sends it. Apart so that a caller can make the next chunk
+        while this one is written (`queue.writer.ChunkWriter`).
+        """
         groups: dict[tuple[str, str | None], list[Prepared]] = defaultdict(list)
         entries = []
         job_of: dict[str, str] = {}
@@ -286,9 +303,13 @@ class Dispatcher:
             self._enqueue_job(tier, host, ids, pipe, job_id)
         if any(_admission(p.tier) == "line" for p in chunk):
             self.store.wake(pipe=pipe)
-        results = self.store.execute(pipe)
+        return BuiltChunk(pipe, entries)
+
+    def run_chunk(self, built: BuiltChunk) -> list[tuple[str, bool]]:
+        """Send a chunk `build_chunk` made: (id, created) per judgement, in its order."""
+        results = self.store.execute(built.pipe)
         self.storage.server.await_replica(self.settings)  # acknowledged means replicated
-        return self.store.parse_created(results[0], entries)
+        return self.store.parse_created(results[0], built.entries)
 
     # --- moves between tiers ----------------------------------------------------------------
     def commit(self, moves: Moves) -> None:

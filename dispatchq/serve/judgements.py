@@ -54,10 +54,12 @@ class Screened:
     """A body as lines for `Client.enqueue_lines`, with what the screen refused itself.
 
     A line refused here is blanked in `lines` (`enqueue_lines` skips blank lines, so every
-    other line keeps its number) and answered from `refused`.
+    other line keeps its number) and answered from `refused`. A line the screen validated
+    is passed on as its `JudgementIn`; any other as its bytes, for `enqueue_lines` to refuse
+    in `enqueue -`'s words.
     """
 
-    lines: list[bytes] = field(default_factory=list)
+    lines: list[bytes | JudgementIn] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -87,9 +89,12 @@ def _parsed(values: list[tuple[int, bytes | None, Any]], settings: Settings) -> 
                     f"({settings.serve_max_state}); nothing was enqueued"
                 )
             try:
-                JudgementIn.model_validate(value)
+                judgement = JudgementIn.model_validate(value)
             except ValidationError:
                 bad += 1  # answered by `enqueue_lines`, in its words; counted here
+            else:
+                screened.lines.append(judgement)  # validated once: `enqueue_lines` takes it as is
+                continue
         elif error is None and value is not _UNPARSED:
             bad += 1  # not an object: `enqueue_lines` says so
         if error is not None:
