@@ -617,10 +617,7 @@ class Window:
 
     # --- the judgements a marker holds back ---------------------------------------------
     def _line_records(self) -> list[Record]:
-        ids: list[str] = []
-        for line in self.store.all_lines():
-            ids += self.records.line_ids(line)
-        return [r for r in self.records.get_many(ids) if r is not None]
+        return [r for r in self.records.get_many(self._line_ids()) if r is not None]
 
     def _line_ids(self) -> list[str]:
         ids: list[str] = []
@@ -634,7 +631,7 @@ class Window:
         With several credentials a judgement is held back only when no other one may take it:
         routing decides that (`hold_paused`), the rest stay queued for the open peers. With one,
         the line moves in chunks of one script call each, reading no record whole: a weekly
-        limit over a backlog of a million is seconds, not an hour.
+        limit over a backlog of a million takes under a minute (bench/backlog.py), not an hour.
         """
         if not self.pool().single:
             self.hold_paused(self._line_records, lambda name: self._kind_parts(name)[0])
