@@ -11,6 +11,7 @@ from the records once, for a store written before they existed.
 from __future__ import annotations
 
 from dispatchq.storage import keys
+from dispatchq.storage.luashared import ZADD_ALL_LUA
 from dispatchq.storage.stale import QUEUED_INDEX_LUA
 from dispatchq.storage.unstarted import UNSTARTED_LUA
 
@@ -25,7 +26,8 @@ P = keys.PREFIX
 # reason); no other record does. `settle` moves the record in the unstarted index too
 # (`storage.unstarted`, whose Lua comes first), and in the index by last update (`storage.stale`).
 COUNTS_LUA = (
-    UNSTARTED_LUA
+    ZADD_ALL_LUA
+    + UNSTARTED_LUA
     + QUEUED_INDEX_LUA
     + (
         """
