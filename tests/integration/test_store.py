@@ -6,7 +6,6 @@ transitions with their expectations, the result TTL, the trail, counters and pru
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,20 +14,11 @@ import pytest
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
 from dispatchq.storage import directory, keys, scripts
 from dispatchq.storage.store import NewRecord, Store
-from tests.support.store import TTL
+from tests.support.store import TTL, new_record
 
 
 def entry(jid: str, ckey: str, *, force: bool = False, tier: str = "code", line: str = "") -> NewRecord:
-    fields = {
-        "id": jid,
-        "content_key": ckey,
-        "force": "1" if force else "0",
-        "line": line,
-        "input": json.dumps({"kind": "k", "target": "t"}),
-        "tier": tier,
-        "effect": "local",
-    }
-    return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
+    return new_record(jid, tier=tier, ckey=ckey, line=line, force=force, target="t")
 
 
 def create(store: Store, jid: str, ckey: str, *, force: bool = False, tier: str = "code") -> tuple[str, bool]:
