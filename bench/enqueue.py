@@ -39,7 +39,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import PY, Bench, free_port, stop_server, write_jsonl  # noqa: E402
+from bench.common import PY, Bench, free_port, stop_server, timed_clients, write_jsonl  # noqa: E402
 
 __all__ = ["RAW", "run_enqueue", "store_writes"]
 
@@ -219,13 +218,7 @@ def _post_all(port: int, bodies: list[bytes]) -> tuple[float, int]:
                 errors.append(f"HTTP {response.status}: {str(answer)[:200]}")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = timed_clients(client, CLIENTS)
     if errors:
         raise SystemExit(f"POST /judgements refused bodies: {errors}")
     return elapsed, sum(created)
