@@ -655,11 +655,7 @@ class Window:
 
     def _kinds_of(self, ids: list[str]) -> list[str | None]:
         """Each judgement's kind from its input alone (None: its record is gone)."""
-        out: list[str | None] = []
-        for start in range(0, len(ids), 1000):
-            for raw in self.records.inputs(ids[start : start + 1000]):
-                out.append(json.loads(raw).get("kind") if raw else None)
-        return out
+        return [json.loads(raw).get("kind") if raw else None for raw in self.records.inputs(ids)]
 
     def _release_waiting(self) -> None:
         ids = self._line_ids()
