@@ -1,9 +1,9 @@
 """The command-line agents a session can run, behind one `SessionBackend` each.
 
 `base` holds the protocol (what a backend provides, and why the seam is there); one module
-per backend implements it (`claude`: Claude Code). `backend_for(name)` is the registry the
-session tier and the worker ask; a credential names its backend by the same name. Adding a
-backend is its module and one row of `_REGISTRY`.
+per backend implements it (`claude`: Claude Code, `codex`: OpenAI Codex CLI).
+`backend_for(name)` is the registry the session tier and the worker ask; a credential names
+its backend by the same name. Adding a backend is its module and one row of `_REGISTRY`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from dispatchq.backends.base import ReleaseCheck, SessionBackend
 from dispatchq.backends.claude import ClaudeBackend
+from dispatchq.backends.codex import CodexBackend
 from dispatchq.errors import ConfigError
 
 __all__ = ["DEFAULT_BACKEND", "ReleaseCheck", "SessionBackend", "backend_for", "known_backends"]
@@ -21,6 +22,7 @@ DEFAULT_BACKEND = "claude"
 
 _REGISTRY: dict[str, Callable[[], SessionBackend]] = {
     "claude": ClaudeBackend,
+    "codex": CodexBackend,
 }
 
 

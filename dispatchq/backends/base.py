@@ -8,7 +8,8 @@ that CLI sits behind this one protocol, as the typed tier's `Provider` hides its
   session is resumed (`resume`: the session id the CLI printed);
 - **environment**: what the session starts with: the environment allowlist, its one
   credential under the variable it was chosen with, and the CLI's own per-judgement config
-  folder (`config_var`), where its transcripts live;
+  folder (`config_var`), where its transcripts live; `config_files`: what the tier writes into
+  that folder first (a credential that is a file, a setting only a config file takes);
 - **egress**: where a confined session's only proxy may lead (the CLI's API host);
 - **the output readers**: one run's outcome from what it printed (`read_outcome`: answer,
   limit, throttle, error, host failure, with the usage it reported, filled into
@@ -99,6 +100,16 @@ class SessionBackend(Protocol):
         config_dir: Path,
     ) -> dict[str, str]:
         """The session's environment: the allowlist, its one credential, its config folder."""
+        ...
+
+    def config_files(
+        self, session_env: Mapping[str, str], credential_var: str, credential_value: str | None
+    ) -> dict[str, str]:
+        """Files the CLI reads from its config folder, written there (0600) before the session starts.
+
+        A credential that is a file rather than a variable (a login's `auth.json`) goes here and
+        never into the environment; so does a setting the CLI takes only from its config file.
+        """
         ...
 
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:

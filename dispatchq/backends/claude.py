@@ -88,6 +88,12 @@ class ClaudeBackend:
         env[self.config_var] = str(config_dir)
         return env
 
+    def config_files(
+        self, session_env: Mapping[str, str], credential_var: str, credential_value: str | None
+    ) -> dict[str, str]:
+        """None: Claude Code takes its credential from a variable and its settings from `--settings`."""
+        return {}
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         return allowed_destinations(session_env, extra)
 

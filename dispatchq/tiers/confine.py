@@ -51,6 +51,7 @@ __all__ = [
     "spawn_refusal",
     "sweep",
     "work_dir",
+    "write_config_files",
 ]
 
 CREDENTIAL_HINT = (
@@ -80,6 +81,23 @@ def config_dir(settings: Settings, jid: str) -> Path:
     path = judgement_dir(settings, jid) / "config"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def write_config_files(config: Path, files: Mapping[str, str]) -> None:
+    """The backend's `config_files` into the session's config folder, each 0600 and replaced whole.
+
+    A name is one plain file name: a backend never writes outside its folder.
+    """
+    for name, text in files.items():
+        if not name or name != os.path.basename(name) or name in (".", ".."):
+            raise ValueError(f"config file name {name!r} is not a plain file name")
+        target = config / name
+        partial = config / f".{name}.partial"
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(partial, target)
 
 
 def forget(settings: Settings, jid: str) -> None:

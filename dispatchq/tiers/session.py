@@ -62,6 +62,7 @@ from dispatchq.tiers.confine import (
     read_pool_credential,
     spawn_refusal,
     work_dir,
+    write_config_files,
 )
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.tiers.lease import (
@@ -477,6 +478,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         scrub_subprocesses=scrub.enabled,
         config_dir=config,
     )
+    write_config_files(config, backend.config_files(env, variable, credential))
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else work_dir(settings, record.id)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its

@@ -1,0 +1,235 @@
+"""OpenAI Codex CLI (`codex exec --json`) as a `SessionBackend`.
+
+What it runs and why (docs/codex-cli.md, with the sources each fact was read from):
+
+- argv: `codex exec --json --skip-git-repo-check --sandbox workspace-write -c
+  approval_policy="never" [kind args] [resume <thread>] -`, the prompt on stdin;
+- environment: the allowlist, `CODEX_HOME` (the judgement's config folder) and exactly one
+  credential: an API key as `OPENAI_API_KEY` (metered), or a ChatGPT plan's `auth.json`, which
+  is no variable at all: `config_files` hands it to the tier to write into that `CODEX_HOME`;
+- egress: `OPENAI_BASE_URL` when the session's environment names one (a stand-in, a gateway),
+  else the plan's hosts or the API's;
+- readers: `dispatchq.backends.codex_stream` (the JSON Lines) and
+  `dispatchq.window.codex_limits` (the limit words, in the zone of the host that ran the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from dispatchq.backends.base import Destination, ReleaseCheck
+from dispatchq.backends.codex_stream import codex_window_state, read_codex_outcome
+from dispatchq.errors import ConfigError, UserError
+from dispatchq.launcher.codex_releases import check_codex
+from dispatchq.launcher.codex_releases import supported_range as codex_range
+from dispatchq.launcher.egress import parse_destination
+from dispatchq.launcher.environment import SESSION_FORCED, SESSION_SCRUB_FLAG, session_environment
+from dispatchq.launcher.spawn import build_argv
+from dispatchq.window.limits import LimitSignal, SessionOutcome, WindowState
+
+__all__ = [
+    "CODEX_API_KEY_VAR",
+    "CODEX_AUTH_VAR",
+    "CODEX_BASE_URL_VAR",
+    "CODEX_CONFIG_VAR",
+    "CODEX_CREDENTIAL_VARS",
+    "CodexBackend",
+]
+
+#: Where Codex keeps its login (`auth.json`), its config and its threads.
+CODEX_CONFIG_VAR = "CODEX_HOME"
+#: A metered credential: an OpenAI API key, which Codex reads from this variable.
+CODEX_API_KEY_VAR = "OPENAI_API_KEY"
+#: A plan's credential: the account's `auth.json`, named by this pseudo-variable in the pool. It
+#: never reaches the environment; the tier writes it into the session's `CODEX_HOME`.
+CODEX_AUTH_VAR = "CODEX_AUTH_JSON"
+#: Every variable Codex takes a credential from; a session sees at most the one it was given.
+CODEX_CREDENTIAL_VARS = frozenset({CODEX_API_KEY_VAR, "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", CODEX_AUTH_VAR})
+#: The API base a session is pointed at (Codex's `openai_base_url`), passed through when set.
+CODEX_BASE_URL_VAR = "OPENAI_BASE_URL"
+
+_PLAN_HOSTS: frozenset[Destination] = frozenset({("chatgpt.com", 443), ("auth.openai.com", 443)})
+_API_HOSTS: frozenset[Destination] = frozenset({("api.openai.com", 443)})
+_SANDBOX_FLAGS = ("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "--not-so-yolo")
+_THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def _has_flag(words: Sequence[str], flags: Iterable[str]) -> bool:
+    wanted = tuple(flags)
+    return any(w in wanted or any(w.startswith(f"{f}=") for f in wanted if f.startswith("--")) for w in words)
+
+
+def _has_override(words: Sequence[str], key: str) -> bool:
+    """Whether a `-c key=…` (or `--config key=…`) is among `words`."""
+    return any(
+        flag in ("-c", "--config") and value.split("=", 1)[0].strip() == key
+        for flag, value in pairwise(words)
+    )
+
+
+@dataclass(frozen=True)
+class CodexBackend:
+    """Codex's argv, environment, config files, egress, output readers and release table.
+
+    `resumes_across_credentials` is False: a thread lives under `CODEX_HOME` beside the login
+    it ran under, and whether the service continues one account's thread under another was not
+    verified; a judgement moved to another credential starts afresh, which costs a run but
+    never a resume that finds nothing.
+    """
+
+    name: str = "codex"
+    config_var: str = CODEX_CONFIG_VAR
+    credential_vars: frozenset[str] = CODEX_CREDENTIAL_VARS
+    resumes_across_credentials: bool = False
+
+    def argv(self, command: str, extra_args: Sequence[str] = (), resume: str | None = None) -> list[str]:
+        """`command exec --json …`, the kind's args, `resume <thread>` when resuming, `-` (stdin).
+
+        Each of dispatchq's words is added only where the command and the kind's args do not
+        already say it: `exec`, `--json`, `--skip-git-repo-check`, a sandbox (a kind may choose
+        `--sandbox read-only`), `approval_policy`.
+        """
+        base = build_argv(command)
+        extra = list(extra_args)
+        if not all(isinstance(arg, str) for arg in extra):
+            raise ConfigError("session args must be a list of strings")
+        given = [*base[1:], *extra]
+        words = [base[0]]
+        if "exec" not in given:
+            words.append("exec")
+        words += base[1:]
+        if not _has_flag(given, ("--json", "--experimental-json")):
+            words.append("--json")
+        if "--skip-git-repo-check" not in given:
+            words.append("--skip-git-repo-check")
+        if not _has_flag(given, _SANDBOX_FLAGS):
+            words += ["--sandbox", "workspace-write"]
+        if (
+            not _has_override(given, "approval_policy")
+            and "--dangerously-bypass-approvals-and-sandbox" not in given
+        ):
+            words += ["-c", 'approval_policy="never"']
+        words += extra
+        if resume is not None:
+            if not _THREAD_ID.match(resume):
+                raise UserError(f"thread id {resume!r} is not a plain token; refusing to resume it")
+            words += ["resume", resume]
+        return [*words, "-"]
+
+    def environment(
+        self,
+        parent_environ: Mapping[str, str],
+        *,
+        deny: Iterable[str],
+        allow: Iterable[str],
+        credential_var: str,
+        credential_value: str | None,
+        scrub_subprocesses: bool,
+        config_dir: Path,
+    ) -> dict[str, str]:
+        """The allowlist, the one credential (an API key only: a plan's login goes in a file),
+        `CODEX_HOME`, and `OPENAI_BASE_URL` when the parent names one.
+
+        Claude Code's forced variables are not Codex's and are left out; every credential
+        variable Codex reads but the chosen one is withheld by name, with its `_FILE` form.
+        """
+        in_env = credential_var != CODEX_AUTH_VAR
+        env = session_environment(
+            parent_environ,
+            deny=deny,
+            allow=allow,
+            credential_var=credential_var,
+            credential_value=credential_value if in_env else None,
+            scrub_subprocesses=scrub_subprocesses,
+        )
+        for name in [*SESSION_FORCED, SESSION_SCRUB_FLAG]:
+            env.pop(name, None)
+        for name in self.credential_vars:
+            if name != credential_var or not in_env:
+                env.pop(name, None)
+            env.pop(f"{name}_FILE", None)
+        base = parent_environ.get(CODEX_BASE_URL_VAR, "").strip()
+        if base and not urlsplit(base).username and not urlsplit(base).password:
+            env[CODEX_BASE_URL_VAR] = base  # a URL with a password in it stays behind
+        env[self.config_var] = str(config_dir)
+        return env
+
+    def config_files(
+        self, session_env: Mapping[str, str], credential_var: str, credential_value: str | None
+    ) -> dict[str, str]:
+        """What goes into the session's `CODEX_HOME` before it starts (name -> text, written 0600).
+
+        `auth.json`: a plan's login, the credential itself. `config.toml`: `openai_base_url`
+        when the session's environment names `OPENAI_BASE_URL` (Codex takes the API base from
+        its config, not from that variable), so the egress and the CLI agree on one host.
+        """
+        files: dict[str, str] = {}
+        if credential_var == CODEX_AUTH_VAR and credential_value:
+            files["auth.json"] = credential_value
+        base = session_env.get(CODEX_BASE_URL_VAR)
+        if base:
+            files["config.toml"] = f"openai_base_url = {json.dumps(base)}\n"
+        return files
+
+    def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
+        """`OPENAI_BASE_URL`'s host when set; else the API for a key, the plan's hosts for a login."""
+        found: set[Destination]
+        base = session_env.get(CODEX_BASE_URL_VAR)
+        parts = urlsplit(base) if base else None
+        if parts is not None and parts.hostname:
+            found = {(parts.hostname.lower(), parts.port or (80 if parts.scheme == "http" else 443))}
+        elif any(session_env.get(name) for name in CODEX_CREDENTIAL_VARS - {CODEX_AUTH_VAR}):
+            found = set(_API_HOSTS)
+        else:
+            found = set(_PLAN_HOSTS)
+        found.update(parse_destination(item) for item in extra if item.strip())
+        return frozenset(found)
+
+    def read_outcome(
+        self,
+        stdout: str,
+        *,
+        now: datetime,
+        default_tz: str | tzinfo,
+        unknown_reset: float,
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> SessionOutcome:
+        return read_codex_outcome(
+            stdout,
+            now=now,
+            default_tz=default_tz,
+            unknown_reset=unknown_reset,
+            returncode=returncode,
+            stderr=stderr,
+        )
+
+    def window_state(self, event: Mapping[str, Any]) -> WindowState | None:
+        return codex_window_state(event)
+
+    def reserve_signals(
+        self, events: Sequence[Mapping[str, Any]], *, reserve: float, now: datetime
+    ) -> list[tuple[LimitSignal, float]]:
+        """None from the stream: `codex exec --json` reports no window's use (the app-server does)."""
+        return []
+
+    def check_release(self, command: str, environ: Mapping[str, str]) -> ReleaseCheck | None:
+        check = check_codex(command, environ)
+        if check is None:
+            return None
+        return ReleaseCheck(
+            backend=self.name,
+            executable=check.executable,
+            version=check.version,
+            supported=check.supported,
+            supported_range=codex_range(),
+            problem=check.problem,
+        )
