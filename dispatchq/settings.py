@@ -236,6 +236,10 @@ class Settings(BaseSettings):
         "claude -p --output-format stream-json --verbose",
         description="The headless session command, split like a shell would and run with no shell.",
     )
+    codex_command: str = Field(
+        "codex",
+        description="The Codex CLI a `codex` credential's sessions run, split like a shell would (no shell).",
+    )
     session_timeout: int = Field(1800, ge=1, description="A session running longer than this is killed.")
     session_concurrency: int = Field(1, ge=1, description="Sessions running at once, across all machines.")
     session_credential_var: str = Field(
@@ -532,7 +536,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}") from None
         return value
 
-    @field_validator("session_command")
+    @field_validator("session_command", "codex_command")
     @classmethod
     def _splittable(cls, value: str) -> str:
         try:

@@ -33,6 +33,7 @@ from dispatchq.launcher.codex_releases import supported_range as codex_range
 from dispatchq.launcher.egress import parse_destination
 from dispatchq.launcher.environment import SESSION_FORCED, SESSION_SCRUB_FLAG, session_environment
 from dispatchq.launcher.spawn import build_argv
+from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR
 from dispatchq.window.limits import LimitSignal, SessionOutcome, WindowState
 
 __all__ = [
@@ -47,10 +48,7 @@ __all__ = [
 #: Where Codex keeps its login (`auth.json`), its config and its threads.
 CODEX_CONFIG_VAR = "CODEX_HOME"
 #: A metered credential: an OpenAI API key, which Codex reads from this variable.
-CODEX_API_KEY_VAR = "OPENAI_API_KEY"
-#: A plan's credential: the account's `auth.json`, named by this pseudo-variable in the pool. It
-#: never reaches the environment; the tier writes it into the session's `CODEX_HOME`.
-CODEX_AUTH_VAR = "CODEX_AUTH_JSON"
+CODEX_API_KEY_VAR = OPENAI_API_KEY_VAR
 #: Every variable Codex takes a credential from; a session sees at most the one it was given.
 CODEX_CREDENTIAL_VARS = frozenset({CODEX_API_KEY_VAR, "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", CODEX_AUTH_VAR})
 #: The API base a session is pointed at (Codex's `openai_base_url`), passed through when set.

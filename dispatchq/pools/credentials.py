@@ -17,7 +17,9 @@ from dispatchq.core.priority import Priority, at_least
 
 __all__ = [
     "API_KEY_VAR",
+    "CODEX_AUTH_VAR",
     "DEFAULT_CREDENTIAL",
+    "OPENAI_API_KEY_VAR",
     "TOKEN_VAR",
     "Billing",
     "Credential",
@@ -34,6 +36,10 @@ DEFAULT_CREDENTIAL = "default"
 #: What a session sees its credential as, by how the operator gave it.
 TOKEN_VAR = "CLAUDE_CODE_OAUTH_TOKEN"  # noqa: S105 (a name) `token_file`: a subscription's long-lived token
 API_KEY_VAR = "ANTHROPIC_API_KEY"  # `api_key_file`: an Anthropic API key
+OPENAI_API_KEY_VAR = "OPENAI_API_KEY"  # `api_key_file` of a `codex` credential: an OpenAI API key
+#: `auth_file` of a `codex` credential: a ChatGPT plan's `auth.json`. No session sees it as a
+#: variable; the `codex` backend writes it into the session's `CODEX_HOME`.
+CODEX_AUTH_VAR = "CODEX_AUTH_JSON"
 
 Billing = Literal["subscription", "metered"]
 

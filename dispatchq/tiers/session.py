@@ -33,7 +33,7 @@ from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.backends import SessionBackend, backend_for
+from dispatchq.backends import SessionBackend, backend_for, command_for
 from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
 from dispatchq.core.status import RunningSession
@@ -458,7 +458,8 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     assert attempt.kind.session is not None
     settings, record, environ = attempt.settings, attempt.record, attempt.environ
     backend = attempt.backend
-    argv = backend.argv(settings.session_command, attempt.kind.session.args, resume=attempt.resume)
+    command = command_for(backend.name, settings)
+    argv = backend.argv(command, attempt.kind.session.args, resume=attempt.resume)
     chosen = attempt.credential
     credential: str | None
     if chosen.file is not None:
@@ -486,7 +487,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     prompt = attempt.hooks.render_prompt(attempt.runtime, record)
     if prompt is None:
         prompt = render_prompt(
-            attempt.kind.session.prompt,
+            attempt.kind.session.prompt_for(backend.name),
             {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
         )
     return _Spawn(

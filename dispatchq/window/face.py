@@ -123,7 +123,14 @@ class _Pass:
         assert self._stored is not None
         return self._stored.get(credential)
 
-    def route(self, model: str | None, kind: str, urgency: str | None, kind_estimate: float | None) -> Route:
+    def route(
+        self,
+        model: str | None,
+        kind: str,
+        urgency: str | None,
+        kind_estimate: float | None,
+        backends: Sequence[str] = (),
+    ) -> Route:
         self._read()
         assert self._stored is not None and self._usage is not None
         states = states_for(
@@ -136,7 +143,12 @@ class _Pass:
             now=self.now,
         )
         return route(
-            states, priority=urgency, kind=kind, now=self.now, timezone=self.window.settings.timezone
+            states,
+            priority=urgency,
+            kind=kind,
+            now=self.now,
+            timezone=self.window.settings.timezone,
+            backends=backends,
         )
 
 
@@ -178,6 +190,14 @@ class Window:
         if kind is None or kind.session is None:
             return None, None
         return kind.session.model, getattr(kind.session, "cost_estimate", None)
+
+    def _kind_backends(self, kind_name: str) -> tuple[str, ...]:
+        """The backends a kind allows (none named, or no config readable here: the pool's first)."""
+        try:
+            kind = self._kinds().get(kind_name)
+        except UserError:
+            return ()
+        return tuple(getattr(kind.session, "backends", ())) if kind is not None and kind.session else ()
 
     # --- reading ------------------------------------------------------------------------
     def get(self, scope: str) -> Marker | None:
@@ -302,7 +322,9 @@ class Window:
                 continue
             model = model_of(entry.kind)
             urgency = getattr(entry, "urgency", None) or None
-            plan = run.route(model, entry.kind, urgency, self._kind_parts(entry.kind)[1])
+            plan = run.route(
+                model, entry.kind, urgency, self._kind_parts(entry.kind)[1], self._kind_backends(entry.kind)
+            )
             if plan.waits:
                 lift = plan.opens_at
                 if lift is not None:
@@ -441,6 +463,7 @@ class Window:
                 record.kind,
                 getattr(record, "urgency", None),
                 self._kind_parts(record.kind)[1],
+                self._kind_backends(record.kind),
             )
             if plan.waiting:
                 why = pool_waiting_reason(plan, single=pool.single, timezone=self.settings.timezone)

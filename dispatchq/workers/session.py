@@ -20,7 +20,7 @@ from rq import Callback, Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
 
-from dispatchq.backends import DEFAULT_BACKEND, backend_for
+from dispatchq.backends import DEFAULT_BACKEND, backend_for, command_for
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
@@ -110,8 +110,9 @@ def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> 
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
         _say_once(logging.WARNING, decision.warning)
-    # The installed CLI outside the tested range: a WARNING, once.
-    backend_for(DEFAULT_BACKEND).check_release(settings.session_command, environ)
+    # Each installed CLI the pool runs outside its tested range: a WARNING, once.
+    for name in sorted({DEFAULT_BACKEND} | {c.backend for c in pool}):
+        backend_for(name).check_release(command_for(name, settings), environ)
 
 
 def replay_hooks() -> Mapping[str, SessionHooks]:
