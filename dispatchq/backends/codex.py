@@ -100,10 +100,8 @@ class CodexBackend:
         if not all(isinstance(arg, str) for arg in extra):
             raise ConfigError("session args must be a list of strings")
         given = [*base[1:], *extra]
-        words = [base[0]]
-        if "exec" not in given:
-            words.append("exec")
-        words += base[1:]
+        # After the whole command: it may be a wrapper (`env … codex`, an interpreter and a script).
+        words = [*base, *([] if "exec" in given else ["exec"])]
         if not _has_flag(given, ("--json", "--experimental-json")):
             words.append("--json")
         if "--skip-git-repo-check" not in given:

@@ -93,6 +93,11 @@ def test_a_kind_that_chooses_its_own_sandbox_or_approval_keeps_it(
     assert argv[-1 - len(args) : -1] == args
 
 
+def test_a_wrapping_command_keeps_its_words_before_codexs() -> None:
+    argv = CODEX.argv("/usr/bin/python3 /opt/fake_codex.py --profile ci")
+    assert argv[:5] == ["/usr/bin/python3", "/opt/fake_codex.py", "--profile", "ci", "exec"]
+
+
 def test_words_the_command_already_says_are_not_repeated() -> None:
     argv = CODEX.argv("codex exec --json --skip-git-repo-check")
     assert argv.count("exec") == 1

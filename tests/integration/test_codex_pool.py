@@ -1,0 +1,107 @@
+"""A pool of a Claude Code credential and a Codex one: real `dispatchq worker session` processes,
+the fake `claude` and the fake `codex exec --json` (tests/support/fake_codex.py).
+
+A kind that allows both backends is answered by whichever has room; a kind that names none runs
+on the pool's first credential's backend only; a Codex limit, stated only in words and read in
+the host's zone, closes that Codex credential's window until the stated minute while the Claude
+credential keeps answering. The Codex session gets its own prompt, its login as `auth.json` in
+its own `CODEX_HOME`, and no credential variable at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from dispatchq.pools.credentials import qualify
+from dispatchq.window.limits import GENERAL_SCOPE
+from tests.support.helpers import REPO
+from tests.support.pool_config import secret_file, write_pool
+from tests.support.session import Harness
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
+
+FAKE_CODEX = REPO / "tests" / "support" / "fake_codex.py"
+CODEX_COMMAND = f"{sys.executable} {FAKE_CODEX}"
+PLAN_LOGIN = "auth:plan-b"
+
+
+def _claude_and_codex(harness: Harness) -> None:
+    team = secret_file(harness, "team-a", "tok-A")
+    login = secret_file(
+        harness, "codex-b.json", json.dumps({"account": "plan-b", "tokens": {"access_token": "x"}})
+    )
+    write_pool(
+        harness,
+        f"""
+        team-a:
+          token_file: {team}
+        codex-b:
+          backend: codex
+          auth_file: {login}
+        """,
+        kinds_extra="""
+          both:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [claude, codex]
+              prompts:
+                codex: "Codex, answer {{ target }}"
+        """,
+    )
+
+
+def test_a_kind_for_both_backends_runs_on_codex_when_claude_is_closed(harness: Harness) -> None:
+    _claude_and_codex(harness)
+    record = harness.tmp / "codex-runs.jsonl"
+    harness.plan({"credential": PLAN_LOGIN, "answer": "yes from codex", "record": str(record)})
+    closed = harness.cli("window", "close", "--until", "2h", "--credential", "team-a", "--reason", "test")
+    assert closed.returncode == 0, closed.stderr
+    harness.workers(1, DISPATCHQ_CODEX_COMMAND=CODEX_COMMAND)
+
+    both = harness.enqueue("both", "first")
+    plain = harness.enqueue("ask", "plain")
+    harness.wait(lambda: harness.statuses([both]) == ["answered"], "the both-kind answered on codex")
+    assert harness.record(both).value == "yes from codex"
+    assert harness.spawns_on(PLAN_LOGIN) == 1 and harness.spawns_on("tok-A") == 0
+    # A kind naming no backend runs on the pool's first credential's (claude's) only: it waits.
+    harness.wait(lambda: harness.statuses([plain]) == ["waiting"], "the plain kind waiting for team-a")
+    assert harness.spawns_stay(1) == 1
+    why = harness.record(plain).reason or ""
+    assert "team-a closed until" in why, why
+
+    (run,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert run["prompt"].startswith("Codex, answer ") and "\nfirst\n" in run["prompt"]  # framed target
+    assert run["argv"][:2] == ["exec", "--json"] and run["argv"][-1] == "-"
+    assert run["files"] == ["auth.json"]
+    secret_shaped = {"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_AUTH_JSON", "CLAUDE_CODE_OAUTH_TOKEN"}
+    assert not secret_shaped & set(run["env"])
+
+
+def test_a_codex_limit_closes_only_that_credential_at_the_stated_minute(harness: Harness) -> None:
+    _claude_and_codex(harness)
+    # Codex states the minute in the host's zone (UTC here): the lift is that minute.
+    resets = (int(time.time()) // 60 + 90) * 60
+    harness.plan({"credential": PLAN_LOGIN, "scenario": "limit", "resets_at": resets})
+    closed = harness.cli("window", "close", "--until", "2s", "--credential", "team-a", "--reason", "test")
+    assert closed.returncode == 0, closed.stderr
+    harness.scheduler()
+    harness.workers(1, DISPATCHQ_CODEX_COMMAND=CODEX_COMMAND)
+
+    first = harness.enqueue("both", "first")
+    scope = qualify("codex-b", GENERAL_SCOPE)
+    harness.wait(lambda: harness.marker(scope) is not None, "codex-b's window closed by its limit")
+    marker = harness.marker(scope)
+    assert marker is not None and marker.closed() and int(marker.lifts_at) == resets
+    harness.wait(
+        lambda: harness.statuses([first]) == ["answered"], "the judgement answered on team-a", timeout=30
+    )
+
+    more = [harness.enqueue("both", f"more-{i}") for i in range(3)]
+    harness.wait(lambda: harness.all_status(more, "answered"), "the rest answered on team-a")
+    assert harness.spawns_on(PLAN_LOGIN) == 1  # the limit cost one spawn, then none until the lift
+    assert harness.spawns_on("tok-A") == 4
+    assert (scope, float(resets)) in harness.retriggers()
