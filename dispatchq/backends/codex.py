@@ -56,7 +56,14 @@ CODEX_BASE_URL_VAR = "OPENAI_BASE_URL"
 
 _PLAN_HOSTS: frozenset[Destination] = frozenset({("chatgpt.com", 443), ("auth.openai.com", 443)})
 _API_HOSTS: frozenset[Destination] = frozenset({("api.openai.com", 443)})
-_SANDBOX_FLAGS = ("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "--not-so-yolo")
+_SANDBOX_FLAGS = (
+    "--sandbox",
+    "-s",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "--yolo",
+    "--approve-for-me",
+    "--not-so-yolo",
+)
 _THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 

@@ -102,7 +102,7 @@ _WORKSPACE: tuple[tuple[re.Pattern[str], LimitKind], ...] = (
 _TRANSIENT = re.compile(
     r"selected model is at capacity"
     r"|currently experiencing high demand"
-    r"|exceeded retry limit, last status: (?:429|5\d\d)"
+    r"|exceeded retry limit, last status: 5\d\d"
     r"|stream disconnected before completion"
     r"|error while reading the server response"
     r"|request timed out",
@@ -116,6 +116,11 @@ _CREDENTIAL = re.compile(
     r"|missing environment variable: `?(?:openai|codex)_api_key",
     re.IGNORECASE,
 )
+
+
+# A 429 Codex did not read as `usage_limit_reached`: 0.171.0 says only this when the Responses
+# WebSocket handshake is refused with the service's usage-limit body (recorded, docs/codex-cli.md).
+_BARE_429 = re.compile(r"exceeded retry limit, last status: 429\b", re.IGNORECASE)
 
 
 def is_codex_transient(text: str) -> bool:
@@ -138,7 +143,9 @@ def detect_codex_limit(
     next such time, unless it passed less than `JUST_RESET_WINDOW` ago (the message is minutes
     old, or the run crossed midnight): then the window has just reset, and a refusal with the
     same words means the next day's (`next_lifts_at`, which `reprobe_backoff` moves to).
-    "Try again later." states nothing: the unknown-reset probe after `unknown_reset` seconds.
+    "Try again later." states nothing: the unknown-reset probe after `unknown_reset` seconds, as
+    does a bare "exceeded retry limit, last status: 429" (a 429 Codex did not read as the usage
+    limit: Codex never retries one, and taking it for a throttle could burn a spawn a minute).
     """
     require_aware(now)
     zone = resolve_timezone(default_tz)
@@ -152,7 +159,15 @@ def detect_codex_limit(
     scope = model_scope(head.group("limit")) if head else GENERAL_SCOPE
     head = head or _HEAD.search(norm)
     if head is None:
-        return None
+        bare = _BARE_429.search(norm)
+        if bare is None:
+            return None
+        # No words for the window, but a 429 Codex does not retry: the limit with an unknown
+        # reset costs one probe after `unknown_reset`; a throttle read as one costs that wait.
+        return LimitSignal(
+            now + timedelta(seconds=unknown_reset), "unknown", GENERAL_SCOPE, bare.group(0),
+            source="status", reset_known=False,
+        )  # fmt: skip
     retry = _RETRY.search(norm, head.end(), head.end() + _RETRY_REACH)
     end = retry.end() if retry else head.end()
     message = norm[head.start() : end].strip()

@@ -253,7 +253,7 @@ def test_a_limit_after_work_was_cut_off_mid_run() -> None:
 @pytest.mark.parametrize(
     ("message", "kind"),
     [
-        ("exceeded retry limit, last status: 429 Too Many Requests", "transient"),
+        ("exceeded retry limit, last status: 502 Bad Gateway", "transient"),
         ("Selected model is at capacity. Please try a different model.", "transient"),
         ("Quota exceeded. Check your plan and billing details.", "host"),
         ("stream disconnected before completion: error sending request for url (https://chatgpt.com/"
@@ -269,6 +269,50 @@ def test_a_failed_turn_is_told_by_its_words(message: str, kind: str) -> None:
     assert outcome.kind == kind
     assert outcome.text == message
     assert outcome.limit is None
+
+
+# Recorded from codex-cli 0.171.0 (`codex exec --json --skip-git-repo-check --sandbox workspace-write
+# -c approval_policy="never" -`, API key, TZ=America/New_York) against a loopback stand-in that
+# refused every Responses request with the service's 429 `usage_limit_reached` body (plan_type
+# plus, resets_at two hours on) and x-codex-* headers, at 2026-12-05 10:14 UTC. Over HTTPS (the
+# WebSocket handshake answered 404 first, so Codex fell back):
+RECORDED_HTTPS_LIMIT = """\
+{"type":"thread.started","thread_id":"01a245b3-0103-7583-8581-16788b094aac"}
+{"type":"turn.started"}
+{"type":"error","message":"Reconnecting... 2/5 (unexpected status 404 Not Found: not here, url: ws://127.0.0.1:18461/v1/responses)"}
+{"type":"error","message":"Reconnecting... 5/5 (unexpected status 404 Not Found: not here, url: ws://127.0.0.1:18461/v1/responses)"}
+{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Falling back from WebSockets to HTTPS transport. unexpected status 404 Not Found: not here, url: ws://127.0.0.1:18461/v1/responses"}}
+{"type":"error","message":"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 7:14 AM."}
+{"type":"turn.failed","error":{"message":"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 7:14 AM."}}
+"""  # noqa: E501
+# The same 429 on the WebSocket handshake: Codex reads no body and says only this.
+RECORDED_WS_LIMIT = """\
+{"type":"thread.started","thread_id":"01a245b3-46c9-7f41-9eff-68173255f919"}
+{"type":"turn.started"}
+{"type":"error","message":"exceeded retry limit, last status: 429 Too Many Requests"}
+{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}
+"""
+RECORDED_AT = datetime(2026, 12, 5, 10, 14, 50, tzinfo=UTC)
+
+
+def test_a_recorded_limit_over_https_lifts_at_the_stated_minute_in_the_hosts_zone() -> None:
+    outcome = CODEX.read_outcome(
+        RECORDED_HTTPS_LIMIT, now=RECORDED_AT, default_tz=NY, unknown_reset=UNKNOWN, returncode=1
+    )
+    assert outcome.kind == "limit" and outcome.refused_at_spawn
+    assert outcome.limit is not None
+    assert outcome.limit.lifts_at == datetime(2026, 12, 5, 12, 14, tzinfo=UTC)  # 7:14 AM EST
+    assert outcome.session_id == "01a245b3-0103-7583-8581-16788b094aac"
+    assert outcome.text.startswith("You\u2019ve hit your usage limit.")
+
+
+def test_a_recorded_429_on_the_websocket_is_the_limit_with_an_unknown_reset() -> None:
+    outcome = CODEX.read_outcome(
+        RECORDED_WS_LIMIT, now=RECORDED_AT, default_tz=NY, unknown_reset=UNKNOWN, returncode=1
+    )
+    assert outcome.kind == "limit" and outcome.refused_at_spawn
+    assert outcome.limit is not None and not outcome.limit.reset_known
+    assert outcome.limit.lifts_at == RECORDED_AT + timedelta(seconds=UNKNOWN)
 
 
 def test_a_lost_thread_asks_for_a_fresh_session() -> None:

@@ -193,7 +193,7 @@ def test_a_workspace_without_credits_waits_for_a_person(text: str, kind: str, sc
     [
         "Selected model is at capacity. Please try a different model.",
         "We're currently experiencing high demand, which may cause temporary errors.",
-        "exceeded retry limit, last status: 429 Too Many Requests, request id: abc",
+        "exceeded retry limit, last status: 503 Service Unavailable, request id: abc",
         "stream disconnected before completion: connection reset",
     ],
 )
@@ -215,6 +215,14 @@ def test_a_refused_credential_is_no_limit(text: str) -> None:
     assert is_codex_credential_refused(text)
     assert detect(text, NY) is None
     assert not is_codex_transient(text)
+
+
+def test_a_bare_429_is_the_limit_with_an_unknown_reset() -> None:
+    signal = detect("exceeded retry limit, last status: 429 Too Many Requests", NY)
+    assert signal is not None
+    assert (signal.scope, signal.reset_known, signal.source) == ("general", False, "status")
+    assert signal.lifts_at == NOW + timedelta(seconds=UNKNOWN)
+    assert not is_codex_transient("exceeded retry limit, last status: 429 Too Many Requests")
 
 
 def test_a_limit_message_is_neither_throttle_nor_refusal() -> None:
