@@ -13,7 +13,8 @@ that CLI sits behind this one protocol, as the typed tier's `Provider` hides its
 - **egress**: where a confined session's only proxy may lead (the CLI's API host);
 - **the output readers**: one run's outcome from what it printed (`read_outcome`: answer,
   limit, throttle, error, host failure, with the usage it reported, filled into
-  `SessionOutcome.usage`), what one live stream event says about the window
+  `SessionOutcome.usage`), what the run cost (`cost`: reported, or its tokens priced), what
+  one live stream event says about the window
   (`window_state`, for a probe), and which windows entered the share kept for people
   (`reserve_signals`);
 - **the release check**: the installed CLI's version against the range dispatchq tests;
@@ -130,6 +131,11 @@ class SessionBackend(Protocol):
         stderr: str = "",
     ) -> SessionOutcome:
         """What one run amounted to, from its whole output (pure: `now` and defaults passed in)."""
+        ...
+
+    def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
+        """What the run cost in USD: what the CLI reported, else its tokens priced for `model`
+        with the operator's table `prices` (`DISPATCHQ_CODEX_PRICES`); None when unknown."""
         ...
 
     def window_state(self, event: Mapping[str, Any]) -> WindowState | None:

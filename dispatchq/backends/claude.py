@@ -116,6 +116,10 @@ class ClaudeBackend:
             stderr=stderr,
         )
 
+    def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
+        """What Claude Code reported (`total_cost_usd`): it prices its own runs."""
+        return outcome.total_cost_usd
+
     def window_state(self, event: Mapping[str, Any]) -> WindowState | None:
         return limits.window_state(event)
 

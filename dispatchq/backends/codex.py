@@ -26,7 +26,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dispatchq.backends.base import Destination, ReleaseCheck
-from dispatchq.backends.codex_stream import codex_window_state, read_codex_outcome
+from dispatchq.backends.codex_prices import cost_usd, price_table
+from dispatchq.backends.codex_stream import codex_window_state, read_codex_outcome, token_usage
 from dispatchq.errors import ConfigError, UserError
 from dispatchq.launcher.codex_releases import check_codex
 from dispatchq.launcher.codex_releases import supported_range as codex_range
@@ -214,6 +215,14 @@ class CodexBackend:
             returncode=returncode,
             stderr=stderr,
         )
+
+    def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
+        """The run's tokens times `model`'s price (`PRICES` under the operator's `prices`); None
+        when the run reported no tokens or the model has no price (the estimate then stays)."""
+        usage = token_usage(outcome)
+        if usage is None:
+            return None
+        return cost_usd(usage, model, price_table(prices))
 
     def window_state(self, event: Mapping[str, Any]) -> WindowState | None:
         return codex_window_state(event)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
@@ -525,8 +525,12 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started:
         returncode=result.returncode,
         stderr=result.stderr,
     )
-    # Charged whatever the outcome (cut off, throttled, retried): what the session reported, else
-    # the estimate reserved at admission stays.
+    # Charged whatever the outcome (cut off, throttled, retried): what the session reported (or
+    # its tokens priced, for a CLI that prints no cost), else the estimate reserved at admission stays.
+    if outcome.total_cost_usd is None:
+        model = attempt.kind.session.model if attempt.kind.session is not None else None
+        spent = attempt.backend.cost(outcome, model=model, prices=settings.codex_prices)
+        outcome = replace(outcome, total_cost_usd=spent) if spent is not None else outcome
     attempt.settle(outcome.total_cost_usd)
     # Each of its credential's windows' use and the login's end, for status and the page.
     window.report_usage(outcome, attempt.credential.name)

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from dispatchq.pools.credentials import qualify
+from dispatchq.pools.spend import spend_periods
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.support.helpers import REPO
 from tests.support.pool_config import secret_file, write_pool
@@ -105,3 +106,35 @@ def test_a_codex_limit_closes_only_that_credential_at_the_stated_minute(harness:
     assert harness.spawns_on(PLAN_LOGIN) == 1  # the limit cost one spawn, then none until the lift
     assert harness.spawns_on("tok-A") == 4
     assert (scope, float(resets)) in harness.retriggers()
+
+
+def test_a_metered_codex_run_is_charged_its_tokens_at_the_operators_price(harness: Harness) -> None:
+    key = secret_file(harness, "openai", "sk-metered-0123456789abcdef")
+    write_pool(
+        harness,
+        f"""
+        api:
+          backend: codex
+          api_key_file: {key}
+          spend_cap: {{day: 5.0}}
+        """,
+        kinds_extra="""
+          priced:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [codex]
+              model: house-model
+              cost_estimate: 0.5
+        """,
+    )
+    harness.plan({"credential": "sk-metered-0123456789abcdef", "answer": "priced"})
+    # The fake reports 2100 input tokens (1800 cached) and 40 output tokens.
+    harness.workers(
+        1, DISPATCHQ_CODEX_COMMAND=CODEX_COMMAND, DISPATCHQ_CODEX_PRICES='{"house-model": [10, 1, 100]}'
+    )
+    jid = harness.enqueue("priced", "one")
+    harness.wait(lambda: harness.statuses([jid]) == ["answered"], "the metered judgement answered")
+    day, _ = harness.rt.storage.pool.spent("api", spend_periods(time.time(), harness.rt.settings.timezone))
+    assert day == pytest.approx((300 * 10 + 1800 * 1 + 40 * 100) / 1_000_000)
+    (entry,) = [e for e in harness.record(jid).trail if e.outcome == "answered"]
+    assert entry.cost_usd == pytest.approx(day)

@@ -23,6 +23,7 @@ from dispatchq.backends.codex_prices import PRICES, ModelPrice, cost_usd, parse_
 from dispatchq.backends.codex_stream import TokenUsage, codex_window_state, token_usage
 from dispatchq.errors import UserError
 from dispatchq.launcher import codex_releases
+from dispatchq.settings import Settings
 from dispatchq.tiers.confine import write_config_files
 from dispatchq.window.limits import SessionOutcome
 
@@ -293,6 +294,27 @@ RECORDED_WS_LIMIT = """\
 {"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}
 """
 RECORDED_AT = datetime(2026, 12, 5, 10, 14, 50, tzinfo=UTC)
+# The same CLI answering: the stand-in refused the WebSocket (404) and streamed one assistant
+# message ("yes") over HTTPS with usage 2100 in (1800 cached) / 40 out.
+RECORDED_ANSWER = """\
+{"type":"thread.started","thread_id":"01a245b4-3743-7ea0-8437-ba2211142121"}
+{"type":"turn.started"}
+{"type":"error","message":"Reconnecting... 2/5 (unexpected status 404 Not Found: not here, url: ws://127.0.0.1:18461/v1/responses)"}
+{"type":"error","message":"Reconnecting... 5/5 (unexpected status 404 Not Found: Unknown error, url: ws://127.0.0.1:18461/v1/responses)"}
+{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Falling back from WebSockets to HTTPS transport. unexpected status 404 Not Found: not here, url: ws://127.0.0.1:18461/v1/responses"}}
+{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"yes"}}
+{"type":"turn.completed","usage":{"input_tokens":2100,"cached_input_tokens":1800,"cache_write_input_tokens":0,"output_tokens":40,"reasoning_output_tokens":0}}
+"""  # noqa: E501
+
+
+def test_a_recorded_answer_is_the_agent_message_with_its_tokens() -> None:
+    outcome = CODEX.read_outcome(
+        RECORDED_ANSWER, now=RECORDED_AT, default_tz=NY, unknown_reset=UNKNOWN, returncode=0
+    )
+    assert (outcome.kind, outcome.text) == ("answer", "yes")
+    assert outcome.session_id == "01a245b4-3743-7ea0-8437-ba2211142121"
+    assert outcome.window_opened
+    assert token_usage(outcome) == TokenUsage(2100, 1800, 40)
 
 
 def test_a_recorded_limit_over_https_lifts_at_the_stated_minute_in_the_hosts_zone() -> None:
@@ -364,6 +386,33 @@ def test_a_metered_run_is_priced_from_its_tokens() -> None:
     assert cost_usd(TokenUsage(1200, 1000, 80), "M", prices) == pytest.approx(1540 / 1_000_000)
     assert cost_usd(TokenUsage(1200, 1000, 80), "other", prices) is None
     assert cost_usd(TokenUsage(1200, 1000, 80), None, prices) is None
+
+
+def test_each_backend_says_what_a_run_cost() -> None:
+    answered = read(jsonl(*started(), item("agent_message", 0, text="ok"), completed(1200, 1000, 80)))
+    table = '{"m": [2, 0.5, 8]}'
+    assert CODEX.cost(answered, model="m", prices=table) == pytest.approx(1540 / 1_000_000)
+    assert CODEX.cost(answered, model="gpt-5.1-codex", prices="") == pytest.approx(
+        (200 * 1.25 + 1000 * 0.125 + 80 * 10.0) / 1_000_000
+    )
+    assert CODEX.cost(answered, model="unpriced", prices=table) is None
+    refused = read(jsonl(*started(), *failed(LIMIT)), returncode=1)
+    assert CODEX.cost(refused, model="m", prices=table) is None
+    claude_run = SessionOutcome(kind="answer", text="ok", total_cost_usd=0.25)
+    assert ClaudeBackend().cost(claude_run, model="opus", prices=table) == 0.25
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("", True), ('{"m": [1, 0.1, 4]}', True), ('{"m": [1, 2]}', False), ('{"m": [1, -1, 2]}', False),
+     ("[]", False), ("nope", False)],
+)  # fmt: skip
+def test_the_price_setting_is_checked_when_settings_load(value: str, ok: bool) -> None:
+    if ok:
+        assert Settings(codex_prices=value).codex_prices == value
+    else:
+        with pytest.raises(ValueError, match="codex_prices"):
+            Settings(codex_prices=value)
 
 
 def test_the_operator_overrides_and_adds_prices() -> None:
