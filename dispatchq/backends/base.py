@@ -133,6 +133,20 @@ class SessionBackend(Protocol):
         """What one run amounted to, from its whole output (pure: `now` and defaults passed in)."""
         ...
 
+    def refine_limits(
+        self,
+        outcome: SessionOutcome,
+        *,
+        command: str,
+        session_env: Mapping[str, str],
+        cwd: Path,
+        now: datetime,
+        unknown_reset: float,
+    ) -> SessionOutcome:
+        """A limit the run stated, with what a machine-readable source says in its place (the
+        CLI asked once more, with the session's environment); the outcome as it is otherwise."""
+        ...
+
     def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
         """What the run cost in USD: what the CLI reported, else its tokens priced for `model`
         with the operator's table `prices` (`DISPATCHQ_CODEX_PRICES`); None when unknown."""

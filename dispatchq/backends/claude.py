@@ -116,6 +116,19 @@ class ClaudeBackend:
             stderr=stderr,
         )
 
+    def refine_limits(
+        self,
+        outcome: SessionOutcome,
+        *,
+        command: str,
+        session_env: Mapping[str, str],
+        cwd: Path,
+        now: datetime,
+        unknown_reset: float,
+    ) -> SessionOutcome:
+        """As it is: Claude Code's stream already carries its limits in fields."""
+        return outcome
+
     def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
         """What Claude Code reported (`total_cost_usd`): it prices its own runs."""
         return outcome.total_cost_usd

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from itertools import pairwise
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dispatchq.backends.base import Destination, ReleaseCheck
+from dispatchq.backends.codex_appserver import read_rate_limits
 from dispatchq.backends.codex_prices import cost_usd, price_table
 from dispatchq.backends.codex_stream import codex_window_state, read_codex_outcome, token_usage
 from dispatchq.errors import ConfigError, UserError
@@ -35,7 +36,8 @@ from dispatchq.launcher.egress import parse_destination
 from dispatchq.launcher.environment import SESSION_FORCED, SESSION_SCRUB_FLAG, session_environment
 from dispatchq.launcher.spawn import build_argv
 from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR
-from dispatchq.window.limits import LimitSignal, SessionOutcome, WindowState
+from dispatchq.window.codex_limits import limits_from_windows, prefer_structured, windows_from_rate_limits
+from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, WindowState
 
 __all__ = [
     "CODEX_API_KEY_VAR",
@@ -215,6 +217,39 @@ class CodexBackend:
             returncode=returncode,
             stderr=stderr,
         )
+
+    def refine_limits(
+        self,
+        outcome: SessionOutcome,
+        *,
+        command: str,
+        session_env: Mapping[str, str],
+        cwd: Path,
+        now: datetime,
+        unknown_reset: float,
+    ) -> SessionOutcome:
+        """A limit read from the words, replaced by `account/rateLimits/read`'s full windows.
+
+        Asked only after a limit, with the session's environment and in its `CODEX_HOME` (never
+        the checkout, whose project config is not the app-server's to read). No reading, or no
+        full window in it (a model's own limit), leaves the words' limit as it is.
+        """
+        if outcome.kind != "limit" or outcome.limit is None:
+            return outcome
+        home = session_env.get(self.config_var)
+        where = Path(home) if home else cwd
+        reply = read_rate_limits([*build_argv(command), "app-server"], session_env, where)
+        if reply is None:
+            return outcome
+        structured = limits_from_windows(
+            windows_from_rate_limits(reply), now=now, unknown_reset=unknown_reset
+        )
+        if not structured:
+            return outcome
+        chosen = prefer_structured(structured, outcome.limit)
+        general = [s for s in chosen if s.scope == GENERAL_SCOPE]
+        lead = max(general or chosen, key=lambda s: s.lifts_at)
+        return replace(outcome, limit=lead, limits=chosen)
 
     def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
         """The run's tokens times `model`'s price (`PRICES` under the operator's `prices`); None

@@ -418,7 +418,7 @@ def _run(
     if holding.fenced is not None:
         return _settle_unwritten(attempt, result, started, holding.fenced)
     try:
-        return _settle(attempt, result, watch, started)
+        return _settle(attempt, result, watch, started, spawn)
     except Exception as error:
         if not is_outage(error):
             raise
@@ -501,7 +501,9 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     )
 
 
-def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started: float) -> str:
+def _settle(
+    attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started: float, spawn: _Spawn | None = None
+) -> str:
     """Account for one spawn: what ended it first (nothing ran, a shutdown), then what it said."""
     window, record, settings = attempt.window, attempt.record, attempt.settings
     if result.missing_executable:
@@ -525,6 +527,15 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started:
         returncode=result.returncode,
         stderr=result.stderr,
     )
+    if spawn is not None:  # a limit in words, with the CLI's machine-readable windows in its place
+        outcome = attempt.backend.refine_limits(
+            outcome,
+            command=command_for(attempt.backend.name, settings),
+            session_env=spawn.env,
+            cwd=spawn.cwd,
+            now=datetime.now(UTC),
+            unknown_reset=settings.unknown_reset_probe,
+        )
     # Charged whatever the outcome (cut off, throttled, retried): what the session reported (or
     # its tokens priced, for a CLI that prints no cost), else the estimate reserved at admission stays.
     if outcome.total_cost_usd is None:

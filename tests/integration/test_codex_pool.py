@@ -138,3 +138,33 @@ def test_a_metered_codex_run_is_charged_its_tokens_at_the_operators_price(harnes
     assert day == pytest.approx((300 * 10 + 1800 * 1 + 40 * 100) / 1_000_000)
     (entry,) = [e for e in harness.record(jid).trail if e.outcome == "answered"]
     assert entry.cost_usd == pytest.approx(day)
+
+
+def test_the_app_servers_windows_win_over_a_limit_in_words(harness: Harness) -> None:
+    _claude_and_codex(harness)
+    # The words state no time; the app-server's reading says the 5-hour window is full until then.
+    resets = int(time.time()) + 5400
+    reading = harness.tmp / "rate-limits.json"
+    full = {"usedPercent": 100, "windowDurationMins": 300, "resetsAt": resets}
+    reading.write_text(json.dumps({"rateLimits": {"limitId": "codex", "primary": full}}))
+    served = harness.tmp / "app-server.log"
+    harness.plan({"credential": PLAN_LOGIN, "scenario": "limit_later"})
+    closed = harness.cli("window", "close", "--until", "2s", "--credential", "team-a", "--reason", "test")
+    assert closed.returncode == 0, closed.stderr
+    harness.workers(
+        1,
+        DISPATCHQ_CODEX_COMMAND=CODEX_COMMAND,
+        FAKE_CLAUDE_RATE_LIMITS=str(reading),
+        FAKE_CLAUDE_APPSERVER_LOG=str(served),
+    )
+    first = harness.enqueue("both", "first")
+    scope = qualify("codex-b", GENERAL_SCOPE)
+    harness.wait(lambda: harness.marker(scope) is not None, "codex-b's window closed")
+    marker = harness.marker(scope)
+    assert marker is not None and int(marker.lifts_at) == resets
+    assert marker.kind == "five_hour"
+    assert served.read_text().split()[1:] == [
+        "rateLimits",
+        PLAN_LOGIN,
+    ]  # asked once, with the session's login
+    harness.wait(lambda: harness.statuses([first]) == ["answered"], "the judgement answered on team-a")

@@ -10,6 +10,7 @@ allowlist lets through); a step with `"credential"` is taken only by a spawn tha
 Step keys: `scenario` answer (default) | limit (`You've hit your usage limit. Try again at …`,
 the reset `resets_at` (epoch seconds) printed in UTC as Codex prints its host's local time:
 the tests' host zone is UTC) | limit_later (`… Try again later.`) | error; `answer`, `message`.
+`fake_codex.py app-server` answers `account/rateLimits/read` (see `app_server`).
 Each spawn appends one JSON line to `FAKE_CODEX_RECORD` (a path in the step or the environment)
 with its argv, prompt, environment names and the files in its `CODEX_HOME`.
 """
@@ -71,8 +72,40 @@ def retry_clause(resets_at: float) -> str:
     return at.strftime(f"%b %-d{suffix}, %Y %-I:%M %p")
 
 
+def app_server() -> int:
+    """`codex app-server` on stdio: answers `initialize` and `account/rateLimits/read`.
+
+    The reading is the JSON file `FAKE_CLAUDE_RATE_LIMITS` names (a reply's `result`); without
+    one the read is refused, as an API-key login's is. Each read is logged to
+    `FAKE_CLAUDE_APPSERVER_LOG` with the credential the process saw.
+    """
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        method, ident = message.get("method"), message.get("id")
+        if method == "initialize":
+            emit({"id": ident, "result": {"userAgent": "fake", "codexHome": os.environ.get("CODEX_HOME")}})
+            emit({"method": "remoteControl/status/changed", "params": {"status": "disabled"}})
+        elif method == "account/rateLimits/read":
+            log = os.environ.get("FAKE_CLAUDE_APPSERVER_LOG")
+            if log:
+                with open(log, "a", encoding="utf-8") as handle:
+                    handle.write(f"{os.getpid()} rateLimits {seen_credential() or '-'}\n")
+            source = os.environ.get("FAKE_CLAUDE_RATE_LIMITS")
+            try:
+                with open(source or "", encoding="utf-8") as handle:
+                    emit({"id": ident, "result": json.load(handle)})
+            except (OSError, ValueError):
+                emit({"id": ident, "error": {"code": -32600, "message": "chatgpt authentication required"}})
+    return 0
+
+
 def main() -> int:
     argv = sys.argv[1:]
+    if argv[:1] == ["app-server"]:
+        return app_server()
     if "exec" not in argv or "--json" not in argv or argv[-1] != "-":
         sys.stderr.write(f"fake codex: not an exec --json run with the prompt on stdin: {argv}\n")
         return 2
