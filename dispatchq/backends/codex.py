@@ -36,10 +36,17 @@ from dispatchq.launcher.egress import parse_destination
 from dispatchq.launcher.environment import SESSION_FORCED, SESSION_SCRUB_FLAG, session_environment
 from dispatchq.launcher.spawn import build_argv
 from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR
-from dispatchq.window.codex_limits import limits_from_windows, prefer_structured, windows_from_rate_limits
-from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, WindowState
+from dispatchq.window.codex_limits import (
+    CODEX_LIMIT_ID,
+    CodexWindow,
+    limits_from_windows,
+    prefer_structured,
+    windows_from_rate_limits,
+)
+from dispatchq.window.limits import GENERAL_SCOPE, LimitSignal, SessionOutcome, UsageReport, WindowState
 
 __all__ = [
+    "CHATGPT_BASE_URL_VAR",
     "CODEX_API_KEY_VAR",
     "CODEX_AUTH_VAR",
     "CODEX_BASE_URL_VAR",
@@ -56,6 +63,11 @@ CODEX_API_KEY_VAR = OPENAI_API_KEY_VAR
 CODEX_CREDENTIAL_VARS = frozenset({CODEX_API_KEY_VAR, "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", CODEX_AUTH_VAR})
 #: The API base a session is pointed at (Codex's `openai_base_url`), passed through when set.
 CODEX_BASE_URL_VAR = "OPENAI_BASE_URL"
+#: The ChatGPT backend a plan's login talks to (Codex's `chatgpt_base_url`: its usage readings,
+#: its account checks), passed through when set, as a stand-in or a gateway needs.
+CHATGPT_BASE_URL_VAR = "CHATGPT_BASE_URL"
+#: Each passed-through base, by the config key Codex reads it from.
+_BASES = {CODEX_BASE_URL_VAR: "openai_base_url", CHATGPT_BASE_URL_VAR: "chatgpt_base_url"}
 
 _PLAN_HOSTS: frozenset[Destination] = frozenset({("chatgpt.com", 443), ("auth.openai.com", 443)})
 _API_HOSTS: frozenset[Destination] = frozenset({("api.openai.com", 443)})
@@ -80,6 +92,18 @@ def _has_override(words: Sequence[str], key: str) -> bool:
     return any(
         flag in ("-c", "--config") and value.split("=", 1)[0].strip() == key
         for flag, value in pairwise(words)
+    )
+
+
+def _usage_report(window: CodexWindow) -> UsageReport:
+    """A window's reading as the usage store keeps it: the plan's by its kind (`five_hour`,
+    `seven_day`), any other by its limit id and slot; use as a share of 1."""
+    named = window.kind if window.limit_id == CODEX_LIMIT_ID and window.kind != "unknown" else None
+    return UsageReport(
+        window=named or f"{window.limit_id}_{window.slot}",
+        utilization=window.used_percent / 100,
+        resets_at=window.resets_at.timestamp() if window.resets_at is not None else None,
+        status="rejected" if window.full else "allowed",
     )
 
 
@@ -162,9 +186,10 @@ class CodexBackend:
             if name != credential_var or not in_env:
                 env.pop(name, None)
             env.pop(f"{name}_FILE", None)
-        base = parent_environ.get(CODEX_BASE_URL_VAR, "").strip()
-        if base and not urlsplit(base).username and not urlsplit(base).password:
-            env[CODEX_BASE_URL_VAR] = base  # a URL with a password in it stays behind
+        for name in _BASES:
+            base = parent_environ.get(name, "").strip()
+            if base and not urlsplit(base).username and not urlsplit(base).password:
+                env[name] = base  # a URL with a password in it stays behind
         env[self.config_var] = str(config_dir)
         return env
 
@@ -173,29 +198,34 @@ class CodexBackend:
     ) -> dict[str, str]:
         """What goes into the session's `CODEX_HOME` before it starts (name -> text, written 0600).
 
-        `auth.json`: a plan's login, the credential itself. `config.toml`: `openai_base_url`
-        when the session's environment names `OPENAI_BASE_URL` (Codex takes the API base from
-        its config, not from that variable), so the egress and the CLI agree on one host.
+        `auth.json`: a plan's login, the credential itself. `config.toml`: `openai_base_url` and
+        `chatgpt_base_url` when the session's environment names `OPENAI_BASE_URL` or
+        `CHATGPT_BASE_URL` (Codex takes them from its config, not from those variables), so the
+        egress and the CLI agree on the hosts.
         """
         files: dict[str, str] = {}
         if credential_var == CODEX_AUTH_VAR and credential_value:
             files["auth.json"] = credential_value
-        base = session_env.get(CODEX_BASE_URL_VAR)
-        if base:
-            files["config.toml"] = f"openai_base_url = {json.dumps(base)}\n"
+        config = "".join(
+            f"{key} = {json.dumps(session_env[name])}\n"
+            for name, key in _BASES.items()
+            if session_env.get(name)
+        )
+        if config:
+            files["config.toml"] = config
         return files
 
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
-        """`OPENAI_BASE_URL`'s host when set; else the API for a key, the plan's hosts for a login."""
-        found: set[Destination]
-        base = session_env.get(CODEX_BASE_URL_VAR)
-        parts = urlsplit(base) if base else None
-        if parts is not None and parts.hostname:
-            found = {(parts.hostname.lower(), parts.port or (80 if parts.scheme == "http" else 443))}
-        elif any(session_env.get(name) for name in CODEX_CREDENTIAL_VARS - {CODEX_AUTH_VAR}):
-            found = set(_API_HOSTS)
-        else:
-            found = set(_PLAN_HOSTS)
+        """The hosts `OPENAI_BASE_URL` and `CHATGPT_BASE_URL` name when set (a stand-in, a gateway);
+        else the API for a key, the plan's hosts for a login."""
+        found: set[Destination] = set()
+        for name in _BASES:
+            parts = urlsplit(session_env.get(name) or "")
+            if parts.hostname:
+                found.add((parts.hostname.lower(), parts.port or (80 if parts.scheme == "http" else 443)))
+        if not found:
+            keyed = any(session_env.get(name) for name in CODEX_CREDENTIAL_VARS - {CODEX_AUTH_VAR})
+            found = set(_API_HOSTS if keyed else _PLAN_HOSTS)
         found.update(parse_destination(item) for item in extra if item.strip())
         return frozenset(found)
 
@@ -241,9 +271,10 @@ class CodexBackend:
         reply = read_rate_limits([*build_argv(command), "app-server"], session_env, where)
         if reply is None:
             return outcome
-        structured = limits_from_windows(
-            windows_from_rate_limits(reply), now=now, unknown_reset=unknown_reset
-        )
+        windows = windows_from_rate_limits(reply)
+        # Each window's use, for status and pacing, as Claude Code's `unifiedWindows` are kept.
+        outcome = replace(outcome, usage=tuple(_usage_report(w) for w in windows))
+        structured = limits_from_windows(windows, now=now, unknown_reset=unknown_reset)
         if not structured:
             return outcome
         chosen = prefer_structured(structured, outcome.limit)

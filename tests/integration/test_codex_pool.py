@@ -19,6 +19,7 @@ import pytest
 from dispatchq.pools.credentials import qualify
 from dispatchq.pools.spend import spend_periods
 from dispatchq.window.limits import GENERAL_SCOPE
+from dispatchq.window.pooling import usage_of
 from tests.support.helpers import REPO
 from tests.support.pool_config import secret_file, write_pool
 from tests.support.session import Harness
@@ -163,8 +164,9 @@ def test_the_app_servers_windows_win_over_a_limit_in_words(harness: Harness) -> 
     marker = harness.marker(scope)
     assert marker is not None and int(marker.lifts_at) == resets
     assert marker.kind == "five_hour"
-    assert served.read_text().split()[1:] == [
-        "rateLimits",
-        PLAN_LOGIN,
-    ]  # asked once, with the session's login
+    # Asked once, with the session's own login.
+    assert served.read_text().split()[1:] == ["rateLimits", PLAN_LOGIN]
+    # The reading's windows are kept as the credential's use, for status and pacing.
+    used = {u.window: u.utilization for u in usage_of(harness.rt.storage.usage.read(), "codex-b")}
+    assert used == {"five_hour": 1.0}
     harness.wait(lambda: harness.statuses([first]) == ["answered"], "the judgement answered on team-a")

@@ -158,6 +158,16 @@ def test_the_api_base_reaches_the_config_and_the_egress_alike() -> None:
     assert "OPENAI_BASE_URL" not in leaky
 
 
+def test_a_stand_in_for_the_chatgpt_backend_is_configured_and_reached_too() -> None:
+    parent = {**PARENT, "OPENAI_BASE_URL": "http://127.0.0.1:8461/v1",
+              "CHATGPT_BASE_URL": "http://127.0.0.1:8462/backend-api/"}  # fmt: skip
+    env = env_of(CODEX_AUTH_VAR, AUTH_JSON, parent)
+    assert CODEX.config_files(env, CODEX_AUTH_VAR, AUTH_JSON)["config.toml"] == (
+        'openai_base_url = "http://127.0.0.1:8461/v1"\nchatgpt_base_url = "http://127.0.0.1:8462/backend-api/"\n'
+    )
+    assert CODEX.egress(env) == frozenset({("127.0.0.1", 8461), ("127.0.0.1", 8462)})
+
+
 def test_egress_is_the_plans_hosts_or_the_api_and_the_extras() -> None:
     plan = env_of(CODEX_AUTH_VAR, AUTH_JSON)
     assert CODEX.egress(plan) == frozenset({("chatgpt.com", 443), ("auth.openai.com", 443)})
