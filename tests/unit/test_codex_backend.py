@@ -347,6 +347,17 @@ def test_a_recorded_429_on_the_websocket_is_the_limit_with_an_unknown_reset() ->
     assert outcome.limit.lifts_at == RECORDED_AT + timedelta(seconds=UNKNOWN)
 
 
+def test_a_recorded_resume_of_a_thread_this_home_does_not_hold_asks_for_a_fresh_session() -> None:
+    # codex-cli 0.171.0, `exec … resume <id> -` in a CODEX_HOME without that thread: nothing on stdout.
+    stderr = (
+        "Error: thread/resume: thread/resume failed: no rollout found for thread id "
+        "0199a213-81c0-7800-8aa1-bbab2a035a53 (code -32600)\n"
+    )
+    outcome = read("", returncode=1, stderr=stderr)
+    assert (outcome.kind, outcome.resume_missing) == ("error", True)
+    assert "no rollout found" in outcome.text
+
+
 def test_a_lost_thread_asks_for_a_fresh_session() -> None:
     outcome = read(jsonl(*failed(f"no thread with id: {THREAD}")), returncode=1)
     assert outcome.kind == "error" and outcome.resume_missing
