@@ -303,6 +303,13 @@ RECORDED_WS_LIMIT = """\
 {"type":"error","message":"exceeded retry limit, last status: 429 Too Many Requests"}
 {"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}
 """
+# codex-cli 0.169.0 given the same 429 on the WebSocket handshake read its body: the words.
+RECORDED_WS_LIMIT_0_169 = """\
+{"type":"thread.started","thread_id":"01a245c0-c413-71a3-b3da-dc9b7172d0a8"}
+{"type":"turn.started"}
+{"type":"error","message":"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 7:29 AM."}
+{"type":"turn.failed","error":{"message":"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 7:29 AM."}}
+"""  # noqa: E501
 RECORDED_AT = datetime(2026, 12, 5, 10, 14, 50, tzinfo=UTC)
 # The same CLI answering: the stand-in refused the WebSocket (404) and streamed one assistant
 # message ("yes") over HTTPS with usage 2100 in (1800 cached) / 40 out.
@@ -336,6 +343,15 @@ def test_a_recorded_limit_over_https_lifts_at_the_stated_minute_in_the_hosts_zon
     assert outcome.limit.lifts_at == datetime(2026, 12, 5, 12, 14, tzinfo=UTC)  # 7:14 AM EST
     assert outcome.session_id == "01a245b3-0103-7583-8581-16788b094aac"
     assert outcome.text.startswith("You\u2019ve hit your usage limit.")
+
+
+def test_the_oldest_release_words_the_websocket_429_and_it_lifts_at_its_minute() -> None:
+    at = datetime(2026, 12, 5, 10, 29, 30, tzinfo=UTC)
+    outcome = CODEX.read_outcome(
+        RECORDED_WS_LIMIT_0_169, now=at, default_tz=NY, unknown_reset=UNKNOWN, returncode=1
+    )
+    assert outcome.kind == "limit" and outcome.limit is not None
+    assert outcome.limit.lifts_at == datetime(2026, 12, 5, 12, 29, tzinfo=UTC)  # 7:29 AM EST
 
 
 def test_a_recorded_429_on_the_websocket_is_the_limit_with_an_unknown_reset() -> None:
