@@ -15,6 +15,7 @@ What it runs and why (docs/codex-cli.md, with the sources each fact was read fro
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "CODEX_BASE_URL_VAR",
     "CODEX_CONFIG_VAR",
     "CODEX_CREDENTIAL_VARS",
+    "SHELL_SECRETS_EXCLUDED",
     "CodexBackend",
 ]
 
@@ -79,6 +81,9 @@ _SANDBOX_FLAGS = (
     "--approve-for-me",
     "--not-so-yolo",
 )
+#: Codex's filter of secret-shaped names (`*KEY*`, `*SECRET*`, `*TOKEN*`) out of the environment
+#: of the commands the model runs: the session's API key never reaches them.
+SHELL_SECRETS_EXCLUDED = "shell_environment_policy.ignore_default_excludes=false"
 _THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
@@ -127,7 +132,8 @@ class CodexBackend:
 
         Each of dispatchq's words is added only where the command and the kind's args do not
         already say it: `exec`, `--json`, `--skip-git-repo-check`, a sandbox (a kind may choose
-        `--sandbox read-only`), `approval_policy`.
+        `--sandbox read-only`), `approval_policy`. `SHELL_SECRETS_EXCLUDED` comes after the
+        kind's args, always: a kind cannot hand the credential to the model's commands.
         """
         base = build_argv(command)
         extra = list(extra_args)
@@ -147,7 +153,9 @@ class CodexBackend:
             and "--dangerously-bypass-approvals-and-sandbox" not in given
         ):
             words += ["-c", 'approval_policy="never"']
-        words += extra
+        # Last, so it wins over a kind's own: Codex's filter of *KEY*/*SECRET*/*TOKEN* names out of
+        # the environment of the commands the model runs stays on (its default is off).
+        words += [*extra, "-c", SHELL_SECRETS_EXCLUDED]
         if resume is not None:
             if not _THREAD_ID.match(resume):
                 raise UserError(f"thread id {resume!r} is not a plain token; refusing to resume it")
@@ -166,7 +174,8 @@ class CodexBackend:
         config_dir: Path,
     ) -> dict[str, str]:
         """The allowlist, the one credential (an API key only: a plan's login goes in a file),
-        `CODEX_HOME`, and `OPENAI_BASE_URL` when the parent names one.
+        `CODEX_HOME`, and `OPENAI_BASE_URL` / `CHATGPT_BASE_URL` when the parent names them and
+        `deny` does not.
 
         Claude Code's forced variables are not Codex's and are left out; every credential
         variable Codex reads but the chosen one is withheld by name, with its `_FILE` form.
@@ -186,8 +195,11 @@ class CodexBackend:
             if name != credential_var or not in_env:
                 env.pop(name, None)
             env.pop(f"{name}_FILE", None)
+        denied = list(deny)
         for name in _BASES:
             base = parent_environ.get(name, "").strip()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in denied):
+                continue
             if base and not urlsplit(base).username and not urlsplit(base).password:
                 env[name] = base  # a URL with a password in it stays behind
         env[self.config_var] = str(config_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import stat
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,24 @@ def test_the_registry_answers_codex_with_the_whole_seam() -> None:
 def test_argv_runs_exec_json_confined_unattended_with_the_prompt_on_stdin() -> None:
     assert CODEX.argv("codex", ["--model", "gpt-5.1-codex"]) == [
         "codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
-        "-c", 'approval_policy="never"', "--model", "gpt-5.1-codex", "-",
+        "-c", 'approval_policy="never"', "--model", "gpt-5.1-codex",
+        "-c", "shell_environment_policy.ignore_default_excludes=false", "-",
     ]  # fmt: skip
+
+
+def test_a_kind_cannot_hand_the_credential_to_the_models_commands() -> None:
+    argv = CODEX.argv("codex", ["-c", "shell_environment_policy.ignore_default_excludes=true"])
+    overrides = [value for flag, value in pairwise(argv) if flag == "-c"]
+    assert overrides[-1] == "shell_environment_policy.ignore_default_excludes=false"
+
+
+def test_a_denied_base_url_stays_behind() -> None:
+    parent = {**PARENT, "OPENAI_BASE_URL": "http://127.0.0.1:8461/v1"}
+    env = CODEX.environment(
+        parent, deny=("OPENAI_*",), allow=(), credential_var=CODEX_AUTH_VAR, credential_value=AUTH_JSON,
+        scrub_subprocesses=True, config_dir=Path("/sessions/j1/config"),
+    )  # fmt: skip
+    assert "OPENAI_BASE_URL" not in env
 
 
 def test_argv_resumes_a_thread_by_its_id() -> None:
@@ -91,7 +108,7 @@ def test_a_kind_that_chooses_its_own_sandbox_or_approval_keeps_it(
 ) -> None:
     argv = CODEX.argv(command, args)
     assert absent not in argv
-    assert argv[-1 - len(args) : -1] == args
+    assert argv[-3 - len(args) : -3] == args
 
 
 def test_a_wrapping_command_keeps_its_words_before_codexs() -> None:
