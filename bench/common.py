@@ -12,7 +12,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,16 @@ if str(ROOT) not in sys.path:
 
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
 
-__all__ = ["PY", "ROOT", "Bench", "free_port", "github_signature", "stop_server", "write_jsonl"]
+__all__ = [
+    "PY",
+    "ROOT",
+    "Bench",
+    "free_port",
+    "github_signature",
+    "stop_server",
+    "timed_clients",
+    "write_jsonl",
+]
 
 PY = sys.executable
 
@@ -72,6 +83,17 @@ class Bench:
 
     def dispatchq(self, *args: str) -> list[str]:
         return [PY, "-m", "dispatchq.cli", *args]
+
+
+def timed_clients(client: Callable[[int], None], count: int) -> float:
+    """Run `client(k)` for k in 0..count-1, each on a thread of its own: seconds until all end."""
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(count)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
 
 
 def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -39,7 +39,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import PY, Bench, free_port, stop_server, write_jsonl  # noqa: E402
+from bench.common import PY, Bench, free_port, stop_server, timed_clients, write_jsonl  # noqa: E402
 
 __all__ = ["RAW", "run_enqueue", "store_writes"]
 
@@ -60,20 +59,25 @@ TARGETS = {"cli_vs_raw": 0.5, "serve_vs_raw": 0.5, "cli_vs_rq": 5.0}
 # The raw side. argv: the plan's file, N. The plan is what one judgement's enqueue wrote
 # (`store_writes`); `{id}` and `{ckey}` in it stand for the record's id and content key.
 RAW = r"""
-import json, os, sys
+import json, os, re, sys
 import redis
 plan = json.load(open(sys.argv[1]))
 n, chunk = int(sys.argv[2]), int(sys.argv[3])
 conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+PART = re.compile(r"\{(id|ckey):(\d+):(\d*)\}")
 def fill(text, jid, ckey):
-    return text.replace("{id}", jid).replace("{ckey}", ckey)
+    text = text.replace("{id}", jid).replace("{ckey}", ckey)
+    if "{" not in text:
+        return text
+    whole = {"id": jid, "ckey": ckey}
+    return PART.sub(lambda m: whole[m[1]][int(m[2]) : int(m[3]) if m[3] else None], text)
 for start in range(0, n, chunk):
     pipe = conn.pipeline(transaction=False)
     shared = {}  # an index key every record joins: one command per key per chunk, as the store
     for _ in range(min(chunk, n - start)):
         jid, ckey = os.urandom(16).hex(), os.urandom(32).hex()
         for op, key, values in plan:
-            own = "{id}" in key or "{ckey}" in key
+            own = "{id" in key or "{ckey" in key
             key = fill(key, jid, ckey)
             if op == "hset":
                 pipe.hset(key, mapping={f: fill(v, jid, ckey) for f, v in values})
@@ -110,6 +114,38 @@ def _line(i: int, tag: str) -> dict[str, Any]:
     return {"kind": "noop", "target": f"bench/{tag}/{i}", "state": {"i": i}}
 
 
+def _part(text: str, jid: str, ckey: str) -> tuple[str, str] | None:
+    """A piece of the id or the content key (8+ characters) as `{name:start:end}`."""
+    for name, whole in (("id", jid), ("ckey", ckey)):
+        at = whole.find(text) if len(text) >= 8 else -1
+        if at >= 0:
+            end = "" if at + len(text) == len(whole) else str(at + len(text))
+            return name, f"{{{name}:{at}:{end}}}"
+    return None
+
+
+def _hash_writes(r: Any, key: str, jid: str, ckey: str) -> list[Any]:
+    """The record itself (named by the id), or a small hash shared by the ids (or content keys)
+    that start alike: named by their first characters, holding the rest of the id, or a piece
+    of the content key whose value is the id."""
+    fields = {f.decode(): v.decode(errors="replace") for f, v in r.hgetall(key).items()}
+
+    def mark(text: str) -> str:
+        return text.replace(jid, "{id}").replace(ckey, "{ckey}")
+
+    if jid in key:
+        return [("hset", mark(key), sorted((f, mark(v)) for f, v in fields.items()))]
+    out: list[Any] = []
+    for field, value in fields.items():
+        found = _part(field, jid, ckey)
+        if found and (jid in value or found[0] == "id"):
+            whole = jid if found[0] == "id" else ckey
+            head, _, tail = key.rpartition(":")
+            named = f"{head}:{{{found[0]}:0:{len(tail)}}}" if tail and whole.startswith(tail) else key
+            out.append(("hset", named, [(found[1], mark(value))]))
+    return out
+
+
 def store_writes(bench: Bench, sample: Path, env: dict[str, str]) -> list[Any]:
     """What enqueueing one judgement writes, as a plan the raw side repeats per record.
 
@@ -143,9 +179,7 @@ def store_writes(bench: Bench, sample: Path, env: dict[str, str]) -> list[Any]:
         key = raw_key.decode()
         kind = r.type(key).decode()
         if kind == "hash":
-            if jid in key:
-                fields = {f.decode(): v.decode(errors="replace") for f, v in r.hgetall(key).items()}
-                plan.append(("hset", mark(key), sorted((f, mark(v)) for f, v in fields.items())))
+            plan += _hash_writes(r, key, jid, ckey)
         elif kind == "set":
             members = [m.decode() for m in r.smembers(key) if jid.encode() in m]
             if members:
@@ -184,13 +218,7 @@ def _post_all(port: int, bodies: list[bytes]) -> tuple[float, int]:
                 errors.append(f"HTTP {response.status}: {str(answer)[:200]}")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = timed_clients(client, CLIENTS)
     if errors:
         raise SystemExit(f"POST /judgements refused bodies: {errors}")
     return elapsed, sum(created)

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, github_signature, stop_server  # noqa: E402
+from bench.common import free_port, github_signature, stop_server, timed_clients  # noqa: E402
 from dispatchq.queue.entrypoints import DispatchqQueue  # noqa: E402
 from dispatchq.storage import keys  # noqa: E402
 from dispatchq.storage.connection import EmbeddedRedis  # noqa: E402
@@ -155,13 +155,7 @@ def _load(port: int, deliveries: list[tuple[str, bytes, str]]) -> tuple[float, i
                 errors.append(f"HTTP {response.status}")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = timed_clients(client, CLIENTS)
     if errors:
         print(f"  some deliveries were not accepted: {errors}", file=sys.stderr)
     return elapsed, sum(accepted)

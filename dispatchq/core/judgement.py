@@ -148,7 +148,10 @@ class JudgementIn(BaseModel):
     @classmethod
     def _plain_json(cls, value: Any) -> Any:
         # Python's json reads NaN and Infinity (and 1e999 as inf), which JSON has no spelling
-        # for: refuse them here, with the field named, rather than crash the content key.
+        # for: refuse them here, with the field named, rather than crash the content key. Parsed
+        # JSON (the common case) passes the exact-type walk; the rest is walked for the error.
+        if is_plain_json(value):
+            return value
         try:
             _check_finite(value)
         except (TypeError, ValueError) as error:

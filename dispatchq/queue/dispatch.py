@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,8 +54,31 @@ Seen = tuple[str | None, str | None]
 
 
 def _new_id() -> str:
-    """128 random bits as hex: a judgement or job id (uuid4's randomness, without its overhead)."""
-    return os.urandom(16).hex()
+    """128 random bits as hex: a judgement or job id (uuid4's randomness, without its overhead).
+
+    Drawn from a buffer of 256 ids read from the OS at once: a system call per id was about
+    7 µs of every judgement enqueued. A lock, since a chunk may be made on another thread; and
+    a forked child (RQ's work horse) starts with an empty buffer, or it would hand out the very
+    ids its parent and its siblings do.
+    """
+    with _IDS_LOCK:
+        if not _IDS:
+            raw = os.urandom(16 * 256).hex()
+            _IDS.extend(raw[i : i + 32] for i in range(0, len(raw), 32))
+        return _IDS.pop()
+
+
+_IDS: list[str] = []
+_IDS_LOCK = threading.Lock()
+
+
+def _fresh_ids_after_fork() -> None:
+    global _IDS_LOCK  # a lock another thread held at the fork stays held in the child
+    _IDS.clear()
+    _IDS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_ids_after_fork)
 
 
 #: Judgements written per MULTI; keeps any one transaction (and Lua call) short.

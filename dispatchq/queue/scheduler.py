@@ -458,6 +458,28 @@ def _sample_history(runtime: Runtime, sampled_minute: int) -> int:
     return minute
 
 
+class _ControlWorker(SimpleWorker):
+    """The scheduler's in-process burst run of the control queue: one tick's part of the
+    scheduler, so it neither listens for RQ's commands nor takes the process's signals.
+
+    RQ's worker subscribes to its command channel in a thread that polls every 60 s, and
+    redis-py 8.2's `PubSubWorkerThread.stop` joins that thread without a bound: when the
+    unsubscribe reply is read before the stop flag is cleared, the teardown waits out the
+    whole poll, and the scheduler neither beat nor moved a due job for up to a minute.
+
+    RQ's worker also puts its own SIGTERM/SIGINT handlers in for the run. A stop that came
+    then was RQ's (the run ended early) and never reached the supervise loop's, which went on
+    ticking until killed. With the loop's handlers left in place the stop is the loop's: the
+    control job in hand finishes and the scheduler exits after the tick.
+    """
+
+    def subscribe(self) -> None:
+        self.pubsub_thread = None
+
+    def _install_signal_handlers(self) -> None:
+        pass
+
+
 def _tick(runtime: Runtime, scheduler: Scheduling, control: DispatchqQueue) -> None:
     runtime.storage.scheduler.beat(HEARTBEAT_TTL)
     if scheduler.acquire_lock():
@@ -466,7 +488,7 @@ def _tick(runtime: Runtime, scheduler: Scheduling, control: DispatchqQueue) -> N
         finally:
             scheduler.remove_lock()
     if control.count:
-        worker = SimpleWorker(
+        worker = _ControlWorker(
             [control],
             connection=runtime.redis,
             job_class=DispatchqJob,

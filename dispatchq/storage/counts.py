@@ -11,6 +11,7 @@ from the records once, for a store written before they existed.
 from __future__ import annotations
 
 from dispatchq.storage import keys
+from dispatchq.storage.luashared import ZADD_ALL_LUA
 from dispatchq.storage.stale import QUEUED_INDEX_LUA
 from dispatchq.storage.unstarted import UNSTARTED_LUA
 
@@ -24,8 +25,12 @@ P = keys.PREFIX
 # A waiting record carries its reason's class (`wclass`, written by the caller with the
 # reason); no other record does. `settle` moves the record in the unstarted index too
 # (`storage.unstarted`, whose Lua comes first), and in the index by last update (`storage.stale`).
-COUNTS_LUA = UNSTARTED_LUA + QUEUED_INDEX_LUA + (
-    """
+COUNTS_LUA = (
+    ZADD_ALL_LUA
+    + UNSTARTED_LUA
+    + QUEUED_INDEX_LUA
+    + (
+        """
 local LIVE, REASONS, FINISHED = '$LIVE', '$REASONS', '$FINISHED'
 local UNFINISHED = {queued = true, running = true, waiting = true}
 local function bump(h, f, n)
@@ -70,9 +75,10 @@ local function settle(rkey, before)
   end
 end
 """.replace("$P", P)
-    .replace("$LIVE", keys.STATS_LIVE)
-    .replace("$REASONS", keys.STATS_WAITING_REASONS)
-    .replace("$FINISHED", keys.STATS_FINISHED)
+        .replace("$LIVE", keys.STATS_LIVE)
+        .replace("$REASONS", keys.STATS_WAITING_REASONS)
+        .replace("$FINISHED", keys.STATS_FINISHED)
+    )
 )
 
 # Rebuild the live counts from the records (once, when they are missing: a store written

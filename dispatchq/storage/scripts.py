@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dispatchq.storage import keys
 from dispatchq.storage.counts import COUNTS_LUA
+from dispatchq.storage.luashared import JOB_FILTER_LUA
 
 __all__ = [
     "CLAIM",
@@ -295,7 +296,9 @@ return moved
 # record per distinct job) or ",job1,job2," (every record of those jobs; ",," for none).
 # Returns the next cursor, then flat (id, job) pairs of the records in that status and
 # tier not updated after the instant.
-STALE = """
+STALE = (
+    JOB_FILTER_LUA
+    + """
 local scan = redis.call('SSCAN', KEYS[1], ARGV[1], 'COUNT', 1000)
 local status = ARGV[2]
 local tiers = ',' .. ARGV[3] .. ','
@@ -308,14 +311,7 @@ for _, id in ipairs(scan[2]) do
     local updated = v[3] and tonumber(v[3])
     local job = v[4] or ''
     if not updated or updated <= before then
-      local keep
-      if wanted == '*' then
-        keep = job == '' or not seen[job]
-        seen[job] = true
-      else
-        keep = string.find(wanted, ',' .. job .. ',', 1, true) ~= nil
-      end
-      if keep then
+      if kept_job(job, wanted, seen) then
         out[#out + 1] = id
         out[#out + 1] = job
       end
@@ -324,6 +320,7 @@ for _, id in ipairs(scan[2]) do
 end
 return out
 """.replace("$P", P)
+)
 
 LINE_CLAIM = (
     COUNTS_LUA

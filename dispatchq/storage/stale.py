@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TABLE
 from dispatchq.storage import keys
+from dispatchq.storage.luashared import JOB_FILTER_LUA, ZADD_ALL_LUA
 
 if TYPE_CHECKING:
     import redis
@@ -76,6 +77,7 @@ def _lua_set(names: Iterable[str]) -> str:
 # `stale_many(by_tier, now)`: records just made, queued at `now` (tier -> ids).
 # `stale_moved(rkey, before, after)`: the record's facts (status first, tier second) around a change.
 # The tiers left out are those of a line (a throw-away batch tier is kept: in, never wrongly out).
+# Needs `luashared.ZADD_ALL_LUA` before it.
 QUEUED_INDEX_LUA = (
     """
 local QUEUED_INDEX, QUEUED_INDEXED = '$INDEX', '$MARK'
@@ -93,16 +95,7 @@ ensure_queued_indexed()
 local function stale_many(by_tier, now)
   if not tonumber(now) then return end
   for tier, ids in pairs(by_tier) do
-    if batch_queued({'queued', tier}) then
-      for i = 1, #ids, 500 do
-        local scored = {}
-        for j = i, math.min(i + 499, #ids) do
-          scored[#scored + 1] = now
-          scored[#scored + 1] = ids[j]
-        end
-        redis.call('ZADD', QUEUED_INDEX, unpack(scored))
-      end
-    end
+    if batch_queued({'queued', tier}) then zadd_all(QUEUED_INDEX, now, ids) end
   end
 end
 local function stale_moved(rkey, before, after)
@@ -128,7 +121,9 @@ end
 # how many records were read, then flat (id, job) pairs of the records queued at one of the
 # tiers and not updated after the instant.
 _FIND = (
-    QUEUED_INDEX_LUA
+    ZADD_ALL_LUA
+    + JOB_FILTER_LUA
+    + QUEUED_INDEX_LUA
     + """
 local index = KEYS[1]
 local status, before, wanted = ARGV[3], tonumber(ARGV[5]), ARGV[6]
@@ -160,14 +155,7 @@ for i = 1, #items, 2 do
     last = id
     if v[1] == status and string.find(tiers, ',' .. v[2] .. ',', 1, true) then
       local job = v[4] or ''
-      local keep
-      if wanted == '*' then
-        keep = job == '' or not seen[job]
-        seen[job] = true
-      else
-        keep = string.find(wanted, ',' .. job .. ',', 1, true) ~= nil
-      end
-      if keep then
+      if kept_job(job, wanted, seen) then
         found[#found + 1] = id
         found[#found + 1] = job
       end
@@ -184,7 +172,8 @@ return out
 
 # ARGV: ids. Adds each that is queued at a batch tier now, at its `updated`; returns how many were new.
 _BACKFILL = (
-    QUEUED_INDEX_LUA
+    ZADD_ALL_LUA
+    + QUEUED_INDEX_LUA
     + """
 local n = 0
 for _, id in ipairs(ARGV) do

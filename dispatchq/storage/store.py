@@ -440,11 +440,8 @@ class Store:
         return keys.session_line(host)
 
     def inputs(self, ids: Sequence[str]) -> list[str | None]:
-        """Each record's input (`JudgementIn` as JSON), in one round trip; None when gone."""
-        reader = self.redis.pipeline(transaction=False)
-        for jid in ids:
-            reader.hget(keys.record(jid), "in")
-        return [as_text(raw) if raw else None for raw in reader.execute()]
+        """Each record's input (`JudgementIn` as JSON); None when gone."""
+        return [row[0] for row in self.fields_of(ids, "in")]
 
     def fields_of(self, ids: Sequence[str], *names: str) -> list[list[str | None]]:
         """Some fields of each record, in a pipeline per thousand (None where unset or gone)."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dispatchq.core.text import as_text
 from dispatchq.core.tiers import TIERS
 from dispatchq.storage import histograms, keys
+from dispatchq.storage.luashared import ZADD_ALL_LUA
 
 if TYPE_CHECKING:
     import redis
@@ -48,7 +49,8 @@ _CHUNK = 1000
 # `index_many(by_tier, created)`: records just made, queued (tier -> ids). `index_moved(rkey, before,
 # after)`: `before` and `after` are the record's facts (status first, tier second) around a
 # change. A record that stays unstarted at the same tier is added again (a no-op when it is
-# there), so a record an older release left out joins at its next change.
+# there), so a record an older release left out joins at its next change. Needs
+# `luashared.ZADD_ALL_LUA` before it.
 UNSTARTED_LUA = (
     """
 local UNSTARTED, INDEXED = '$UNSTARTED', '$INDEXED'
@@ -68,16 +70,7 @@ end
 local function index_many(by_tier, created)
   if not tonumber(created) then return end
   for tier, ids in pairs(by_tier) do
-    if tier ~= '' then
-      for i = 1, #ids, 500 do
-        local scored = {}
-        for j = i, math.min(i + 499, #ids) do
-          scored[#scored + 1] = created
-          scored[#scored + 1] = ids[j]
-        end
-        redis.call('ZADD', UNSTARTED .. tier, unpack(scored))
-      end
-    end
+    if tier ~= '' then zadd_all(UNSTARTED .. tier, created, ids) end
   end
 end
 local function unstarted_tier(f)
@@ -124,7 +117,8 @@ return out
 
 # ARGV: ids. Adds each that is queued or waiting now to its tier's index; returns how many were new.
 _BACKFILL = (
-    UNSTARTED_LUA
+    ZADD_ALL_LUA
+    + UNSTARTED_LUA
     + """
 local n = 0
 for _, id in ipairs(ARGV) do

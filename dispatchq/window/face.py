@@ -640,10 +640,7 @@ class Window:
 
     # --- the judgements a marker holds back ---------------------------------------------
     def _line_records(self) -> list[Record]:
-        ids: list[str] = []
-        for line in self.store.all_lines():
-            ids += self.records.line_ids(line)
-        return [r for r in self.records.get_many(ids) if r is not None]
+        return [r for r in self.records.get_many(self._line_ids()) if r is not None]
 
     def _line_ids(self) -> list[str]:
         ids: list[str] = []
@@ -657,7 +654,7 @@ class Window:
         With several credentials a judgement is held back only when no other one may take it:
         routing decides that (`hold_paused`), the rest stay queued for the open peers. With one,
         the line moves in chunks of one script call each, reading no record whole: a weekly
-        limit over a backlog of a million is seconds, not an hour.
+        limit over a backlog of a million takes under a minute (bench/backlog.py), not an hour.
         """
         if not self.pool().single:
             self.hold_paused(self._line_records, lambda name: self._kind_parts(name)[0])
@@ -681,11 +678,7 @@ class Window:
 
     def _kinds_of(self, ids: list[str]) -> list[str | None]:
         """Each judgement's kind from its input alone (None: its record is gone)."""
-        out: list[str | None] = []
-        for start in range(0, len(ids), 1000):
-            for raw in self.records.inputs(ids[start : start + 1000]):
-                out.append(json.loads(raw).get("kind") if raw else None)
-        return out
+        return [json.loads(raw).get("kind") if raw else None for raw in self.records.inputs(ids)]
 
     def _release_waiting(self) -> None:
         ids = self._line_ids()

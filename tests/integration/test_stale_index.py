@@ -9,9 +9,6 @@ written before the index is scanned until the backfill marks it.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +21,7 @@ from dispatchq.storage import keys, scripts, stale
 from dispatchq.storage.store import NewRecord, Store
 from tests.support.helpers import write_check_module, write_config
 from tests.support.stale import assert_stale_index_exact, stale_truth
+from tests.support.store import clock, enqueue_at, new_record
 
 NOW = 2_000_000_000.0  # the pass's instant: fixed, so every score is exact
 BEFORE = NOW - 60  # reconciliation's default age: updated before this is old
@@ -31,31 +29,7 @@ BEFORE = NOW - 60  # reconciliation's default age: updated before this is old
 
 def entry(jid: str, *, tier: str = "", line: str = "", job: str = "") -> NewRecord:
     """A record at `tier` (a session one when it joins a `line`, else code)."""
-    tier = tier or ("session" if line else "code")
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "k", "target": f"t/{jid}"}),
-        "tier": tier,
-        "effect": "local",
-        "job": job,
-    }
-    return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
-
-
-@contextmanager
-def clock(monkeypatch: pytest.MonkeyPatch, at: float) -> Iterator[None]:
-    with monkeypatch.context() as patched:
-        patched.setattr("time.time", lambda: at)
-        yield
-
-
-def enqueue_at(store: Store, monkeypatch: pytest.MonkeyPatch, at: float, entries: list[NewRecord]) -> None:
-    with clock(monkeypatch, at):
-        created = store.create_many(entries)
-    assert created is not None and all(new for _, new in created)
+    return new_record(jid, tier=tier or ("session" if line else "code"), line=line, job=job)
 
 
 def at(monkeypatch: pytest.MonkeyPatch, when: float, move: Any) -> Any:

@@ -21,6 +21,7 @@ from dispatchq.core.waiting import WAIT_CLASSES
 from dispatchq.storage import keys
 from dispatchq.storage.store import WAIT_CLASS, WAITING_SAMPLE, NewRecord, Store
 from tests.support.helpers import run_cli, write_check_module
+from tests.support.store import new_record
 from tests.support.unstarted import assert_index_exact
 
 UNFINISHED = [s for s in STATUSES if s not in FINISHED]
@@ -28,16 +29,7 @@ WINDOW = "usage window closed until 2030-01-01 00:00 UTC (five_hour)"
 
 
 def entry(jid: str, *, tier: str = "session", line: str = "") -> NewRecord:
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "k", "target": f"t/{jid}"}),
-        "tier": tier,
-        "effect": "local",
-    }
-    return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
+    return new_record(jid, tier=tier, line=line)
 
 
 def scan(store: Store) -> tuple[dict[str, dict[str, int]], dict[str, int], dict[str, int]]:

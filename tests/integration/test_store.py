@@ -6,29 +6,19 @@ transitions with their expectations, the result TTL, the trail, counters and pru
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import pytest
 
 from dispatchq.core.judgement import FINISHED, STATUSES, TrailEntry
-from dispatchq.storage import directory, keys
+from dispatchq.storage import directory, keys, scripts
 from dispatchq.storage.store import NewRecord, Store
-from tests.support.store import TTL
+from tests.support.store import TTL, new_record
 
 
 def entry(jid: str, ckey: str, *, force: bool = False, tier: str = "code", line: str = "") -> NewRecord:
-    fields = {
-        "id": jid,
-        "content_key": ckey,
-        "force": "1" if force else "0",
-        "line": line,
-        "input": json.dumps({"kind": "k", "target": "t"}),
-        "tier": tier,
-        "effect": "local",
-    }
-    return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
+    return new_record(jid, tier=tier, ckey=ckey, line=line, force=force, target="t")
 
 
 def create(store: Store, jid: str, ckey: str, *, force: bool = False, tier: str = "code") -> tuple[str, bool]:
@@ -368,3 +358,20 @@ def test_a_watched_record_reads_as_it_is_now(ttl_store: Store) -> None:
     with ttl_store.redis.pipeline(transaction=True) as pipe:
         assert Store.watch_record(pipe, "j1") == ("queued", None)
         assert Store.watch_record(pipe, "nope") == (None, None)
+
+
+def test_reconciliations_scan_replies_one_record_per_job_not_every_record(
+    ttl_store: Store, redis_client: Any
+) -> None:
+    # A backlog of a job's batch costs one reply, not one per record (the filter is in Lua:
+    # the caller's own de-duplication would hide a reply that grew with the batch).
+    for n in range(3):
+        ttl_store.create_many([entry(f"b{n}", f"ck{n}")._replace(job="job-1")])
+    ttl_store.create_many([entry("solo", "ck-solo")])
+    scan = redis_client.register_script(scripts.STALE)
+    before = repr(time.time() + 60)
+    reply = scan(keys=[keys.status_index("queued")], args=["0", "queued", "code", before, "*"])
+    pairs = list(zip(reply[1::2], reply[2::2], strict=True))
+    assert sorted(job for _, job in pairs) == [b"", b"job-1"]
+    every = scan(keys=[keys.status_index("queued")], args=["0", "queued", "code", before, ",job-1,"])
+    assert sorted(every[1::2]) == [b"b0", b"b1", b"b2"]

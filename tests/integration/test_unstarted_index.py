@@ -9,9 +9,6 @@ the bounded scan answers until the backfill marks the store.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,36 +21,14 @@ from dispatchq.serve.metrics import StoreCollector
 from dispatchq.storage import histograms, keys, unstarted
 from dispatchq.storage.store import NewRecord, Store
 from tests.support.helpers import write_check_module
+from tests.support.store import clock, enqueue_at, new_record
 from tests.support.unstarted import assert_index_exact, unstarted_truth
 
 NOW = 2_000_000_000.0  # the instant ages are read at: fixed, so every figure is exact
 
 
 def entry(jid: str, *, tier: str = "session", line: str = "") -> NewRecord:
-    fields = {
-        "id": jid,
-        "content_key": f"ck-{jid}",
-        "force": "0",
-        "line": line,
-        "input": json.dumps({"kind": "k", "target": f"t/{jid}"}),
-        "tier": tier,
-        "effect": "local",
-    }
-    return NewRecord(**{name: fields.get(name, "") for name in NewRecord._fields})
-
-
-@contextmanager
-def clock(monkeypatch: pytest.MonkeyPatch, at: float) -> Iterator[None]:
-    """The clock reads `at` inside the block (enqueue times and a scrape's instant set on purpose)."""
-    with monkeypatch.context() as patched:
-        patched.setattr("time.time", lambda: at)
-        yield
-
-
-def enqueue_at(store: Store, monkeypatch: pytest.MonkeyPatch, at: float, entries: list[NewRecord]) -> None:
-    with clock(monkeypatch, at):
-        created = store.create_many(entries)
-    assert created is not None and all(new for _, new in created)
+    return new_record(jid, tier=tier, line=line)
 
 
 def expected_ages(store: Store) -> dict[str, float]:
