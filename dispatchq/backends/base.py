@@ -113,6 +113,12 @@ class SessionBackend(Protocol):
         """
         ...
 
+    def renewed_login(self, config_dir: Path, given: str | None) -> str | None:
+        """The login as the session left it in its config folder when the CLI renewed it there
+        (a refreshed token rewritten into its `auth.json`), else None: what the tier carries
+        back to the credential's file, since a renewal may retire the token that file holds."""
+        ...
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         """Where a confined session may connect: the API host `session_env` names, plus `extra`.
 

@@ -94,6 +94,10 @@ class ClaudeBackend:
         """None: Claude Code takes its credential from a variable and its settings from `--settings`."""
         return {}
 
+    def renewed_login(self, config_dir: Path, given: str | None) -> str | None:
+        """None: the credential is a variable's token, which a session cannot renew in place."""
+        return None
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         return allowed_destinations(session_env, extra)
 

@@ -15,6 +15,8 @@ What it runs and why (docs/codex-cli.md, with the sources each fact was read fro
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fnmatch
 import json
 import re
@@ -227,6 +229,29 @@ class CodexBackend:
             files["config.toml"] = config
         return files
 
+    def renewed_login(self, config_dir: Path, given: str | None) -> str | None:
+        """The plan's `auth.json` when Codex rewrote it (it does when it refreshes the access
+        token, and the refresh may rotate the refresh token too); None when it is as given,
+        gone, not a login, or another account's.
+
+        The session is untrusted and its `CODEX_HOME` is its own to write: a login it left
+        there is carried back only when it names the same account as the one it was given
+        (`tokens.account_id` and the ID token's subject), so a session cannot swap in a
+        login of its own choosing for the sessions after it.
+        """
+        if not given:
+            return None
+        try:
+            text = (config_dir / "auth.json").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if text == given.strip():
+            return None
+        renewed, before = login_identity(text), login_identity(given)
+        if renewed is None or renewed != before:
+            return None
+        return text
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         """The hosts `OPENAI_BASE_URL` and `CHATGPT_BASE_URL` name when set (a stand-in, a gateway);
         else the API for a key, the plan's hosts for a login."""
@@ -323,3 +348,32 @@ class CodexBackend:
             supported_range=codex_range(),
             problem=check.problem,
         )
+
+
+def login_identity(text: str) -> tuple[str, str] | None:
+    """Whose login an `auth.json` is: its account and its ID token's subject, read without
+    verifying the token (None when it is not a plan login with a refresh token)."""
+    try:
+        login = json.loads(text)
+    except ValueError:
+        return None
+    tokens = login.get("tokens") if isinstance(login, dict) else None
+    if not isinstance(tokens, dict) or not tokens.get("refresh_token"):
+        return None
+    account = tokens.get("account_id")
+    subject = _jwt_subject(tokens.get("id_token"))
+    if not account and not subject:
+        return None
+    return str(account or ""), subject
+
+
+def _jwt_subject(token: object) -> str:
+    """The `sub` claim of a JWT's payload, unverified ('' when there is none)."""
+    if not isinstance(token, str) or token.count(".") != 2:
+        return ""
+    payload = token.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, binascii.Error):
+        return ""
+    return str(claims.get("sub") or "") if isinstance(claims, dict) else ""

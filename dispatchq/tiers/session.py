@@ -82,6 +82,7 @@ from dispatchq.tiers.lease import (
     take_over,
 )
 from dispatchq.tiers.probe_watch import ProbeWatch
+from dispatchq.tiers.renewal import carry_back
 from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, is_credential_refused
@@ -367,6 +368,10 @@ class _Spawn:
     cwd: Path
     env: dict[str, str]
     confined: Confinement
+    #: The config folder the CLI keeps its login in, and the login from a credential's file
+    #: it was given there (None: a variable's token), for `_carry_back_login`.
+    config: Path | None = None
+    login: str | None = None
 
 
 def _run(
@@ -498,7 +503,20 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         confined=confinement(
             settings, attempt.kind, environ, env, cwd, config, attempt.credential_files, backend=backend
         ),
+        config=config,
+        login=credential if chosen.file is not None else None,
     )
+
+
+def _carry_back_login(attempt: _Attempt, spawn: _Spawn) -> None:
+    """A login the session renewed in its config folder, back into its credential's file
+    (`tiers.renewal`), whatever the run amounted to: a cut-off run may have renewed it too."""
+    chosen = attempt.credential
+    if spawn.login is None or spawn.config is None or chosen.file is None:
+        return
+    renewed = attempt.backend.renewed_login(spawn.config, spawn.login)
+    if renewed is not None:
+        carry_back(chosen.name, chosen.file, spawn.login, renewed, attempt.settings.data_dir / "locks")
 
 
 def _settle(
@@ -516,6 +534,8 @@ def _settle(
     window.store.count_spawned()
     window.store.observe_session(time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
+    if spawn is not None:
+        _carry_back_login(attempt, spawn)
     if ended_by_shutdown(result):
         attempt.settle(None)  # what it cost is unknown: its estimate stays charged
         return _settle_shutdown(attempt, result)

@@ -170,3 +170,38 @@ def test_the_app_servers_windows_win_over_a_limit_in_words(harness: Harness) -> 
     used = {u.window: u.utilization for u in usage_of(harness.rt.storage.usage.read(), "codex-b")}
     assert used == {"five_hour": 1.0}
     harness.wait(lambda: harness.statuses([first]) == ["answered"], "the judgement answered on team-a")
+
+
+def test_a_login_the_session_renewed_is_carried_back_and_another_accounts_is_not(harness: Harness) -> None:
+    given = {"account": "plan-c", "tokens": {"account_id": "acct-c", "refresh_token": "rt-1"}}
+    login = secret_file(harness, "codex-c.json", json.dumps(given))
+    write_pool(
+        harness,
+        f"""
+        codex-c:
+          backend: codex
+          auth_file: {login}
+        """,
+        kinds_extra="""
+          onlycodex:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [codex]
+        """,
+    )
+    renewed = {"tokens": {"refresh_token": "rt-2"}, "last_refresh": "2026-12-05T12:00:00+00:00"}
+    # A login of another account left in CODEX_HOME (what a hostile session could write there).
+    swapped = {"tokens": {"account_id": "acct-evil", "refresh_token": "rt-evil"}}
+    harness.plan({"answer": "one", "renew": renewed}, {"answer": "two", "renew": swapped})
+    harness.workers(1, DISPATCHQ_CODEX_COMMAND=CODEX_COMMAND)
+
+    first = harness.enqueue("onlycodex", "first")
+    harness.wait(lambda: harness.statuses([first]) == ["answered"], "the first answered")
+    carried = json.loads(login.read_text())
+    assert carried["tokens"] == {"account_id": "acct-c", "refresh_token": "rt-2"}
+    assert carried["last_refresh"] == renewed["last_refresh"]
+    assert login.stat().st_mode & 0o777 == 0o600
+
+    second = harness.enqueue("onlycodex", "second")
+    harness.wait(lambda: harness.statuses([second]) == ["answered"], "the second answered")
+    assert json.loads(login.read_text()) == carried  # the other account's login stayed behind

@@ -9,7 +9,9 @@ allowlist lets through); a step with `"credential"` is taken only by a spawn tha
 
 Step keys: `scenario` answer (default) | limit (`You've hit your usage limit. Try again at …`,
 the reset `resets_at` (epoch seconds) printed in UTC as Codex prints its host's local time:
-the tests' host zone is UTC) | limit_later (`… Try again later.`) | error; `answer`, `message`.
+the tests' host zone is UTC) | limit_later (`… Try again later.`) | error; `answer`, `message`;
+`renew` (`{"tokens": {...}, "last_refresh"}`): the login in `CODEX_HOME` rewritten first, as a
+token refresh does.
 `fake_codex.py app-server` answers `account/rateLimits/read` (see `app_server`).
 Each spawn appends one JSON line to `FAKE_CODEX_RECORD` (a path in the step or the environment)
 with its argv, prompt, environment names and the files in its `CODEX_HOME`.
@@ -102,6 +104,18 @@ def app_server() -> int:
     return 0
 
 
+def renew(fields: dict) -> None:
+    """What Codex does when it refreshes a plan's access token: rewrite `auth.json` in its
+    `CODEX_HOME`, here with the step's `tokens` and `last_refresh` over what it was given."""
+    path = os.path.join(os.environ.get("CODEX_HOME", ""), "auth.json")
+    with open(path, encoding="utf-8") as handle:
+        login = json.load(handle)
+    login.setdefault("tokens", {}).update(fields.get("tokens", {}))
+    login["last_refresh"] = fields.get("last_refresh", datetime.now(UTC).isoformat())
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(login, handle)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["app-server"]:
@@ -128,6 +142,8 @@ def main() -> int:
                 "files": sorted(os.listdir(home)) if home and os.path.isdir(home) else [],
             }
             handle.write(json.dumps(entry) + "\n")
+    if "renew" in step:
+        renew(step["renew"])
     thread = str(uuid.uuid4())
     emit({"type": "thread.started", "thread_id": thread})
     emit({"type": "turn.started"})
