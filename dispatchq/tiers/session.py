@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.backends import SessionBackend, backend_for, command_for
@@ -150,12 +151,19 @@ def model_of(kinds: Mapping[str, Kind], kind_name: str) -> str | None:
     return kind.session.model if kind and kind.session else None
 
 
-def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission | Wait:
+def admit(
+    window: Window,
+    host: str,
+    holder: str,
+    model: ModelOf,
+    unrunnable: Mapping[str, str] = MappingProxyType({}),
+) -> Admission | Wait:
     """Decide whether one more session may start here and now, and which one.
 
     A blocked host spawns nothing, except one probe session per
     DISPATCHQ_HOST_PROBE_INTERVAL (claimed across processes): if it gets past the host-wide
-    failure, the block is cleared.
+    failure, the block is cleared. `unrunnable`: the backends whose command this host lacks
+    while another's is here (`tiers.preflight.unrunnable_backends`), routed around.
     """
     blocked = window.store.blocked_reason(host)
     if blocked and not window.store.try_host_probe(host, window.settings.host_probe_interval):
@@ -164,7 +172,7 @@ def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission |
     if not entries:
         return Wait("no session judgements waiting")
     window.records.claim_lease = float(window.settings.session_lease)  # the claim's first lease
-    return window.admit(holder, entries, model)
+    return window.admit(holder, entries, model, unrunnable)
 
 
 def hold_paused(window: Window, host: str, model: ModelOf) -> None:

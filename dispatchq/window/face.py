@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.status import (
@@ -89,11 +90,19 @@ def _no_reschedule(scope: str) -> None:
 class _Pass:
     """One admission's reads, made once however many judgements it looks at."""
 
-    def __init__(self, window: Window, pool: Pool, markers: list[Marker], now: float) -> None:
+    def __init__(
+        self,
+        window: Window,
+        pool: Pool,
+        markers: list[Marker],
+        now: float,
+        unrunnable: Mapping[str, str] = MappingProxyType({}),
+    ) -> None:
         self.window = window
         self.pool = pool
         self.markers = markers
         self.now = now
+        self.unrunnable = unrunnable
         self.periods = spend_periods(now, window.settings.timezone)
         self.full: dict[str, str] = {}  # credential -> why it takes no more now (slots, a cap)
         self._stored: dict[str, Any] | None = None
@@ -149,6 +158,7 @@ class _Pass:
             now=self.now,
             timezone=self.window.settings.timezone,
             backends=backends,
+            unrunnable=self.unrunnable,
         )
 
 
@@ -296,7 +306,11 @@ class Window:
 
     # --- may this spawn now? ------------------------------------------------------------
     def admit(
-        self, holder: str, entries: Sequence[LineEntry], model_of: Callable[[str], str | None]
+        self,
+        holder: str,
+        entries: Sequence[LineEntry],
+        model_of: Callable[[str], str | None],
+        unrunnable: Mapping[str, str] = MappingProxyType({}),
     ) -> Admission | Wait:
         """Pick the first waiting judgement some credential may run now; take its slot; claim it.
 
@@ -306,9 +320,11 @@ class Window:
         credentials, best first, are tried in turn with the one admission script (markers,
         slot, spend cap, atomically); after a lift exactly one probe is elected per scope of a
         credential. A judgement no credential may take shows `waiting`, naming each one.
+        `unrunnable` names the backends this host cannot run (backend -> why): their
+        credentials are refused here, and another backend's, or another host, takes the work.
         """
         pool = self.pool()
-        run = _Pass(self, pool, self.markers(), time.time())
+        run = _Pass(self, pool, self.markers(), time.time(), unrunnable)
         now = run.now
         earliest: float | None = None
         why = "no session judgements waiting"

@@ -31,7 +31,7 @@ from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, pool_credential_problem, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
-from dispatchq.tiers.preflight import warn_if_command_missing
+from dispatchq.tiers.preflight import unrunnable_backends, warn_if_command_missing
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -169,6 +169,7 @@ class SessionWorker(DispatchqWorker):
         queue = DispatchqQueue(runtime.storage.jobs.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
+        unrunnable: dict[str, str] = {}
         try:
             while True:
                 self.heartbeat()
@@ -177,10 +178,15 @@ class SessionWorker(DispatchqWorker):
                 if self._stop_requested:
                     return None
                 self._leases()
-                if not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK:
+                if not last_recheck or (not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK):
                     last_recheck = time.monotonic()
-                    recheck_blocked(window, settings, parent_environment())
-                decision = admit(window, settings.host, self.name, model)
+                    environ = parent_environment()
+                    if not burst:
+                        recheck_blocked(window, settings, environ)
+                    # A CLI installed (or removed) since is seen within a recheck.
+                    backends = (c.backend for c in runtime.pool())
+                    unrunnable = unrunnable_backends(backends, settings, environ)
+                decision = admit(window, settings.host, self.name, model, unrunnable)
                 if isinstance(decision, Admission):
                     return self._job_for(decision, queue), queue
                 if burst:

@@ -205,3 +205,43 @@ def test_a_login_the_session_renewed_is_carried_back_and_another_accounts_is_not
     second = harness.enqueue("onlycodex", "second")
     harness.wait(lambda: harness.statuses([second]) == ["answered"], "the second answered")
     assert json.loads(login.read_text()) == carried  # the other account's login stayed behind
+
+
+def test_a_host_without_the_codex_command_answers_on_claude_and_stays_unblocked(harness: Harness) -> None:
+    team = secret_file(harness, "team-a", "tok-A")
+    login = secret_file(harness, "codex-b.json", json.dumps({"account": "plan-b", "tokens": {}}))
+    # Codex is preferred (order 0 before 1): a host that tried it would find no command.
+    write_pool(
+        harness,
+        f"""
+        team-a:
+          token_file: {team}
+          order: 1
+        codex-b:
+          backend: codex
+          auth_file: {login}
+          order: 0
+        """,
+        kinds_extra="""
+          both:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [claude, codex]
+          onlycodex:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [codex]
+        """,
+    )
+    harness.plan({"answer": "from claude"}, {"answer": "from claude"})
+    harness.workers(1, DISPATCHQ_CODEX_COMMAND=str(harness.tmp / "no-such-codex"))
+
+    both = harness.enqueue("both", "routed")
+    codex_only = harness.enqueue("onlycodex", "waits")
+    plain = harness.enqueue("ask", "plain")
+    harness.wait(lambda: harness.statuses([both, plain]) == ["answered"] * 2, "both answered on claude")
+    assert harness.spawns_on("tok-A") == 2
+    harness.wait(lambda: harness.statuses([codex_only]) == ["waiting"], "the codex-only kind waiting")
+    why = harness.record(codex_only).reason or ""
+    assert "codex sessions cannot start on host" in why and "not found on PATH" in why, why
+    assert harness.rt.window.store.blocked_reason(harness.rt.settings.host) is None  # the host runs on

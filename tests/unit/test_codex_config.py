@@ -22,6 +22,7 @@ from dispatchq.errors import ConfigError
 from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR, Credential, SpendCap
 from dispatchq.pools.routing import CredentialState, route
 from dispatchq.settings import Settings
+from dispatchq.tiers.preflight import unrunnable_backends
 
 HERE = Path("/etc/dispatchq/dispatchq.yaml")
 PLAN = {"backend": "codex", "auth_file": "/etc/dispatchq/codex-plan.json"}
@@ -178,6 +179,48 @@ def test_a_kind_for_both_backends_runs_on_whichever_has_room() -> None:
         priority=None, kind="k", now=NOW, backends=("codex",),
     )  # fmt: skip
     assert names(codex_only.usable) == ["plan", "api"]  # a subscription before a metered key
+
+
+def test_a_backend_this_host_cannot_run_is_routed_around_naming_why() -> None:
+    why = "codex sessions cannot start on host h1: 'codex' not found on PATH"
+    states = [CredentialState(PLAN_CRED), CredentialState(TEAM_CRED)]
+    plan = route(
+        states, priority=None, kind="k", now=NOW, backends=("codex", "claude"), unrunnable={"codex": why}
+    )
+    assert names(plan.usable) == ["team"]
+    (refused,) = plan.refusals
+    assert (refused.credential, refused.why, refused.cause) == ("plan", why, "blocked")
+    only = route(states, priority=None, kind="k", now=NOW, backends=("codex",), unrunnable={"codex": why})
+    assert only.waiting and only.opens_at is None  # waits for a host that has the command
+
+
+def _path_with(tmp_path: Path, *names: str) -> dict[str, str]:
+    """A PATH holding an executable of each of `names` (and nothing else)."""
+    for name in names:
+        exe = tmp_path / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    return {"PATH": str(tmp_path)}
+
+
+@pytest.mark.parametrize(
+    ("installed", "pool", "unrunnable"),
+    [
+        (("claude",), ("claude", "codex"), ["codex"]),  # Codex missing: its credentials routed around
+        (("codex",), ("claude", "codex", "codex"), ["claude"]),
+        (("claude", "codex"), ("claude", "codex"), []),
+        ((), ("claude", "codex"), []),  # nothing runs here: the host breaker's, as ever
+        ((), ("codex",), []),  # one backend: the host breaker's too
+    ],
+)
+def test_only_a_missing_command_beside_a_present_one_is_routed_around(
+    tmp_path: Path, installed: tuple[str, ...], pool: tuple[str, ...], unrunnable: list[str]
+) -> None:
+    settings = Settings(session_command="claude -p", codex_command="codex", host="h1")
+    found = unrunnable_backends(pool, settings, _path_with(tmp_path, *installed))
+    assert sorted(found) == unrunnable
+    for backend in unrunnable:
+        assert found[backend] == f"{backend} sessions cannot start on host h1: {backend!r} not found on PATH"
 
 
 # --- the tier's choices --------------------------------------------------------------------
