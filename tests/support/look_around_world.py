@@ -302,6 +302,7 @@ class Look:
     sandbox: str
     store: str
     ephemeral: list[str] = field(default_factory=list)
+    backend: str = "claude"  # which session it ran as, and with which form of credential
 
     def __post_init__(self) -> None:
         """A canary the sandbox let the probe write into its own scratch mounts (a folder bwrap
@@ -341,6 +342,7 @@ class Look:
             return
         processes = self.report["info"].get("processes", {})
         line = {
+            "backend": self.backend,
             "sandbox": self.sandbox,
             "store": self.store,
             **self.counts,
@@ -352,20 +354,34 @@ class Look:
             out.write(json.dumps(line) + "\n")
 
 
-def look_around(h: Harness, planted: Planted, sandbox: str, store: str) -> Look:
-    """Run the probe as the session command of a real burst worker; return its report."""
+def look_around(
+    h: Harness,
+    planted: Planted,
+    sandbox: str,
+    store: str,
+    *,
+    kind: str = "ask",
+    command_setting: str = "DISPATCHQ_SESSION_COMMAND",
+    backend: str = "claude",
+) -> Look:
+    """Run the probe as the session command of a real burst worker; return its report.
+
+    `command_setting` is the backend's command setting the probe stands in for
+    (`DISPATCHQ_CODEX_COMMAND` for a kind whose sessions run on Codex); `backend` labels the figures.
+    """
     assert planted.probe_dir is not None
     command = f"{sys.executable} -I {planted.probe_dir / PROBE.name}"
-    h.env.update(planted.env, DISPATCHQ_SESSION_COMMAND=command, DISPATCHQ_SESSION_SANDBOX=sandbox)
+    h.env.update(planted.env, DISPATCHQ_SESSION_SANDBOX=sandbox)
+    h.env[command_setting] = command
     h.env["DISPATCHQ_SESSION_SANDBOX_BIND"] = str(planted.probe_dir)
     encoded = base64.urlsafe_b64encode(json.dumps(planted.context).encode()).decode()
-    jid = h.enqueue("ask", f"LOOKAROUND<{encoded}>LOOKAROUND")
+    jid = h.enqueue(kind, f"LOOKAROUND<{encoded}>LOOKAROUND")
     done = h.cli("worker", "session", "--burst")
     record = h.record(jid)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert record.status == "answered", f"{record.status}: {record.reason}\n{done.stderr[-4000:]}"
     value = record.value if isinstance(record.value, str) else json.dumps(record.value)
-    look = Look(json.loads(value), sandbox, store)
+    look = Look(json.loads(value), sandbox, store, backend=backend)
     look.figure()
     return look
 
