@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.look_around_world import CREDENTIAL_VALUE, Look, Planted, look_around
+from tests.support.look_around_world import CREDENTIAL_VALUE, Look, Planted, look_around, plant_neighbour
 from tests.support.pool_config import secret_file, write_pool
 from tests.support.session import Harness
 
@@ -105,14 +105,15 @@ def codex_pool(h: Harness, planted: Planted, form: str) -> CodexPool:
               backends: [codex]
         """,
     )
+
     # A neighbour: a judgement waiting (its credential closed), so the worker's sweep keeps its
     # folder, with another account's login in its CODEX_HOME.
-    closed = h.cli("window", "close", "--until", "2h", "--credential", "team-a", "--reason", "a neighbour")
-    assert closed.returncode == 0, closed.stderr
-    waiting = h.enqueue("ask", "a neighbour's judgement")
-    neighbour = Path(planted.context["sessions_dirs"][-1]) / waiting / "config" / "auth.json"
-    neighbour.parent.mkdir(parents=True, exist_ok=True)
-    neighbour.write_text(NEIGHBOUR_LOGIN)
+    def close() -> None:
+        argv = ["window", "close", "--until", "2h", "--credential", "team-a", "--reason", "a neighbour"]
+        closed = h.cli(*argv)
+        assert closed.returncode == 0, closed.stderr
+
+    neighbour = plant_neighbour(h, planted, "ask", {"config/auth.json": NEIGHBOUR_LOGIN}, close).files[0]
     pool = CodexPool(form, claude_file, plan_file, key_file, neighbour)
     others = [CLAUDE_TOKEN, CREDENTIAL_VALUE, access_token(NEIGHBOUR_LOGIN)]
     if form == "plan":
