@@ -28,6 +28,7 @@ accepts.
 
     with FakeOpenAIAPI() as api:
         api.answer("yes")                              # every responses request: a streamed "yes"
+        api.answer("yes", delay=2.0)                   # ... sent 2 s after the request came
         api.close_until(resets, plan_type="plus")      # refused with the 429 until `resets`
         env["OPENAI_BASE_URL"], env["CHATGPT_BASE_URL"] = api.url + "/v1", api.chatgpt_url
         api.response_requests                          # the POSTs seen, `credential` on each
@@ -193,6 +194,7 @@ class FakeOpenAIAPI:
 
     def __init__(self) -> None:
         self.text = "ok"
+        self.delay = 0.0
         self.plan_type = "plus"
         # Refused with the usage limit while this host's clock is before it (epoch seconds).
         self.closed_until: int | None = None
@@ -204,9 +206,11 @@ class FakeOpenAIAPI:
         self._server: ThreadingHTTPServer | None = None
 
     # --- scripting ----------------------------------------------------------------------------
-    def answer(self, text: str) -> None:
+    def answer(self, text: str, *, delay: float = 0.0) -> None:
+        """Every responses request from now on: a streamed `text`, sent `delay` seconds after it
+        arrived (a model that takes its time: a probe's answer that is not in at once)."""
         with self._lock:
-            self.text = text
+            self.text, self.delay = text, delay
 
     def close_until(self, resets_at: int, *, plan_type: str = "plus") -> None:
         """The account's 5-hour window is full until `resets_at`: every responses request is
@@ -373,7 +377,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(429, limit_body(primary[1], now=at, plan_type=self.api.plan_type), headers)
             return
         with self.api._lock:
-            text = self.api.text
+            text, delay = self.api.text, self.api.delay
+        time.sleep(delay)
         self._send(200, answer_stream(text), {"content-type": "text/event-stream", **headers})
         self.wfile.flush()
         with self.api._lock:

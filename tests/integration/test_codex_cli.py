@@ -87,7 +87,8 @@ def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(real_c
     token = _codex_pool(real, concurrency=2)  # two slots, two workers: the probe must still go alone
     resets = int(time.time()) + 10
     real.openai.close_until(resets)  # the 429 and a full 5-hour window until `resets`, open after
-    real.openai.answer("after the reset")
+    # Each answer takes 2 s: a second session started before the probe's answer was in would show.
+    real.openai.answer("after the reset", delay=2.0)
     first = real.enqueue("ask", "q0")
     real.scheduler()
     real.workers(2)
