@@ -11,8 +11,11 @@ What it answers (each form as the real 0.169.0 and 0.171.0 were seen to take it,
 - the WebSocket handshake Codex opens first (`GET …/responses` with `Upgrade: websocket`):
   `426 Upgrade Required`, which sends Codex to HTTPS at once (a 404 would cost five reconnects,
   about 10 s, per run);
-- `POST …/responses` (`/v1/responses` for an API key; the plan's path too, whatever prefix the
-  CLI puts before it): a streamed answer (`response.created`, the assistant message as an output
+- `POST …/responses` (any prefix; `/v1/responses` for an API key and a plan login alike when
+  `openai_base_url` names this server: without it a plan login sends its model requests to
+  chatgpt.com's own host, not to `chatgpt_base_url`, and its turn fails with "workspace routing
+  discovery failed"; a plan's request body is zstd-compressed, read back for `Seen.body`):
+  a streamed answer (`response.created`, the assistant message as an output
   item, `response.completed` with `usage`), or while the account is closed the service's 429
   `{"error": {"type": "usage_limit_reached", "plan_type", "resets_at", "resets_in_seconds"}}`
   with the `x-codex-primary-*` / `x-codex-secondary-*` headers;
