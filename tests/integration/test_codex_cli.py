@@ -21,6 +21,7 @@ import time
 import pytest
 
 from dispatchq.pools.credentials import qualify
+from dispatchq.pools.spend import spend_periods
 from dispatchq.testing.openai import ACCOUNT_ID
 from dispatchq.window.limits import GENERAL_SCOPE
 from tests.support.pool_config import write_pool
@@ -171,3 +172,38 @@ def test_while_codex_is_closed_the_claude_credential_answers_what_allows_both(
         on_codex=1,
         total=real.spawns(),
     )
+
+
+# --- a metered key: charged the tokens the real CLI reported -------------------------------------
+def test_a_metered_codex_key_is_charged_the_tokens_the_real_cli_reported(real_codex: CodexHarness) -> None:
+    real = real_codex
+    key = real.tmp / "secrets" / "openai"
+    key.parent.mkdir(exist_ok=True)
+    key.write_text("sk-metered-0123456789abcdef\n")
+    key.chmod(0o600)
+    write_pool(
+        real,
+        f"api:\n  backend: codex\n  api_key_file: {key}\n  spend_cap: {{day: 5.0}}\n",
+        kinds_extra="""
+          priced:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [codex]
+              model: house-model
+              cost_estimate: 0.5
+        """,
+    )
+    real.openai.answer("priced")
+    jid = real.enqueue("priced", "one")
+    # The stand-in reports 2100 input tokens (1800 of them cached) and 40 output tokens.
+    done = real.cli("worker", "session", "--burst", DISPATCHQ_CODEX_PRICES='{"house-model": [10, 1, 100]}')
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = real.record(jid)
+    assert record.status == "answered" and record.value == "priced", record.reason
+    # The key reached the service as Codex's bearer (it reads CODEX_API_KEY, never OPENAI_API_KEY).
+    (sent,) = real.codex_runs()
+    assert sent.credential == "sk-metered-0123456789abcdef", sorted(sent.headers)
+    assert isinstance(sent.body, dict) and sent.body.get("model") == "house-model"
+    assert "chatgpt-account-id" not in sent.headers
+    day, _ = real.rt.storage.pool.spent("api", spend_periods(time.time(), real.rt.settings.timezone))
+    assert day == pytest.approx((300 * 10 + 1800 * 1 + 40 * 100) / 1_000_000)
