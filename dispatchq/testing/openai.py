@@ -36,6 +36,7 @@ accepts.
         env["OPENAI_BASE_URL"], env["CHATGPT_BASE_URL"] = api.url + "/v1", api.chatgpt_url
         api.response_requests                          # the POSTs seen, `credential` on each
         api.answered_at                                # when each answer had been sent
+        api.refused                                    # the requests answered with the 429
         api.paths()                                    # every request, "METHOD /path"
 """
 
@@ -201,7 +202,11 @@ class FakeOpenAIAPI:
         self.plan_type = "plus"
         # Refused with the usage limit while this host's clock is before it (epoch seconds).
         self.closed_until: int | None = None
+        # Refuse the WebSocket handshake itself with the 429 while closed (the service may).
+        self.closed_on_websocket = False
         self.seen: list[Seen] = []
+        # The requests refused with the 429 (a POST, or a WebSocket handshake), in arrival order.
+        self.refused: list[Seen] = []
         # When each streamed answer had been sent in full (time.time()), in that order.
         self.answered_at: list[float] = []
         self.unknown_paths: list[str] = []
@@ -215,11 +220,15 @@ class FakeOpenAIAPI:
         with self._lock:
             self.text, self.delay = text, delay
 
-    def close_until(self, resets_at: int, *, plan_type: str = "plus") -> None:
+    def close_until(self, resets_at: int, *, plan_type: str = "plus", on_websocket: bool = False) -> None:
         """The account's 5-hour window is full until `resets_at`: every responses request is
-        refused with the 429 and the usage reading says so; from `resets_at` on both say open."""
+        refused with the 429 and the usage reading says so; from `resets_at` on both say open.
+
+        `on_websocket`: the 429 answers the WebSocket handshake too (instead of the 426), which
+        0.171.0 reads without its body ("exceeded retry limit, last status: 429")."""
         with self._lock:
             self.closed_until, self.plan_type = int(resets_at), plan_type
+            self.closed_on_websocket = on_websocket
 
     def closed(self, at: float) -> bool:
         with self._lock:
@@ -360,12 +369,20 @@ class _Handler(BaseHTTPRequestHandler):
         seen = Seen(self.command, self.path, headers, body, time.time())
         self.api.record(seen)
         route = _route(self.path)
-        if route == "responses" and seen.websocket:
+        if (
+            route == "responses"
+            and seen.websocket
+            and self.api.closed_on_websocket
+            and self.api.closed(seen.at)
+        ):
+            self._limit(seen)
+            self.close_connection = True
+        elif route == "responses" and seen.websocket:
             # No WebSocket here: 426 sends Codex to HTTPS at once, with no reconnects.
             self._json(426, {"error": {"message": "use HTTPS"}}, {"connection": "close"})
             self.close_connection = True
         elif route == "responses" and self.command == "POST":
-            self._responses(seen.at)
+            self._responses(seen)
         elif route == "usage" and self.command == "GET":
             self._json(200, self.api.usage_reading(seen.at))
         else:
@@ -373,11 +390,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self.api.unknown_paths.append(f"{self.command} {self.path}")
             self._json(404, {"error": {"message": "not here"}})
 
-    def _responses(self, at: float) -> None:
+    def _limit(self, seen: Seen) -> None:
+        """The service's 429 for a full window: its body and the `x-codex-*` headers."""
+        at = seen.at
+        with self.api._lock:
+            self.api.refused.append(seen)
+        primary, secondary = self.api.windows(at)
+        body = limit_body(primary[1], now=at, plan_type=self.api.plan_type)
+        self._json(429, body, window_headers(primary, secondary))
+
+    def _responses(self, seen: Seen) -> None:
+        at = seen.at
         primary, secondary = self.api.windows(at)
         headers = window_headers(primary, secondary)
         if self.api.closed(at):
-            self._json(429, limit_body(primary[1], now=at, plan_type=self.api.plan_type), headers)
+            self._limit(seen)
             return
         with self.api._lock:
             text, delay = self.api.text, self.api.delay

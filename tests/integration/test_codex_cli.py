@@ -83,11 +83,17 @@ def test_the_real_codex_answers_a_judgement_on_a_plan_login(real_codex: CodexHar
 
 
 # --- a usage limit: one spawn, none until the stated reset, one probe, then the answers -----------
-def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(real_codex: CodexHarness) -> None:
+@pytest.mark.parametrize("where", ["https", "websocket"])
+def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(
+    real_codex: CodexHarness, where: str
+) -> None:
+    """`where` the service refuses: the HTTPS request (Codex words the limit, to the minute) or
+    the WebSocket handshake (0.171.0 says only "exceeded retry limit, last status: 429")."""
     real = real_codex
     token = _codex_pool(real, concurrency=2)  # two slots, two workers: the probe must still go alone
     resets = int(time.time()) + 10
-    real.openai.close_until(resets)  # the 429 and a full 5-hour window until `resets`, open after
+    # The 429 and a full 5-hour window until `resets`, open after.
+    real.openai.close_until(resets, on_websocket=where == "websocket")
     # Each answer takes 2 s: a second session started before the probe's answer was in would show.
     real.openai.answer("after the reset", delay=2.0)
     first = real.enqueue("ask", "q0")
@@ -97,12 +103,13 @@ def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(real_c
     real.wait(lambda: real.marker(scope) is not None, "codex-plus's window to close", timeout=60)
     marker = real.marker(scope)
     assert marker is not None
-    # Codex's words give the minute only ("try again at 12:09 PM."); the app-server's reading,
-    # asked after them with the session's login, gives the instant and the window.
+    # Codex's words give the minute at best ("try again at 12:09 PM."); the app-server's
+    # reading, asked after them with the session's login, gives the instant and the window.
     assert int(marker.lifts_at) == resets, (marker, real.openai.paths())
     assert marker.stated == f"resetsAt={resets}"
     assert marker.kind == "five_hour"
-    assert "usage limit" in marker.message, marker.message
+    if where == "https":
+        assert "usage limit" in marker.message, marker.message
     assert real.openai.usage_requests, real.openai.paths()
     ids = [first, *(real.enqueue("ask", f"q{i}") for i in range(1, 3))]
     real.wait(
@@ -115,11 +122,15 @@ def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(real_c
     if time.time() < resets - 2:
         assert real.spawns_stay(1, period=1.5) == 1  # nothing is spawned while it is closed
     real.wait(lambda: real.all_status(ids, "answered"), "the reset, one probe, then the rest", timeout=60)
+    # The one spawn's refusals, all before the reset: its POST, or its two handshakes (Codex
+    # opens a prewarm socket and the turn's, and stops at the 429 without falling back).
+    refused = real.openai.refused
+    assert all(r.at < resets for r in refused), [r.at - resets for r in refused]
+    assert [r.websocket for r in refused] == ([True, True] if where == "websocket" else [False])
     runs = real.codex_runs(token)
-    refused = [r for r in runs if r.at < resets]
-    assert len(refused) == 1, [r.at - resets for r in runs]
     after = [r for r in runs if r.at >= resets]
-    assert len(after) == len(ids) and real.spawns() == len(runs)
+    assert len(after) == len(runs) - (where == "https") == len(ids), [r.at - resets for r in runs]
+    assert real.spawns() == 1 + len(ids)
     # The probe alone first: no other session on the credential until its answer was in.
     assert after[1].at >= real.openai.answered_at[0], [r.at for r in after]
     assert [real.record(jid).value for jid in ids] == ["after the reset"] * len(ids)
@@ -127,7 +138,7 @@ def test_a_real_codex_limit_closes_its_window_at_the_reset_then_one_probe(real_c
         assert real.record(jid).attempts == 0
     assert real.marker(scope) is None
     real.figure(
-        f"codex {real.codex_version}: usage limit (five_hour), 2 slots and 2 workers",
+        f"codex {real.codex_version}: usage limit (five_hour) on {where}, 2 slots and 2 workers",
         len(ids),
         until_lift=until_lift,
         while_closed=0,
