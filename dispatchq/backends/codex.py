@@ -5,7 +5,7 @@ What it runs and why (docs/codex-cli.md, with the sources each fact was read fro
 - argv: `codex exec --json --skip-git-repo-check --sandbox workspace-write -c
   approval_policy="never" [kind args] [resume <thread>] -`, the prompt on stdin;
 - environment: the allowlist, `CODEX_HOME` (the judgement's config folder) and exactly one
-  credential: an API key as `OPENAI_API_KEY` (metered), or a ChatGPT plan's `auth.json`, which
+  credential: an API key as `CODEX_API_KEY` (metered), or a ChatGPT plan's `auth.json`, which
   is no variable at all: `config_files` hands it to the tier to write into that `CODEX_HOME`;
 - egress: `OPENAI_BASE_URL` when the session's environment names one (a stand-in, a gateway),
   else the plan's hosts or the API's;
@@ -38,7 +38,7 @@ from dispatchq.launcher.codex_releases import supported_range as codex_range
 from dispatchq.launcher.egress import parse_destination
 from dispatchq.launcher.environment import SESSION_FORCED, SESSION_SCRUB_FLAG, session_environment
 from dispatchq.launcher.spawn import build_argv
-from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR
+from dispatchq.pools.credentials import CODEX_API_KEY_VAR, CODEX_AUTH_VAR, OPENAI_API_KEY_VAR
 from dispatchq.window.codex_limits import (
     CODEX_LIMIT_ID,
     CodexWindow,
@@ -61,10 +61,10 @@ __all__ = [
 
 #: Where Codex keeps its login (`auth.json`), its config and its threads.
 CODEX_CONFIG_VAR = "CODEX_HOME"
-#: A metered credential: an OpenAI API key, which Codex reads from this variable.
-CODEX_API_KEY_VAR = OPENAI_API_KEY_VAR
 #: Every variable Codex takes a credential from; a session sees at most the one it was given.
-CODEX_CREDENTIAL_VARS = frozenset({CODEX_API_KEY_VAR, "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", CODEX_AUTH_VAR})
+CODEX_CREDENTIAL_VARS = frozenset(
+    {CODEX_API_KEY_VAR, OPENAI_API_KEY_VAR, "CODEX_ACCESS_TOKEN", CODEX_AUTH_VAR}
+)
 #: The API base a session is pointed at (Codex's `openai_base_url`), passed through when set.
 CODEX_BASE_URL_VAR = "OPENAI_BASE_URL"
 #: The ChatGPT backend a plan's login talks to (Codex's `chatgpt_base_url`: its usage readings,

@@ -46,8 +46,8 @@ from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.launcher.environment import is_secret_name
 from dispatchq.pools.credentials import (
     API_KEY_VAR,
+    CODEX_API_KEY_VAR,
     CODEX_AUTH_VAR,
-    OPENAI_API_KEY_VAR,
     TOKEN_VAR,
     Credential,
     Pool,
@@ -391,7 +391,7 @@ CredentialName = Annotated[str, _CREDENTIALNAME.validator, _CREDENTIALNAME.schem
 FILE_KEYS: dict[str, str] = {
     TOKEN_VAR: "token_file",
     API_KEY_VAR: "api_key_file",
-    OPENAI_API_KEY_VAR: "api_key_file",
+    CODEX_API_KEY_VAR: "api_key_file",
     CODEX_AUTH_VAR: "auth_file",
 }
 #: The keys that name a credential's file, by backend.
@@ -437,7 +437,7 @@ class CredentialSection(_Section):
     Exactly one file: for `backend: claude`, `token_file` (a subscription's long-lived token,
     seen by its sessions as `CLAUDE_CODE_OAUTH_TOKEN`) or `api_key_file` (an API key, seen as
     `ANTHROPIC_API_KEY`); for `backend: codex`, `auth_file` (a ChatGPT plan's `auth.json`,
-    written into the session's `CODEX_HOME`) or `api_key_file` (seen as `OPENAI_API_KEY`).
+    written into the session's `CODEX_HOME`) or `api_key_file` (seen as `CODEX_API_KEY`).
     `billing` defaults by the file: an API key is billed per use, so it is `metered` unless
     written otherwise, and a metered credential must name a `spend_cap`: no credential spends
     money without a bound. A subscription takes no cap (its windows bound it; a cap that
@@ -502,7 +502,7 @@ class CredentialSection(_Section):
     def variable(self) -> str:
         """The name its sessions see the credential under (the Codex login: a file, never a variable)."""
         if self.backend == "codex":
-            return CODEX_AUTH_VAR if self.auth_file is not None else OPENAI_API_KEY_VAR
+            return CODEX_AUTH_VAR if self.auth_file is not None else CODEX_API_KEY_VAR
         return TOKEN_VAR if self.token_file is not None else API_KEY_VAR
 
     @property

@@ -2,7 +2,7 @@
 """A stand-in for `codex exec --json`, printing the JSON Lines the real CLI prints.
 
 Standard library only. It refuses an argv that is not `exec … --json … -` (exit 2), reads the
-prompt from stdin, and says which credential it was given: `OPENAI_API_KEY`, or the `account`
+prompt from stdin, and says which credential it was given: `CODEX_API_KEY`, or the `account`
 of the `auth.json` in its `CODEX_HOME`. Driven by the same plan file and spawn log as
 `fake_claude.py` (`FAKE_CLAUDE_PLAN`, `FAKE_CLAUDE_SPAWN_LOG`: the names the test sessions'
 allowlist lets through); a step with `"credential"` is taken only by a spawn that saw it.
@@ -34,7 +34,7 @@ def emit(event: dict[str, object]) -> None:
 
 
 def seen_credential() -> str:
-    key = os.environ.get("OPENAI_API_KEY")
+    key = os.environ.get("CODEX_API_KEY")  # what `codex exec` reads a key from (not OPENAI_API_KEY)
     if key:
         return key
     home = os.environ.get("CODEX_HOME", "")

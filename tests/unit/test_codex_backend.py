@@ -125,11 +125,11 @@ def test_words_the_command_already_says_are_not_repeated() -> None:
 
 # --- environment, config files, egress ----------------------------------------------------
 def test_a_metered_session_sees_only_its_api_key() -> None:
-    env = env_of("OPENAI_API_KEY", "sk-chosen-0123456789abcdef")
-    assert env["OPENAI_API_KEY"] == "sk-chosen-0123456789abcdef"
+    env = env_of("CODEX_API_KEY", "sk-chosen-0123456789abcdef")
+    assert env["CODEX_API_KEY"] == "sk-chosen-0123456789abcdef"
     assert env["CODEX_HOME"] == "/sessions/j1/config"
     for name in (
-        "CODEX_API_KEY",
+        "OPENAI_API_KEY",
         "CODEX_ACCESS_TOKEN",
         "OPENAI_API_KEY_FILE",
         "CLAUDE_CODE_OAUTH_TOKEN",
@@ -138,7 +138,7 @@ def test_a_metered_session_sees_only_its_api_key() -> None:
         "CLAUDE_CODE_RETRY_WATCHDOG",
     ):
         assert name not in env, name  # fmt: skip
-    assert CODEX.config_files(env, "OPENAI_API_KEY", "sk-chosen-0123456789abcdef") == {}
+    assert CODEX.config_files(env, "CODEX_API_KEY", "sk-chosen-0123456789abcdef") == {}
 
 
 def test_a_plan_session_gets_its_login_as_a_file_and_no_credential_variable() -> None:
@@ -150,7 +150,7 @@ def test_a_plan_session_gets_its_login_as_a_file_and_no_credential_variable() ->
 
 
 @pytest.mark.parametrize(
-    ("chosen", "value"), [("OPENAI_API_KEY", "sk-chosen-0123456789"), (CODEX_AUTH_VAR, AUTH_JSON)]
+    ("chosen", "value"), [("CODEX_API_KEY", "sk-chosen-0123456789"), (CODEX_AUTH_VAR, AUTH_JSON)]
 )
 def test_the_other_credentials_go_even_if_the_allowlist_let_them_pass(
     monkeypatch: pytest.MonkeyPatch, chosen: str, value: str
@@ -188,7 +188,7 @@ def test_a_stand_in_for_the_chatgpt_backend_is_configured_and_reached_too() -> N
 def test_egress_is_the_plans_hosts_or_the_api_and_the_extras() -> None:
     plan = env_of(CODEX_AUTH_VAR, AUTH_JSON)
     assert CODEX.egress(plan) == frozenset({("chatgpt.com", 443), ("auth.openai.com", 443)})
-    metered = env_of("OPENAI_API_KEY", "sk-chosen-0123456789abcdef")
+    metered = env_of("CODEX_API_KEY", "sk-chosen-0123456789abcdef")
     assert CODEX.egress(metered, ["proxy.internal:3128"]) == frozenset(
         {("api.openai.com", 443), ("proxy.internal", 3128)}
     )

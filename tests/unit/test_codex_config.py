@@ -19,7 +19,7 @@ from dispatchq.backends import command_for
 from dispatchq.config import parse_config
 from dispatchq.core.kinds import SessionSpec
 from dispatchq.errors import ConfigError
-from dispatchq.pools.credentials import CODEX_AUTH_VAR, OPENAI_API_KEY_VAR, Credential, SpendCap
+from dispatchq.pools.credentials import CODEX_API_KEY_VAR, CODEX_AUTH_VAR, Credential, SpendCap
 from dispatchq.pools.routing import CredentialState, route
 from dispatchq.settings import Settings
 from dispatchq.tiers.preflight import unrunnable_backends
@@ -65,7 +65,7 @@ def test_codex_credentials_are_a_plan_login_or_a_metered_key() -> None:
     )
     assert (plan.backend, plan.variable, plan.billing) == ("codex", CODEX_AUTH_VAR, "subscription")
     assert plan.file == "/etc/dispatchq/codex-plan.json"
-    assert (api.backend, api.variable, api.billing) == ("codex", OPENAI_API_KEY_VAR, "metered")
+    assert (api.backend, api.variable, api.billing) == ("codex", "CODEX_API_KEY", "metered")
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_a_kinds_backends_mistake_names_its_field(
 NOW = 1_796_000_000.0
 TEAM_CRED = Credential("team")
 PLAN_CRED = Credential("plan", variable=CODEX_AUTH_VAR, backend="codex")
-KEY_CRED = Credential("api", variable=OPENAI_API_KEY_VAR, backend="codex", billing="metered",
+KEY_CRED = Credential("api", variable=CODEX_API_KEY_VAR, backend="codex", billing="metered",
                       spend_cap=SpendCap(day=5.0))  # fmt: skip
 
 
