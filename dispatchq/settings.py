@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import json
+import math
 import os
 import re
 import shlex
@@ -235,6 +237,15 @@ class Settings(BaseSettings):
     session_command: str = Field(
         "claude -p --output-format stream-json --verbose",
         description="The headless session command, split like a shell would and run with no shell.",
+    )
+    codex_command: str = Field(
+        "codex",
+        description="The Codex CLI a `codex` credential's sessions run, split like a shell would (no shell).",
+    )
+    codex_prices: str = Field(
+        "",
+        description="USD per million tokens a metered Codex run is priced at, over the built-in table: "
+        'a JSON object {"model": [input, cached_input, output]}.',
     )
     session_timeout: int = Field(1800, ge=1, description="A session running longer than this is killed.")
     session_concurrency: int = Field(1, ge=1, description="Sessions running at once, across all machines.")
@@ -532,7 +543,33 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}") from None
         return value
 
-    @field_validator("session_command")
+    @field_validator("codex_prices")
+    @classmethod
+    def _price_table(cls, value: str) -> str:
+        """A JSON object of model to three prices at or above 0 (empty: the built-in table only)."""
+        if not value.strip():
+            return value
+        try:
+            table = json.loads(value)
+        except ValueError:
+            raise ValueError('is not JSON: give {"model": [input, cached_input, output]}') from None
+        if not isinstance(table, dict):
+            raise ValueError('must be a JSON object: {"model": [input, cached_input, output]}')
+        for model, entry in table.items():
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 3
+                and all(
+                    isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n < math.inf
+                    for n in entry
+                )
+            ):
+                raise ValueError(
+                    f"{model!r}: give three USD prices per million tokens [input, cached_input, output]"
+                )
+        return value
+
+    @field_validator("session_command", "codex_command")
     @classmethod
     def _splittable(cls, value: str) -> str:
         try:

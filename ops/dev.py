@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -40,6 +41,22 @@ CLAUDE_CODE_CACHE = ROOT / ".cache" / "claude-code"
 CLAUDE_CODE_RELEASES: tuple[str, ...] = tuple(
     runpy.run_path(str(ROOT / "dispatchq" / "launcher" / "releases.py"))["RELEASES"]
 )
+# The real OpenAI Codex CLIs (tests/integration/test_codex_cli.py), the same way: every release
+# in dispatchq/launcher/codex_releases.py's RELEASES, each in .cache/codex/<version>/. That module
+# imports dispatchq, so its list is read from the text (one tuple of "X.Y.Z" strings).
+CODEX_PACKAGE = "@openai/codex"
+CODEX_CACHE = ROOT / ".cache" / "codex"
+
+
+def releases_in(path: Path) -> tuple[str, ...]:
+    """The `RELEASES = ("X.Y.Z", ...)` tuple of a module, read without running it."""
+    found = re.search(r"^RELEASES\b[^=\n]*=\s*\(([^)]*)\)", path.read_text(), re.MULTILINE)
+    if found is None:
+        sys.exit(f"{path} has no RELEASES = (...) tuple")
+    return tuple(re.findall(r"[\"']([0-9]+\.[0-9]+\.[0-9]+)[\"']", found.group(1)))
+
+
+CODEX_RELEASES = releases_in(ROOT / "dispatchq" / "launcher" / "codex_releases.py")
 
 
 def say(message: str) -> None:
@@ -141,50 +158,57 @@ def apt_install(packages: list[str]) -> None:
         say(f"apt-get install {' '.join(packages)} failed")
 
 
-def claude_code_prefix(version: str) -> Path:
-    """One release's own npm prefix: two releases never share a node_modules."""
-    return CLAUDE_CODE_CACHE / version
+class NpmCli:
+    """One npm package whose every supported release the real-client tests run: each release in
+    its own prefix (`<cache>/<version>/`, so two never share a node_modules), stamped once installed."""
+
+    def __init__(self, title: str, package: str, binary: str, cache: Path) -> None:
+        self.title, self.package, self.binary, self.cache = title, package, binary, cache
+
+    def prefix(self, version: str) -> Path:
+        return self.cache / version
+
+    def stamp(self, version: str) -> Path:
+        return self.prefix(version) / ".dispatchq-installed"
+
+    def installed(self, version: str) -> bool:
+        """True when the release's CLI is in its folder, stamped, and says it is that version."""
+        prefix = self.prefix(version)
+        package = prefix / "node_modules" / self.package / "package.json"
+        binary = prefix / "node_modules" / ".bin" / self.binary
+        stamp = self.stamp(version)
+        if not (package.is_file() and binary.exists() and stamp.is_file()):
+            return False
+        if stamp.read_text().strip() != version:
+            return False
+        try:
+            done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0 and version in done.stdout
+
+    def install(self, npm: str, version: str) -> bool:
+        """npm install one release into its own folder, then stamp it; False when that failed."""
+        prefix = self.prefix(version)
+        spec = f"{self.package}@{version}"
+        say(f"npm install {spec} into {prefix.relative_to(ROOT)} (once per release; ~400 MB each)")
+        prefix.mkdir(parents=True, exist_ok=True)
+        self.stamp(version).unlink(missing_ok=True)
+        started = time.monotonic()
+        argv = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec]
+        if run(argv, cwd=ROOT):
+            say(f"npm install {spec} failed")
+            return False
+        self.stamp(version).write_text(version + "\n")
+        if not self.installed(version):
+            say(f"npm install {spec} finished but `{self.binary} --version` does not say {version}")
+            return False
+        say(f"{self.title} {version} installed in {time.monotonic() - started:.0f} s")
+        return True
 
 
-def _claude_code_stamp(version: str) -> Path:
-    return claude_code_prefix(version) / ".dispatchq-installed"
-
-
-def claude_code_installed(version: str) -> bool:
-    """True when the release's CLI is in its folder, stamped, and says it is that version."""
-    prefix = claude_code_prefix(version)
-    package = prefix / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
-    binary = prefix / "node_modules" / ".bin" / "claude"
-    stamp = _claude_code_stamp(version)
-    if not (package.is_file() and binary.exists() and stamp.is_file()):
-        return False
-    if stamp.read_text().strip() != version:
-        return False
-    try:
-        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and version in done.stdout
-
-
-def install_claude_code(npm: str, version: str) -> bool:
-    """npm install one release into its own folder, then stamp it; False when that failed."""
-    prefix = claude_code_prefix(version)
-    spec = f"{CLAUDE_CODE_PACKAGE}@{version}"
-    say(f"npm install {spec} into {prefix.relative_to(ROOT)} (once per release; ~400 MB for the newest)")
-    prefix.mkdir(parents=True, exist_ok=True)
-    _claude_code_stamp(version).unlink(missing_ok=True)
-    started = time.monotonic()
-    argv = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec]
-    if run(argv, cwd=ROOT):
-        say(f"npm install {spec} failed")
-        return False
-    _claude_code_stamp(version).write_text(version + "\n")
-    if not claude_code_installed(version):
-        say(f"npm install {spec} finished but `claude --version` does not say {version}")
-        return False
-    say(f"Claude Code {version} installed in {time.monotonic() - started:.0f} s")
-    return True
+CLAUDE_CODE = NpmCli("Claude Code", CLAUDE_CODE_PACKAGE, "claude", CLAUDE_CODE_CACHE)
+CODEX = NpmCli("Codex CLI", CODEX_PACKAGE, "codex", CODEX_CACHE)
 
 
 def _drop_single_release_layout() -> None:
@@ -198,12 +222,13 @@ def _drop_single_release_layout() -> None:
 
 
 def install_test_tools() -> int:
-    """bubblewrap, socat, node/npm, chromium and every supported Claude Code CLI, for the real-client tests.
+    """bubblewrap, socat, node/npm, chromium, every supported Claude Code CLI and every supported
+    Codex CLI, for the real-client tests.
 
-    npm installs each release of CLAUDE_CODE_RELEASES under .cache/claude-code/<version>/
-    (ignored by git); never with --omit=optional: the native binary is an optional,
-    per-platform package. Under CI=true a missing npm or a failed install fails the run;
-    elsewhere that release's real-client tests skip, saying why.
+    npm installs each release of CLAUDE_CODE_RELEASES under .cache/claude-code/<version>/ and of
+    CODEX_RELEASES under .cache/codex/<version>/ (ignored by git); never with --omit=optional:
+    each native binary is an optional, per-platform package. Under CI=true a missing npm or a
+    failed install fails the run; elsewhere that release's real-client tests skip, saying why.
     """
     missing = [] if shutil.which("bwrap") else ["bubblewrap"]
     if not shutil.which("socat"):  # Claude Code's own tool sandbox relays through it
@@ -213,7 +238,12 @@ def install_test_tools() -> int:
     if not shutil.which("chromium"):  # the status page's browser test (Playwright drives it)
         missing += ["chromium"]
     apt_install(missing)
-    wanted = [version for version in CLAUDE_CODE_RELEASES if not claude_code_installed(version)]
+    wanted = [
+        (cli, version)
+        for cli, releases in ((CLAUDE_CODE, CLAUDE_CODE_RELEASES), (CODEX, CODEX_RELEASES))
+        for version in releases
+        if not cli.installed(version)
+    ]
     if not wanted:
         _drop_single_release_layout()
         return 0
@@ -221,12 +251,12 @@ def install_test_tools() -> int:
     npm = shutil.which("npm")
     if npm is None:
         if ci:
-            say("npm is needed for the real Claude Code CLI tests (CI=true): install nodejs and npm")
+            say("npm is needed for the real Claude Code and Codex CLIs' tests (CI=true): install nodejs, npm")
             return 1
-        say("npm not found: the real Claude Code CLI tests will be SKIPPED (install nodejs and npm)")
+        say("npm not found: the real Claude Code and Codex CLIs' tests will be SKIPPED (install nodejs, npm)")
         return 0
-    failed = [version for version in wanted if not install_claude_code(npm, version)]
-    if not failed:
+    failed = [(cli.title, version) for cli, version in wanted if not cli.install(npm, version)]
+    if not any(title == CLAUDE_CODE.title for title, _ in failed):
         _drop_single_release_layout()
     return 1 if failed and ci else 0
 

@@ -8,11 +8,13 @@ that CLI sits behind this one protocol, as the typed tier's `Provider` hides its
   session is resumed (`resume`: the session id the CLI printed);
 - **environment**: what the session starts with: the environment allowlist, its one
   credential under the variable it was chosen with, and the CLI's own per-judgement config
-  folder (`config_var`), where its transcripts live;
+  folder (`config_var`), where its transcripts live; `config_files`: what the tier writes into
+  that folder first (a credential that is a file, a setting only a config file takes);
 - **egress**: where a confined session's only proxy may lead (the CLI's API host);
 - **the output readers**: one run's outcome from what it printed (`read_outcome`: answer,
   limit, throttle, error, host failure, with the usage it reported, filled into
-  `SessionOutcome.usage`), what one live stream event says about the window
+  `SessionOutcome.usage`), what the run cost (`cost`: reported, or its tokens priced), what
+  one live stream event says about the window
   (`window_state`, for a probe), and which windows entered the share kept for people
   (`reserve_signals`);
 - **the release check**: the installed CLI's version against the range dispatchq tests;
@@ -101,6 +103,22 @@ class SessionBackend(Protocol):
         """The session's environment: the allowlist, its one credential, its config folder."""
         ...
 
+    def config_files(
+        self, session_env: Mapping[str, str], credential_var: str, credential_value: str | None
+    ) -> dict[str, str]:
+        """Files the CLI reads from its config folder, written there (0600) before the session starts.
+
+        A credential that is a file rather than a variable (a login's `auth.json`) goes here and
+        never into the environment; so does a setting the CLI takes only from its config file.
+        """
+        ...
+
+    def renewed_login(self, config_dir: Path, given: str | None) -> str | None:
+        """The login as the session left it in its config folder when the CLI renewed it there
+        (a refreshed token rewritten into its `auth.json`), else None: what the tier carries
+        back to the credential's file, since a renewal may retire the token that file holds."""
+        ...
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         """Where a confined session may connect: the API host `session_env` names, plus `extra`.
 
@@ -119,6 +137,25 @@ class SessionBackend(Protocol):
         stderr: str = "",
     ) -> SessionOutcome:
         """What one run amounted to, from its whole output (pure: `now` and defaults passed in)."""
+        ...
+
+    def refine_limits(
+        self,
+        outcome: SessionOutcome,
+        *,
+        command: str,
+        session_env: Mapping[str, str],
+        cwd: Path,
+        now: datetime,
+        unknown_reset: float,
+    ) -> SessionOutcome:
+        """A limit the run stated, with what a machine-readable source says in its place (the
+        CLI asked once more, with the session's environment); the outcome as it is otherwise."""
+        ...
+
+    def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
+        """What the run cost in USD: what the CLI reported, else its tokens priced for `model`
+        with the operator's table `prices` (`DISPATCHQ_CODEX_PRICES`); None when unknown."""
         ...
 
     def window_state(self, event: Mapping[str, Any]) -> WindowState | None:

@@ -88,6 +88,16 @@ class ClaudeBackend:
         env[self.config_var] = str(config_dir)
         return env
 
+    def config_files(
+        self, session_env: Mapping[str, str], credential_var: str, credential_value: str | None
+    ) -> dict[str, str]:
+        """None: Claude Code takes its credential from a variable and its settings from `--settings`."""
+        return {}
+
+    def renewed_login(self, config_dir: Path, given: str | None) -> str | None:
+        """None: the credential is a variable's token, which a session cannot renew in place."""
+        return None
+
     def egress(self, session_env: Mapping[str, str], extra: Iterable[str] = ()) -> frozenset[Destination]:
         return allowed_destinations(session_env, extra)
 
@@ -109,6 +119,23 @@ class ClaudeBackend:
             returncode=returncode,
             stderr=stderr,
         )
+
+    def refine_limits(
+        self,
+        outcome: SessionOutcome,
+        *,
+        command: str,
+        session_env: Mapping[str, str],
+        cwd: Path,
+        now: datetime,
+        unknown_reset: float,
+    ) -> SessionOutcome:
+        """As it is: Claude Code's stream already carries its limits in fields."""
+        return outcome
+
+    def cost(self, outcome: SessionOutcome, *, model: str | None, prices: str) -> float | None:
+        """What Claude Code reported (`total_cost_usd`): it prices its own runs."""
+        return outcome.total_cost_usd
 
     def window_state(self, event: Mapping[str, Any]) -> WindowState | None:
         return limits.window_state(event)

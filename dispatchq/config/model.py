@@ -44,7 +44,16 @@ from dispatchq.core.priority import DEFAULT_PRIORITY, Priority
 from dispatchq.core.prompts import PLACEHOLDERS, template_placeholders
 from dispatchq.core.tiers import NEEDS_TRIAGE
 from dispatchq.launcher.environment import is_secret_name
-from dispatchq.pools.credentials import API_KEY_VAR, TOKEN_VAR, Credential, Pool, Serves, SpendCap
+from dispatchq.pools.credentials import (
+    API_KEY_VAR,
+    CODEX_API_KEY_VAR,
+    CODEX_AUTH_VAR,
+    TOKEN_VAR,
+    Credential,
+    Pool,
+    Serves,
+    SpendCap,
+)
 from dispatchq.triage.schema import TriageSection, triage_problems
 
 __all__ = [
@@ -134,9 +143,17 @@ def _known_placeholders(prompt: str) -> str:
     return prompt
 
 
+#: The session backends a kind may name (`dispatchq.backends`).
+BackendName = Literal["claude", "codex"]
+_PromptText = Annotated[str, Field(pattern=r"\S"), AfterValidator(_known_placeholders)]
+
+
 class SessionSection(_Section):
     """`kinds.<name>.session`: how the session tier answers the kind.
 
+    `backends` names the CLIs that may answer it (default: the pool's first credential's
+    only); `prompts` gives a backend its own prompt where the wording differs. `args` and
+    `model` are one CLI's words, so a kind answered by several backends gives neither.
     `cost_estimate` schedules and never changes an answer, so the kind's digest leaves it out
     (`dispatchq.config.load`)."""
 
@@ -156,6 +173,32 @@ class SessionSection(_Section):
         allow_inf_nan=False,
         description="a number of USD above 0: what one session is expected to cost",
     )
+    backends: list[BackendName] | None = Field(
+        default=None, min_length=1, description="a non-empty list of session backends: claude, codex"
+    )
+    prompts: dict[BackendName, _PromptText] | None = Field(
+        default=None, description="a mapping of backend (claude, codex) to its own prompt"
+    )
+
+    @model_validator(mode="after")
+    def _backends_fit(self) -> SessionSection:
+        chosen = self.backends or []
+        for index, name in enumerate(chosen):
+            if name in chosen[:index]:
+                raise problem(f"names {name} twice", "backends", index)
+        for name in self.prompts or {}:
+            if name not in chosen:
+                allowed = ", ".join(chosen) if chosen else "none: add session.backends"
+                raise problem(f"{name} is not one of session.backends ({allowed})", "prompts", name)
+        if len(chosen) > 1 and self.model is not None:
+            raise problem(
+                f"a model is one CLI's name; a kind answered by {' and '.join(chosen)} gives none", "model"
+            )
+        if len(chosen) > 1 and self.args:
+            raise problem(
+                f"args are one CLI's words; a kind answered by {' and '.join(chosen)} gives none", "args"
+            )
+        return self
 
     def spec(self) -> SessionSpec:
         args, model = list(self.args), self.model
@@ -164,7 +207,16 @@ class SessionSection(_Section):
             model = args[index + 1] if index + 1 < len(args) else None
         elif model is not None and "--model" not in args:
             args = [*args, "--model", model]
-        return SessionSpec(self.prompt, tuple(args), self.format, model, tuple(self.bind), self.cost_estimate)
+        return SessionSpec(
+            self.prompt,
+            tuple(args),
+            self.format,
+            model,
+            tuple(self.bind),
+            self.cost_estimate,
+            backends=tuple(self.backends or ()),
+            prompts=tuple(sorted((self.prompts or {}).items())),
+        )
 
 
 class _Question(_Section):
@@ -336,7 +388,17 @@ _CREDENTIALNAME = Matching(
 #: Never holds `/`: a credential's marker scopes are `<name>/<scope>` (`dispatchq.pools`).
 CredentialName = Annotated[str, _CREDENTIALNAME.validator, _CREDENTIALNAME.schema]
 #: The key that names a credential's file, by the variable its sessions see it under.
-FILE_KEYS: dict[str, str] = {TOKEN_VAR: "token_file", API_KEY_VAR: "api_key_file"}
+FILE_KEYS: dict[str, str] = {
+    TOKEN_VAR: "token_file",
+    API_KEY_VAR: "api_key_file",
+    CODEX_API_KEY_VAR: "api_key_file",
+    CODEX_AUTH_VAR: "auth_file",
+}
+#: The keys that name a credential's file, by backend.
+_BACKEND_FILES: dict[str, tuple[str, str]] = {
+    "claude": ("token_file", "api_key_file"),
+    "codex": ("auth_file", "api_key_file"),
+}
 _FILE = "a file path (absolute, or relative to the config file's folder)"
 _USD = "a number of USD above 0"
 
@@ -372,8 +434,10 @@ class ServesSection(_Section):
 class CredentialSection(_Section):
     """`credentials.<name>`: one credential a session may run under, and how it may be spent.
 
-    Exactly one file: `token_file` (a subscription's long-lived token, seen by its sessions as
-    `CLAUDE_CODE_OAUTH_TOKEN`) or `api_key_file` (an API key, seen as `ANTHROPIC_API_KEY`).
+    Exactly one file: for `backend: claude`, `token_file` (a subscription's long-lived token,
+    seen by its sessions as `CLAUDE_CODE_OAUTH_TOKEN`) or `api_key_file` (an API key, seen as
+    `ANTHROPIC_API_KEY`); for `backend: codex`, `auth_file` (a ChatGPT plan's `auth.json`,
+    written into the session's `CODEX_HOME`) or `api_key_file` (seen as `CODEX_API_KEY`).
     `billing` defaults by the file: an API key is billed per use, so it is `metered` unless
     written otherwise, and a metered credential must name a `spend_cap`: no credential spends
     money without a bound. A subscription takes no cap (its windows bound it; a cap that
@@ -385,7 +449,8 @@ class CredentialSection(_Section):
 
     token_file: str | None = Field(default=None, min_length=1, description=_FILE)
     api_key_file: str | None = Field(default=None, min_length=1, description=_FILE)
-    backend: Literal["claude"] = "claude"
+    auth_file: str | None = Field(default=None, min_length=1, description=_FILE)
+    backend: BackendName = "claude"
     billing: Literal["subscription", "metered"] | None = None
     spend_cap: SpendCapSection | None = None
     serves: ServesSection | None = None
@@ -398,7 +463,19 @@ class CredentialSection(_Section):
 
     @model_validator(mode="after")
     def _one_file_and_a_bound(self, info: ValidationInfo) -> CredentialSection:
-        if (self.token_file is None) == (self.api_key_file is None):
+        own = _BACKEND_FILES[self.backend]
+        for key in ("token_file", "api_key_file", "auth_file"):
+            if getattr(self, key) is not None and key not in own:
+                theirs = ", ".join(b for b, keys in _BACKEND_FILES.items() if key in keys)
+                raise problem(
+                    f"{key} is for backend {theirs}; backend {self.backend} takes {' or '.join(own)}", key
+                )
+        if sum(getattr(self, key) is not None for key in own) != 1:
+            if self.backend == "codex":
+                raise problem(
+                    "give exactly one of auth_file (a ChatGPT plan's auth.json)"
+                    " or api_key_file (an OpenAI API key)"
+                )
             raise problem(
                 "give exactly one of token_file (a subscription's token) or api_key_file (an API key)"
             )
@@ -415,11 +492,18 @@ class CredentialSection(_Section):
     @property
     def written(self) -> str:
         """The file as the operator wrote it."""
-        return self.token_file if self.token_file is not None else str(self.api_key_file)
+        return str(getattr(self, self.file_key))
 
     @property
     def file_key(self) -> str:
-        return "token_file" if self.token_file is not None else "api_key_file"
+        return next(k for k in ("token_file", "auth_file", "api_key_file") if getattr(self, k) is not None)
+
+    @property
+    def variable(self) -> str:
+        """The name its sessions see the credential under (the Codex login: a file, never a variable)."""
+        if self.backend == "codex":
+            return CODEX_AUTH_VAR if self.auth_file is not None else CODEX_API_KEY_VAR
+        return TOKEN_VAR if self.token_file is not None else API_KEY_VAR
 
     @property
     def path(self) -> str:
@@ -430,14 +514,14 @@ class CredentialSection(_Section):
     def billed(self) -> Literal["subscription", "metered"]:
         if self.billing is not None:
             return self.billing
-        return "subscription" if self.token_file is not None else "metered"
+        return "metered" if self.api_key_file is not None else "subscription"
 
     def credential(self, name: str) -> Credential:
         """The pool's `Credential` named `name`."""
         billing = self.billed
         return Credential(
             name=name,
-            variable=TOKEN_VAR if self.token_file is not None else API_KEY_VAR,
+            variable=self.variable,
             file=self.path,
             backend=self.backend,
             billing=billing,
@@ -562,6 +646,30 @@ class ConfigFile(_Section):
         if errors:
             raise ValidationError.from_exception_data(cls.__name__, errors)
         return credentials
+
+    @model_validator(mode="after")
+    def _kinds_backends_have_credentials(self) -> ConfigFile:
+        """A backend a kind names must be some credential's (without `credentials:`, the
+        environment's one credential, `default`, is Claude Code's)."""
+        pool = {name: section.backend for name, section in (self.credentials or {}).items()} or {
+            "default": "claude"
+        }
+        errors: list[InitErrorDetails] = []
+        for kind, section in (self.kinds or {}).items():
+            session = section.session
+            for index, backend in enumerate(session.backends or () if session else ()):
+                if backend not in pool.values():
+                    held = ", ".join(f"{name} ({b})" for name, b in pool.items())
+                    errors.append(
+                        InitErrorDetails(
+                            type=problem(f"no credential runs {backend} (credentials: {held})"),
+                            loc=("kinds", kind, "session", "backends", index),
+                            input=backend,
+                        )
+                    )
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
 
 
 def config_schema() -> dict[str, Any]:

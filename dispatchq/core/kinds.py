@@ -45,6 +45,15 @@ class SessionSpec:
     # against a metered credential's cap before the run reports its real cost. None: the
     # running mean of the kind's recent sessions.
     cost_estimate: float | None = None
+    # The session backends that may answer the kind (`claude`, `codex`), by preference of
+    # none: a credential of any of them may take it. Empty: the pool's first credential's only.
+    backends: tuple[str, ...] = ()
+    # A backend's own prompt, where it differs from `prompt`: (backend, prompt) pairs.
+    prompts: tuple[tuple[str, str], ...] = ()
+
+    def prompt_for(self, backend: str) -> str:
+        """The prompt a session of `backend` is given: its own, else the kind's."""
+        return dict(self.prompts).get(backend, self.prompt)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ from dispatchq.core.priority import Priority, at_least
 
 __all__ = [
     "API_KEY_VAR",
+    "CODEX_API_KEY_VAR",
+    "CODEX_AUTH_VAR",
     "DEFAULT_CREDENTIAL",
+    "OPENAI_API_KEY_VAR",
     "TOKEN_VAR",
     "Billing",
     "Credential",
@@ -34,6 +37,14 @@ DEFAULT_CREDENTIAL = "default"
 #: What a session sees its credential as, by how the operator gave it.
 TOKEN_VAR = "CLAUDE_CODE_OAUTH_TOKEN"  # noqa: S105 (a name) `token_file`: a subscription's long-lived token
 API_KEY_VAR = "ANTHROPIC_API_KEY"  # `api_key_file`: an Anthropic API key
+#: `api_key_file` of a `codex` credential: an OpenAI API key, which `codex exec` reads from
+#: `CODEX_API_KEY`. It ignores `OPENAI_API_KEY` (0.169.0 and 0.171.0 sent no Authorization with
+#: only that set), which is still withheld from every Codex session as a credential.
+CODEX_API_KEY_VAR = "CODEX_API_KEY"
+OPENAI_API_KEY_VAR = "OPENAI_API_KEY"
+#: `auth_file` of a `codex` credential: a ChatGPT plan's `auth.json`. No session sees it as a
+#: variable; the `codex` backend writes it into the session's `CODEX_HOME`.
+CODEX_AUTH_VAR = "CODEX_AUTH_JSON"
 
 Billing = Literal["subscription", "metered"]
 

@@ -76,6 +76,7 @@ _UTC = "UTC"
 #: Float noise in `share + margin` (0.8 + 0.1) must not make a credential exactly at the
 #: margin yield.
 _EPSILON = 1e-9
+_NONE: Mapping[str, str] = MappingProxyType({})
 
 RefusalCause = Literal["serves", "blocked", "closed", "cap", "busy"]
 
@@ -237,7 +238,13 @@ def _closed_text(until: float, limit: str, timezone: str) -> str:
     return f"closed until {lift_time(until, timezone)} ({limit})"
 
 
-def _serves_refusal(credential: Credential, priority: str | None, kind: str) -> Refusal | None:
+def _serves_refusal(
+    credential: Credential, priority: str | None, kind: str, backends: Sequence[str] = ()
+) -> Refusal | None:
+    if backends and credential.backend not in backends:
+        return Refusal(
+            credential.name, f"runs {credential.backend}, not {' or '.join(backends)}", cause="serves"
+        )
     serves = credential.serves
     if not at_least(priority, serves.priority):
         classes = [p for p in PRIORITIES if at_least(p, serves.priority)]
@@ -278,12 +285,20 @@ def _cap_refusal(state: CredentialState, now: float, timezone: str) -> Refusal |
 
 
 def _refusal(
-    state: CredentialState, priority: str | None, kind: str, now: float, timezone: str
+    state: CredentialState,
+    priority: str | None,
+    kind: str,
+    now: float,
+    timezone: str,
+    backends: Sequence[str] = (),
+    unrunnable: Mapping[str, str] = _NONE,
 ) -> Refusal | None:
     """Why `state`'s credential may not take the judgement, the weightiest reason first."""
     credential = state.credential
-    if (refused := _serves_refusal(credential, priority, kind)) is not None:
+    if (refused := _serves_refusal(credential, priority, kind, backends)) is not None:
         return refused
+    if (cannot := unrunnable.get(credential.backend)) is not None:
+        return Refusal(credential.name, cannot, cause="blocked")
     if state.blocked is not None:
         return Refusal(credential.name, f"blocked: {state.blocked}", cause="blocked")
     if (refused := _closure_refusal(state, priority, now, timezone)) is not None:
@@ -321,19 +336,25 @@ def route(
     now: float,
     timezone: str = _UTC,
     margin: float = PACING_MARGIN,
+    backends: Sequence[str] = (),
+    unrunnable: Mapping[str, str] = _NONE,
 ) -> Route:
     """The credentials among `states` (the pool, in its order) a judgement may use now, best first.
 
-    A credential is refused when its `serves` does not allow the judgement's priority or kind;
-    when it is blocked; when a closure on it has not lifted at `now` (a `reserved` one does not
-    hold an `urgent` judgement back on a credential with `reserve_urgent`); when it is metered
-    and its cap has no room for its estimate (or it has no cap); when all its slots are busy.
+    A credential is refused when its backend is not one of the kind's `backends` (none named:
+    the backend of the pool's first credential only); when its `serves` does not allow the
+    judgement's priority or kind; when it is blocked, or its backend cannot run where this is
+    routed (`unrunnable`: backend name -> why, say its command is missing on this host); when
+    a closure on it has not lifted at `now` (a `reserved` one does not hold an `urgent`
+    judgement back on a credential with `reserve_urgent`); when it is metered and its cap has
+    no room for its estimate (or it has no cap); when all its slots are busy.
     Subscription credentials are never refused for spend.
     """
     usable: list[tuple[tuple[int, int, int, float, float, int], Credential]] = []
     refusals: list[Refusal] = []
+    allowed = tuple(backends) or ((states[0].credential.backend,) if states else ())
     for index, state in enumerate(states):
-        refused = _refusal(state, priority, kind, now, timezone)
+        refused = _refusal(state, priority, kind, now, timezone, allowed, unrunnable)
         if refused is None:
             usable.append((_rank(state, index, now, margin), state.credential))
         else:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from dispatchq.core.judgement import FINISHED
 from dispatchq.errors import SettingsError
-from dispatchq.launcher.environment import read_secret
+from dispatchq.launcher.environment import CA_BUNDLE_NAMES, read_secret
 from dispatchq.launcher.sandbox import BWRAP_HINT, Bind, SandboxPlan, parse_bind, sandbox_problem
 
 if TYPE_CHECKING:
@@ -50,7 +50,9 @@ __all__ = [
     "secret_paths",
     "spawn_refusal",
     "sweep",
+    "trust_bundles",
     "work_dir",
+    "write_config_files",
 ]
 
 CREDENTIAL_HINT = (
@@ -80,6 +82,23 @@ def config_dir(settings: Settings, jid: str) -> Path:
     path = judgement_dir(settings, jid) / "config"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def write_config_files(config: Path, files: Mapping[str, str]) -> None:
+    """The backend's `config_files` into the session's config folder, each 0600 and replaced whole.
+
+    A name is one plain file name: a backend never writes outside its folder.
+    """
+    for name, text in files.items():
+        if not name or name != os.path.basename(name) or name in (".", ".."):
+            raise ValueError(f"config file name {name!r} is not a plain file name")
+        target = config / name
+        partial = config / f".{name}.partial"
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(partial, target)
 
 
 def forget(settings: Settings, jid: str) -> None:
@@ -117,10 +136,29 @@ def secret_paths(
     """
     found = [str(settings.data_dir.expanduser().resolve()), "/etc/dispatchq"]
     found += [os.path.realpath(path) for path in credential_files]
+    trust = trust_bundles(environ)
     for name, value in environ.items():
         if name.upper().endswith("_FILE") and value.startswith("/"):
-            found.append(os.path.realpath(value))
+            path = os.path.realpath(value)
+            if path not in trust:
+                found.append(path)
     return tuple(dict.fromkeys(found))
+
+
+def trust_bundles(environ: Mapping[str, str]) -> frozenset[str]:
+    """The CA bundles the session's TLS clients are told to trust (`SSL_CERT_FILE`, ...): public
+    certificates, never a secret, although `SSL_CERT_FILE` ends in `_FILE` like one.
+
+    The session is given these variables (`CA_BUNDLE_NAMES`), so the files must stay readable:
+    Codex reads `SSL_CERT_FILE` to set up TLS, even for its WebSocket to a plain-http base, and
+    a bundle masked as `/dev/null` fails every connection it makes (0.169.0 and 0.171.0:
+    "Failed to read CA certificate file ... Permission denied", then five reconnects).
+    """
+    return frozenset(
+        os.path.realpath(value)
+        for name, value in environ.items()
+        if name in CA_BUNDLE_NAMES and value.startswith("/")
+    )
 
 
 def credential_problem(settings: Settings, environ: Mapping[str, str]) -> str | None:

@@ -15,14 +15,23 @@ import logging
 import os
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from dispatchq.backends import command_for
 
 if TYPE_CHECKING:
     from dispatchq.settings import Settings
 
-__all__ = ["COMMAND_HINT", "CommandCheck", "resolve_session_command", "warn_if_command_missing"]
+__all__ = [
+    "COMMAND_HINT",
+    "CommandCheck",
+    "resolve_command",
+    "resolve_session_command",
+    "unrunnable_backends",
+    "warn_if_command_missing",
+]
 
 log = logging.getLogger("dispatchq.session")
 
@@ -55,13 +64,47 @@ class CommandCheck:
 
 def resolve_session_command(settings: Settings, environ: Mapping[str, str]) -> CommandCheck:
     """Where the session command's first word resolves in `environ`'s PATH (never raises)."""
+    return resolve_command(settings.session_command, environ)
+
+
+def resolve_command(command: str, environ: Mapping[str, str]) -> CommandCheck:
+    """Where `command`'s first word resolves in `environ`'s PATH (never raises)."""
     try:
-        argv = shlex.split(settings.session_command)
+        argv = shlex.split(command)
     except ValueError:
         argv = []  # the settings validator refuses these; be safe if one slips through
     if not argv:
         return CommandCheck("", None)
     return CommandCheck(argv[0], shutil.which(argv[0], path=environ.get("PATH", os.defpath)))
+
+
+def unrunnable_backends(
+    backends: Iterable[str], settings: Settings, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The pool's backends whose command this host lacks, each with why, while another's is here.
+
+    A pool of Claude Code and Codex credentials on a host with only one of the two CLIs should
+    answer on that one: the other's credentials are refused here (routing), and judgements
+    only they may take wait, naming the missing command, for a host that has it. With no
+    backend's command here, or one backend only, nothing is named: the first spawn finds the
+    command missing and the host breaker holds the host, as it always has.
+    """
+    named = sorted(set(backends))
+    missing: dict[str, str] = {}
+    for backend in named:
+        check = resolve_command(command_for(backend, settings), environ)
+        if not check.found:
+            missing[backend] = (
+                f"{backend} sessions cannot start on host {settings.host}: "
+                f"{check.command or '(empty)'!r} not found on PATH"
+            )
+    if len(named) < 2 or len(missing) == len(named):
+        return {}
+    for why in missing.values():
+        if why not in _WARNED:
+            _WARNED.add(why)
+            log.warning("%s; their credentials are left to the other backends and hosts", why)
+    return missing
 
 
 def warn_if_command_missing(settings: Settings, environ: Mapping[str, str]) -> CommandCheck:

@@ -27,13 +27,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from dispatchq.backends import SessionBackend, backend_for
+from dispatchq.backends import SessionBackend, backend_for, command_for
 from dispatchq.core.judgement import FINISHED
 from dispatchq.core.prompts import render_prompt
 from dispatchq.core.status import RunningSession
@@ -62,6 +63,7 @@ from dispatchq.tiers.confine import (
     read_pool_credential,
     spawn_refusal,
     work_dir,
+    write_config_files,
 )
 from dispatchq.tiers.hooks import NO_HOOKS, Requeue, SessionHooks, Settled
 from dispatchq.tiers.lease import (
@@ -81,6 +83,7 @@ from dispatchq.tiers.lease import (
     take_over,
 )
 from dispatchq.tiers.probe_watch import ProbeWatch
+from dispatchq.tiers.renewal import carry_back
 from dispatchq.tiers.session_logs import session_log_path, write_session_log
 from dispatchq.window.face import Admission, Wait
 from dispatchq.window.limits import GENERAL_SCOPE, SessionOutcome, is_credential_refused
@@ -148,12 +151,19 @@ def model_of(kinds: Mapping[str, Kind], kind_name: str) -> str | None:
     return kind.session.model if kind and kind.session else None
 
 
-def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission | Wait:
+def admit(
+    window: Window,
+    host: str,
+    holder: str,
+    model: ModelOf,
+    unrunnable: Mapping[str, str] = MappingProxyType({}),
+) -> Admission | Wait:
     """Decide whether one more session may start here and now, and which one.
 
     A blocked host spawns nothing, except one probe session per
     DISPATCHQ_HOST_PROBE_INTERVAL (claimed across processes): if it gets past the host-wide
-    failure, the block is cleared.
+    failure, the block is cleared. `unrunnable`: the backends whose command this host lacks
+    while another's is here (`tiers.preflight.unrunnable_backends`), routed around.
     """
     blocked = window.store.blocked_reason(host)
     if blocked and not window.store.try_host_probe(host, window.settings.host_probe_interval):
@@ -162,7 +172,7 @@ def admit(window: Window, host: str, holder: str, model: ModelOf) -> Admission |
     if not entries:
         return Wait("no session judgements waiting")
     window.records.claim_lease = float(window.settings.session_lease)  # the claim's first lease
-    return window.admit(holder, entries, model)
+    return window.admit(holder, entries, model, unrunnable)
 
 
 def hold_paused(window: Window, host: str, model: ModelOf) -> None:
@@ -366,6 +376,10 @@ class _Spawn:
     cwd: Path
     env: dict[str, str]
     confined: Confinement
+    #: The config folder the CLI keeps its login in, and the login from a credential's file
+    #: it was given there (None: a variable's token), for `_carry_back_login`.
+    config: Path | None = None
+    login: str | None = None
 
 
 def _run(
@@ -417,7 +431,7 @@ def _run(
     if holding.fenced is not None:
         return _settle_unwritten(attempt, result, started, holding.fenced)
     try:
-        return _settle(attempt, result, watch, started)
+        return _settle(attempt, result, watch, started, spawn)
     except Exception as error:
         if not is_outage(error):
             raise
@@ -457,7 +471,8 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     assert attempt.kind.session is not None
     settings, record, environ = attempt.settings, attempt.record, attempt.environ
     backend = attempt.backend
-    argv = backend.argv(settings.session_command, attempt.kind.session.args, resume=attempt.resume)
+    command = command_for(backend.name, settings)
+    argv = backend.argv(command, attempt.kind.session.args, resume=attempt.resume)
     chosen = attempt.credential
     credential: str | None
     if chosen.file is not None:
@@ -477,6 +492,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         scrub_subprocesses=scrub.enabled,
         config_dir=config,
     )
+    write_config_files(config, backend.config_files(env, variable, credential))
     checkout = record.context.get("checkout") if isinstance(record.context, dict) else None
     cwd = Path(checkout) if checkout else work_dir(settings, record.id)
     # A built-in kind may build its own prompt (the decision gate frames untrusted fields its
@@ -484,7 +500,7 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
     prompt = attempt.hooks.render_prompt(attempt.runtime, record)
     if prompt is None:
         prompt = render_prompt(
-            attempt.kind.session.prompt,
+            attempt.kind.session.prompt_for(backend.name),
             {"target": record.target, "item": record.item, "state": record.state, "context": record.context},
         )
     return _Spawn(
@@ -495,10 +511,25 @@ def _build_spawn(attempt: _Attempt) -> _Spawn:
         confined=confinement(
             settings, attempt.kind, environ, env, cwd, config, attempt.credential_files, backend=backend
         ),
+        config=config,
+        login=credential if chosen.file is not None else None,
     )
 
 
-def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started: float) -> str:
+def _carry_back_login(attempt: _Attempt, spawn: _Spawn) -> None:
+    """A login the session renewed in its config folder, back into its credential's file
+    (`tiers.renewal`), whatever the run amounted to: a cut-off run may have renewed it too."""
+    chosen = attempt.credential
+    if spawn.login is None or spawn.config is None or chosen.file is None:
+        return
+    renewed = attempt.backend.renewed_login(spawn.config, spawn.login)
+    if renewed is not None:
+        carry_back(chosen.name, chosen.file, spawn.login, renewed, attempt.settings.data_dir / "locks")
+
+
+def _settle(
+    attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started: float, spawn: _Spawn | None = None
+) -> str:
     """Account for one spawn: what ended it first (nothing ran, a shutdown), then what it said."""
     window, record, settings = attempt.window, attempt.record, attempt.settings
     if result.missing_executable:
@@ -511,6 +542,8 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started:
     window.store.count_spawned()
     window.store.observe_session(time.time() - started)  # storage/histograms.py
     write_session_log(settings.data_dir, record.id, result)
+    if spawn is not None:
+        _carry_back_login(attempt, spawn)
     if ended_by_shutdown(result):
         attempt.settle(None)  # what it cost is unknown: its estimate stays charged
         return _settle_shutdown(attempt, result)
@@ -522,8 +555,21 @@ def _settle(attempt: _Attempt, result: LaunchResult, watch: ProbeWatch, started:
         returncode=result.returncode,
         stderr=result.stderr,
     )
-    # Charged whatever the outcome (cut off, throttled, retried): what the session reported, else
-    # the estimate reserved at admission stays.
+    if spawn is not None:  # a limit in words, with the CLI's machine-readable windows in its place
+        outcome = attempt.backend.refine_limits(
+            outcome,
+            command=command_for(attempt.backend.name, settings),
+            session_env=spawn.env,
+            cwd=spawn.cwd,
+            now=datetime.now(UTC),
+            unknown_reset=settings.unknown_reset_probe,
+        )
+    # Charged whatever the outcome (cut off, throttled, retried): what the session reported (or
+    # its tokens priced, for a CLI that prints no cost), else the estimate reserved at admission stays.
+    if outcome.total_cost_usd is None:
+        model = attempt.kind.session.model if attempt.kind.session is not None else None
+        spent = attempt.backend.cost(outcome, model=model, prices=settings.codex_prices)
+        outcome = replace(outcome, total_cost_usd=spent) if spent is not None else outcome
     attempt.settle(outcome.total_cost_usd)
     # Each of its credential's windows' use and the login's end, for status and the page.
     window.report_usage(outcome, attempt.credential.name)

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dispatchq.core.status import (
@@ -89,11 +90,19 @@ def _no_reschedule(scope: str) -> None:
 class _Pass:
     """One admission's reads, made once however many judgements it looks at."""
 
-    def __init__(self, window: Window, pool: Pool, markers: list[Marker], now: float) -> None:
+    def __init__(
+        self,
+        window: Window,
+        pool: Pool,
+        markers: list[Marker],
+        now: float,
+        unrunnable: Mapping[str, str] = MappingProxyType({}),
+    ) -> None:
         self.window = window
         self.pool = pool
         self.markers = markers
         self.now = now
+        self.unrunnable = unrunnable
         self.periods = spend_periods(now, window.settings.timezone)
         self.full: dict[str, str] = {}  # credential -> why it takes no more now (slots, a cap)
         self._stored: dict[str, Any] | None = None
@@ -123,7 +132,14 @@ class _Pass:
         assert self._stored is not None
         return self._stored.get(credential)
 
-    def route(self, model: str | None, kind: str, urgency: str | None, kind_estimate: float | None) -> Route:
+    def route(
+        self,
+        model: str | None,
+        kind: str,
+        urgency: str | None,
+        kind_estimate: float | None,
+        backends: Sequence[str] = (),
+    ) -> Route:
         self._read()
         assert self._stored is not None and self._usage is not None
         states = states_for(
@@ -136,7 +152,13 @@ class _Pass:
             now=self.now,
         )
         return route(
-            states, priority=urgency, kind=kind, now=self.now, timezone=self.window.settings.timezone
+            states,
+            priority=urgency,
+            kind=kind,
+            now=self.now,
+            timezone=self.window.settings.timezone,
+            backends=backends,
+            unrunnable=self.unrunnable,
         )
 
 
@@ -178,6 +200,14 @@ class Window:
         if kind is None or kind.session is None:
             return None, None
         return kind.session.model, getattr(kind.session, "cost_estimate", None)
+
+    def _kind_backends(self, kind_name: str) -> tuple[str, ...]:
+        """The backends a kind allows (none named, or no config readable here: the pool's first)."""
+        try:
+            kind = self._kinds().get(kind_name)
+        except UserError:
+            return ()
+        return tuple(getattr(kind.session, "backends", ())) if kind is not None and kind.session else ()
 
     # --- reading ------------------------------------------------------------------------
     def get(self, scope: str) -> Marker | None:
@@ -276,7 +306,11 @@ class Window:
 
     # --- may this spawn now? ------------------------------------------------------------
     def admit(
-        self, holder: str, entries: Sequence[LineEntry], model_of: Callable[[str], str | None]
+        self,
+        holder: str,
+        entries: Sequence[LineEntry],
+        model_of: Callable[[str], str | None],
+        unrunnable: Mapping[str, str] = MappingProxyType({}),
     ) -> Admission | Wait:
         """Pick the first waiting judgement some credential may run now; take its slot; claim it.
 
@@ -286,9 +320,11 @@ class Window:
         credentials, best first, are tried in turn with the one admission script (markers,
         slot, spend cap, atomically); after a lift exactly one probe is elected per scope of a
         credential. A judgement no credential may take shows `waiting`, naming each one.
+        `unrunnable` names the backends this host cannot run (backend -> why): their
+        credentials are refused here, and another backend's, or another host, takes the work.
         """
         pool = self.pool()
-        run = _Pass(self, pool, self.markers(), time.time())
+        run = _Pass(self, pool, self.markers(), time.time(), unrunnable)
         now = run.now
         earliest: float | None = None
         why = "no session judgements waiting"
@@ -302,7 +338,9 @@ class Window:
                 continue
             model = model_of(entry.kind)
             urgency = getattr(entry, "urgency", None) or None
-            plan = run.route(model, entry.kind, urgency, self._kind_parts(entry.kind)[1])
+            plan = run.route(
+                model, entry.kind, urgency, self._kind_parts(entry.kind)[1], self._kind_backends(entry.kind)
+            )
             if plan.waits:
                 lift = plan.opens_at
                 if lift is not None:
@@ -441,6 +479,7 @@ class Window:
                 record.kind,
                 getattr(record, "urgency", None),
                 self._kind_parts(record.kind)[1],
+                self._kind_backends(record.kind),
             )
             if plan.waiting:
                 why = pool_waiting_reason(plan, single=pool.single, timezone=self.settings.timezone)

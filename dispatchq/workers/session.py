@@ -20,7 +20,7 @@ from rq import Callback, Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
 
-from dispatchq.backends import DEFAULT_BACKEND, backend_for
+from dispatchq.backends import DEFAULT_BACKEND, backend_for, command_for
 from dispatchq.core.entrypoints import FAILURE_CALLBACK, SESSION_JOB
 from dispatchq.errors import SettingsError
 from dispatchq.launcher.environment import read_secret
@@ -31,7 +31,7 @@ from dispatchq.settings import parent_environment
 from dispatchq.storage.outage import is_outage
 from dispatchq.tiers.confine import CREDENTIAL_HINT, pool_credential_problem, sandbox_refusal, sweep
 from dispatchq.tiers.lease import replay_spool, sweep_lapsed
-from dispatchq.tiers.preflight import warn_if_command_missing
+from dispatchq.tiers.preflight import unrunnable_backends, warn_if_command_missing
 from dispatchq.tiers.session import (
     BLOCKED_RECHECK,
     STOPPED_BY_SHUTDOWN,
@@ -110,8 +110,9 @@ def check_session_host(runtime: Runtime, *, require_credential: bool = True) -> 
     decision = decide_scrub(settings.session_subprocess_scrub, environ, confined=confined)
     if decision.warning:
         _say_once(logging.WARNING, decision.warning)
-    # The installed CLI outside the tested range: a WARNING, once.
-    backend_for(DEFAULT_BACKEND).check_release(settings.session_command, environ)
+    # Each installed CLI the pool runs outside its tested range: a WARNING, once.
+    for name in sorted({DEFAULT_BACKEND} | {c.backend for c in pool}):
+        backend_for(name).check_release(command_for(name, settings), environ)
 
 
 def replay_hooks() -> Mapping[str, SessionHooks]:
@@ -168,6 +169,7 @@ class SessionWorker(DispatchqWorker):
         queue = DispatchqQueue(runtime.storage.jobs.queue_name("session"), connection=self.connection)
         pubsub = None
         last_recheck = 0.0
+        unrunnable: dict[str, str] = {}
         try:
             while True:
                 self.heartbeat()
@@ -176,10 +178,15 @@ class SessionWorker(DispatchqWorker):
                 if self._stop_requested:
                     return None
                 self._leases()
-                if not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK:
+                if not last_recheck or (not burst and time.monotonic() - last_recheck > BLOCKED_RECHECK):
                     last_recheck = time.monotonic()
-                    recheck_blocked(window, settings, parent_environment())
-                decision = admit(window, settings.host, self.name, model)
+                    environ = parent_environment()
+                    if not burst:
+                        recheck_blocked(window, settings, environ)
+                    # A CLI installed (or removed) since is seen within a recheck.
+                    backends = (c.backend for c in runtime.pool())
+                    unrunnable = unrunnable_backends(backends, settings, environ)
+                decision = admit(window, settings.host, self.name, model, unrunnable)
                 if isinstance(decision, Admission):
                     return self._job_for(decision, queue), queue
                 if burst:

@@ -47,6 +47,8 @@ from dispatchq.core import entrypoints as entry_names
 from dispatchq.core import tiers
 from dispatchq.core.entrypoints import DELIVERIES_JOB, RETRIGGER_JOB
 from dispatchq.findings.evidence.record import DecisionRecord, RecordStore
+from dispatchq.launcher.codex_releases import RELEASES as CODEX_RELEASES
+from dispatchq.launcher.releases import NEWEST as CLAUDE_NEWEST
 from dispatchq.launcher.releases import RELEASES
 from dispatchq.process.wiring import set_runtime
 from dispatchq.queue.entrypoints import DispatchqQueue
@@ -60,6 +62,7 @@ from dispatchq.storage.store import NewRecord, Store
 from dispatchq.storage.triage import TriageStorage
 from dispatchq.storage.window import WindowStore
 from dispatchq.testing.anthropic import FakeAnthropicAPI
+from dispatchq.testing.openai import FakeOpenAIAPI
 from dispatchq.testing.typesafe import FakeTypeSafeAPI, FakeTypeSafeProcess
 from dispatchq.tiers.typed.provider import TypeSafeProvider
 from dispatchq.window.face import Window
@@ -91,6 +94,7 @@ from tests.support.real_client import (
     RealHarness,
     skip_unless_ready,
 )
+from tests.support.real_codex import CodexHarness, skip_unless_codex_ready
 from tests.support.recovery import Workers
 from tests.support.repos import RECORD_REPORT, git, record_git
 from tests.support.sandbox import Echo
@@ -208,6 +212,28 @@ def real(
     with FakeAnthropicAPI() as api:
         h = RealHarness(dq_env, tmp_path, redis_client, api, release)
         h.node = request.node
+        try:
+            yield h
+        finally:
+            h.close()
+            set_runtime(None)
+
+
+@pytest.fixture(params=[pytest.param(version, id=f"cx{version}") for version in CODEX_RELEASES])
+def codex_release(request: pytest.FixtureRequest) -> str:
+    """The Codex CLI release a case runs against (every one), skipped with the reason where
+    that release cannot run here (asked only when a case needs it)."""
+    skip_unless_codex_ready(str(request.param))
+    return str(request.param)
+
+
+@pytest.fixture
+def real_codex(
+    dq_env: dict[str, str], redis_client: Any, tmp_path: Path, codex_release: str
+) -> Iterator[CodexHarness]:
+    """A Codex release and the newest Claude Code release, each against its loopback stand-in."""
+    with FakeAnthropicAPI() as api, FakeOpenAIAPI() as openai:
+        h = CodexHarness(dq_env, tmp_path, redis_client, api, CLAUDE_NEWEST, openai, codex_release)
         try:
             yield h
         finally:

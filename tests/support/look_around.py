@@ -26,6 +26,14 @@ session could reach from where it runs, and prints Claude-Code-shaped stream-jso
 - jobs: a job pushed onto each dispatchq queue of a store it reached (only in stores the test
   named as targets, so a run on a shared machine never writes into someone else's Redis).
 
+Run as Codex (`… exec --json … -`, the `codex` backend's argv) it answers in `codex exec --json`'s
+JSON Lines instead (`thread.started`, `turn.started`, the report as an `agent_message` item,
+`turn.completed` with `usage`). Its own CLI config folder (`CLAUDE_CONFIG_DIR`, or `CODEX_HOME`
+when run as Codex) is the session's own: a file there is no way out, except one holding another
+pool credential or a secret-shaped value; the credential file the context names there
+(`credential_file`: a plan's `auth.json`) is its one credential when it holds `own_credential`,
+and a finding otherwise.
+
 What an attacker may know (the data dir, the secret file paths, the repo, a listener's port) is
 given in the prompt between LOOKAROUND< and >LOOKAROUND as base64 JSON; without it the probe still
 looks everywhere it can guess. Secret values are never printed: a finding names where it was
@@ -164,6 +172,9 @@ class Probe:
         self.started = time.monotonic()
         self.env = self._own_environ()
         self.credential = context.get("credential", "CLAUDE_CODE_OAUTH_TOKEN")
+        home = self.env.get(context.get("config_var", "CLAUDE_CONFIG_DIR"), "")
+        self.config_home = os.path.realpath(home) if home else ""  # its own CLI config folder
+        self.credential_file = context.get("credential_file")  # a file there that is its credential
         cred_value = self.env.get(self.credential, "")
         self.allowed_values = {cred_value} if cred_value else set()
         self.findings: dict[str, list[dict]] = {
@@ -267,12 +278,43 @@ class Probe:
                 if other and other in value:
                     self.add("environment", name=name, why="another pool credential's value")
         own = self.ctx.get("own_credential")
+        value = self.env.get(self.credential)
+        if self.credential_file:  # a file in its own config folder, not a variable
+            value = self._text(os.path.join(self.config_home, self.credential_file))
+            self.info["credential_file"] = os.path.join(self.config_home, self.credential_file)
         self.info["environment"] = {
             "names": sorted(self.env),
-            "credential": self.credential,
-            "credential_present": bool(self.env.get(self.credential)),
-            "credential_is_own": None if own is None else self.env.get(self.credential) == own,
+            "credential": self.credential_file or self.credential,
+            "credential_present": bool(value),
+            "credential_is_own": None if own is None else (value or "").strip() == own.strip(),
         }
+
+    @staticmethod
+    def _text(path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read(1 << 20)
+        except OSError:
+            return None
+
+    def own_config_file(self, path: str) -> bool:
+        """Whether `path` is the session's own and no way out (listed in info, not a finding): a
+        file in its own config folder, holding its own credential if it is the credential file,
+        else no secret-shaped value and no other pool credential."""
+        real = os.path.realpath(path)
+        if not self.config_home or not real.startswith(self.config_home + os.sep):
+            return False
+        text = self._text(path) or ""
+        if any(other and other in text for other in self.ctx.get("other_credentials", [])):
+            return False
+        if self.credential_file and real == os.path.join(self.config_home, self.credential_file):
+            own = self.ctx.get("own_credential")
+            mine = own is not None and text.strip() == own.strip()
+        else:
+            mine = value_rule(text) is None
+        if mine:
+            self.info.setdefault("own_config_files", []).append(path)
+        return mine
 
     # --- files ---------------------------------------------------------------------------------
     def homes(self) -> list[str]:
@@ -368,6 +410,8 @@ class Probe:
             return 0
         budget[0] -= 1
         self.read_paths.add(path)
+        if self.own_config_file(path):
+            return 1
         size = self._readable(path)
         if size:
             self.add("files", path=path, size=size)
@@ -792,6 +836,16 @@ def emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+def emit_codex(text: str, argv: list[str]) -> None:
+    """The report as `codex exec --json` prints an answer (what the `codex` backend reads)."""
+    thread = argv[argv.index("resume") + 1] if "resume" in argv[:-1] else str(uuid.uuid4())
+    emit({"type": "thread.started", "thread_id": thread})
+    emit({"type": "turn.started"})
+    emit({"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": text}})
+    usage = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
+    emit({"type": "turn.completed", "usage": usage})
+
+
 def main() -> int:
     prompt = "" if sys.stdin.isatty() else sys.stdin.read()
     argv = sys.argv[1:]
@@ -799,9 +853,16 @@ def main() -> int:
     if "--context-file" in argv:
         with open(argv[argv.index("--context-file") + 1], encoding="utf-8") as handle:
             context = json.load(handle)
+    codex = "exec" in argv and ("--json" in argv or "--experimental-json" in argv)
+    if codex:
+        context.setdefault("config_var", "CODEX_HOME")
     report = Probe(context).run()
+    report["run_as"] = "codex" if codex else "claude"
     if "--plain" in argv:  # a Bash tool call: the report alone
         print(json.dumps(report))
+        return 0
+    if codex:
+        emit_codex(json.dumps(report), argv)
         return 0
     session = argv[argv.index("--resume") + 1] if "--resume" in argv else str(uuid.uuid4())
     emit({"type": "system", "subtype": "init", "session_id": session, "cwd": os.getcwd(), "tools": []})

@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import redis as redis_lib
 
 from dispatchq.settings import load_settings
 from dispatchq.storage.connection import redis_server_binary
+from dispatchq.window.messages import LimitSignal
 from tests.support.helpers import REPO
 from tests.support.session import Harness
 
@@ -61,20 +63,26 @@ VALUE_RULES = [
 ]
 
 __all__ = [
+    "BESIDE_NEIGHBOUR",
     "CREDENTIAL",
     "CREDENTIAL_VALUE",
     "KINDS",
     "LISTENER_BANNER",
+    "NEIGHBOUR_KIND",
+    "NEIGHBOUR_SECRETS",
     "OTHER_PROCESS_ENV",
     "PLANTED_ENV",
     "PROBE",
     "ExternalRedis",
     "Look",
+    "Neighbour",
     "Planted",
     "StoreHarness",
+    "claude_neighbour",
     "external_redis",
     "look_around",
     "plant",
+    "plant_neighbour",
 ]
 
 
@@ -198,12 +206,13 @@ def plant(tmp: Path, data_dir: Path) -> Planted:
     listener.bind(("127.0.0.1", 0))
     planted.serve(listener)
     port = listener.getsockname()[1]
-    # Another judgement's session folder, where the old layout and the new one keep them.
+    # Another judgement's session folder where the old layout kept them, inside the data dir. In the
+    # sessions folder a folder no record owns is swept at the worker's start: the neighbour there
+    # is a judgement that really waits (`plant_neighbour`).
     settings = load_settings({"DISPATCHQ_DATA_DIR": str(data_dir)})
-    others = [data_dir / "sessions" / "other-judgement", settings.sessions_dir / "other-judgement"]
-    for other in others:
-        (other / "config" / "projects").mkdir(parents=True, exist_ok=True)
-        (other / "config" / "projects" / "transcript.jsonl").write_text('{"secret": "other transcript"}\n')
+    other = data_dir / "sessions" / "other-judgement"
+    (other / "config" / "projects").mkdir(parents=True, exist_ok=True)
+    (other / "config" / "projects" / "transcript.jsonl").write_text('{"secret": "other transcript"}\n')
     # A long-lived process of the same user holding secrets in its environment.
     planted.other = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"],
@@ -243,6 +252,82 @@ def plant(tmp: Path, data_dir: Path) -> Planted:
         "other_pid": planted.other.pid,
     }
     return planted
+
+
+# --- a neighbour: another judgement waiting, its session folder as its session left it ----------
+@dataclass(frozen=True)
+class Neighbour:
+    """Another judgement that waits while the probe's runs, and the files its session left."""
+
+    jid: str
+    folder: Path  # <sessions_dir>/<jid>
+    files: tuple[Path, ...]
+
+    def under(self, paths: set[str]) -> set[str]:
+        """Those of `paths` inside its session folder."""
+        return {path for path in paths if Path(path).is_relative_to(self.folder)}
+
+
+def plant_neighbour(
+    h: Harness, planted: Planted, kind: str, files: Mapping[str, str], close: Callable[[], object]
+) -> Neighbour:
+    """A judgement of `kind` that `close` (a window it runs in closing) holds back, its session
+    folder in the sessions folder holding `files` (paths relative to it) as a live session's would.
+
+    It has to be live: the session worker's start-up sweep removes every folder there whose
+    judgement has no record or has ended, so a folder planted with no judgement behind it is
+    gone before the probe starts. A waiting one is kept, to be resumed after the lift.
+    """
+    jid = h.enqueue(kind, "a neighbour's judgement")
+    close()
+    record = h.record(jid)
+    assert record.status == "waiting", f"the neighbour must wait, not be {record.status}: {record.reason}"
+    folder = Path(planted.context["sessions_dirs"][-1]) / jid
+    (folder / "work").mkdir(parents=True, exist_ok=True)
+    written = []
+    for rel, text in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return Neighbour(jid, folder, tuple(written))
+
+
+#: The Claude world's neighbour runs on Opus; the probe beside it on another model, since a
+#: model's own limit also holds back the kinds on the account's default model (`ask`).
+NEIGHBOUR_KIND = "opus"
+BESIDE_NEIGHBOUR = "sonnet"
+
+
+#: What the neighbour's session left: an MCP server's token in its `.claude.json`, and a tool's
+#: output holding a token in its transcript.
+NEIGHBOUR_SECRETS = {
+    "config/.claude.json": json.dumps(
+        {"mcpServers": {"github": {"env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_" + "x" * 36}}}}
+    ),
+    "config/projects/-neighbour-work/0b7c4f5e-neighbour.jsonl": json.dumps(
+        {
+            "type": "user",
+            "sessionId": "0b7c4f5e-neighbour",
+            "toolUseResult": {"stdout": "deploy key: sk-ant-api03-neighbour-" + "x" * 24},
+        }
+    )
+    + "\n",
+}
+
+
+def claude_neighbour(h: Harness, planted: Planted) -> Neighbour:
+    """An `opus` judgement whose session hit the Opus weekly limit: it waits for the lift, its
+    folder (config and transcript) kept for `--resume`. The probe must run as `BESIDE_NEIGHBOUR`."""
+    lifts = datetime.now(UTC) + timedelta(hours=2)
+    signal = LimitSignal(lifts_at=lifts, kind="seven_day_opus", scope="model:opus", message="Opus limit")
+    return plant_neighbour(
+        h,
+        planted,
+        NEIGHBOUR_KIND,
+        NEIGHBOUR_SECRETS,
+        lambda: h.rt.window.raise_marker(signal, session="a neighbour's session"),
+    )
 
 
 @dataclass
@@ -302,6 +387,7 @@ class Look:
     sandbox: str
     store: str
     ephemeral: list[str] = field(default_factory=list)
+    backend: str = "claude"  # which session it ran as, and with which form of credential
 
     def __post_init__(self) -> None:
         """A canary the sandbox let the probe write into its own scratch mounts (a folder bwrap
@@ -341,6 +427,7 @@ class Look:
             return
         processes = self.report["info"].get("processes", {})
         line = {
+            "backend": self.backend,
             "sandbox": self.sandbox,
             "store": self.store,
             **self.counts,
@@ -352,20 +439,34 @@ class Look:
             out.write(json.dumps(line) + "\n")
 
 
-def look_around(h: Harness, planted: Planted, sandbox: str, store: str) -> Look:
-    """Run the probe as the session command of a real burst worker; return its report."""
+def look_around(
+    h: Harness,
+    planted: Planted,
+    sandbox: str,
+    store: str,
+    *,
+    kind: str = "ask",
+    command_setting: str = "DISPATCHQ_SESSION_COMMAND",
+    backend: str = "claude",
+) -> Look:
+    """Run the probe as the session command of a real burst worker; return its report.
+
+    `command_setting` is the backend's command setting the probe stands in for
+    (`DISPATCHQ_CODEX_COMMAND` for a kind whose sessions run on Codex); `backend` labels the figures.
+    """
     assert planted.probe_dir is not None
     command = f"{sys.executable} -I {planted.probe_dir / PROBE.name}"
-    h.env.update(planted.env, DISPATCHQ_SESSION_COMMAND=command, DISPATCHQ_SESSION_SANDBOX=sandbox)
+    h.env.update(planted.env, DISPATCHQ_SESSION_SANDBOX=sandbox)
+    h.env[command_setting] = command
     h.env["DISPATCHQ_SESSION_SANDBOX_BIND"] = str(planted.probe_dir)
     encoded = base64.urlsafe_b64encode(json.dumps(planted.context).encode()).decode()
-    jid = h.enqueue("ask", f"LOOKAROUND<{encoded}>LOOKAROUND")
+    jid = h.enqueue(kind, f"LOOKAROUND<{encoded}>LOOKAROUND")
     done = h.cli("worker", "session", "--burst")
     record = h.record(jid)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert record.status == "answered", f"{record.status}: {record.reason}\n{done.stderr[-4000:]}"
     value = record.value if isinstance(record.value, str) else json.dumps(record.value)
-    look = Look(json.loads(value), sandbox, store)
+    look = Look(json.loads(value), sandbox, store, backend=backend)
     look.figure()
     return look
 

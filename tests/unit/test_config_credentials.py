@@ -135,7 +135,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "an unknown field": (
         {"team-max": {"token_file": "/t", "spend_limit": 5}},
-        "credentials.team-max.spend_limit: unknown key (allowed: api_key_file, backend, billing, "
+        "credentials.team-max.spend_limit: unknown key (allowed: api_key_file, auth_file, backend, billing, "
         "concurrency, order, pacing, reserve_urgent, serves, spend_cap, token_file)",
     ),
     "an unknown field in the cap": (
@@ -203,7 +203,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "a backend not built": (
         {"team-max": {"token_file": "/t", "backend": "openai"}},
-        "credentials.team-max.backend: must be claude (got 'openai')",
+        "credentials.team-max.backend: must be claude or codex (got 'openai')",
     ),
     "pacing as yes": (
         {"team-max": {"token_file": "/t", "pacing": "yes"}},

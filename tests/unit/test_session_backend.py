@@ -105,10 +105,10 @@ def test_something_else_is_not_a_backend() -> None:
 
 def test_an_unknown_backend_names_itself_and_the_known_ones() -> None:
     with pytest.raises(ConfigError) as caught:
-        backend_for("codex")
+        backend_for("gemini")
 
     message = str(caught.value)
-    assert "'codex'" in message
+    assert "'gemini'" in message
     assert all(name in message for name in known_backends())
     assert isinstance(caught.value, UserError)  # the CLI prints one line, exit 2
 
