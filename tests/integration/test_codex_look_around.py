@@ -11,7 +11,7 @@ Codex credential form is tried as the chosen one, the other form pooled behind i
 - `plan`: the login reaches the session only as `auth.json` in its own `CODEX_HOME`. The probe
   counts that file as its one credential (dispatchq wrote it there for this session alone, as it
   hands a key over as a variable), never as a way out; any other text in it would be a finding.
-- `key`: the key reaches it only as `OPENAI_API_KEY`, and its `CODEX_HOME` holds no login.
+- `key`: the key reaches it only as `CODEX_API_KEY`, and its `CODEX_HOME` holds no login.
 
 Confined, the report must hold nothing else: no other credential's value or file, no Redis, no
 canary, no foreign process. Unconfined, the same probe must find what was planted, which is what
@@ -58,7 +58,7 @@ def assert_its_one_credential(look: Look, pool: CodexPool) -> None:
     assert environment["credential_is_own"] is True, look.explain()
     names = set(environment["names"])
     assert "CODEX_HOME" in names, look.explain()
-    expected = {"OPENAI_API_KEY"} if pool.form == "key" else set()
+    expected = {"CODEX_API_KEY"} if pool.form == "key" else set()
     assert names & CREDENTIAL_NAMES == expected, look.explain()
     own_files = report["info"].get("own_config_files", [])
     if pool.form == "plan":

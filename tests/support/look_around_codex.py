@@ -121,7 +121,7 @@ def codex_pool(h: Harness, planted: Planted, form: str) -> CodexPool:
         planted.context.update(credential="", credential_file="auth.json")
     else:
         own, others = API_KEY, [*others, access_token(PLAN_LOGIN)]
-        planted.context.update(credential="OPENAI_API_KEY")
+        planted.context.update(credential="CODEX_API_KEY")
     planted.context.update(own_credential=own, other_credentials=others)
     planted.context["secret_files"] += pool.files
     return pool

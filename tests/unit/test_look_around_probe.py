@@ -70,7 +70,7 @@ def test_its_own_login_in_its_codex_home_is_its_credential_and_nothing_else_ther
 def test_a_login_in_a_key_sessions_codex_home_is_no_credential_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    probe, home = _probe(tmp_path, monkeypatch, credential="OPENAI_API_KEY", own_credential=API_KEY)
+    probe, home = _probe(tmp_path, monkeypatch, credential="CODEX_API_KEY", own_credential=API_KEY)
     assert isinstance(probe, look_around.Probe)
     (home / "auth.json").write_text(PLAN_LOGIN)
     assert not probe.own_config_file(str(home / "auth.json"))
