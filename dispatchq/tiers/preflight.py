@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dispatchq.backends import command_for
-
 if TYPE_CHECKING:
     from dispatchq.settings import Settings
 
@@ -89,6 +87,9 @@ def unrunnable_backends(
     backend's command here, or one backend only, nothing is named: the first spawn finds the
     command missing and the host breaker holds the host, as it always has.
     """
+    # Lazy: `status` reads this module (its warnings) and must not import every backend to start.
+    from dispatchq.backends import command_for  # noqa: PLC0415
+
     named = sorted(set(backends))
     missing: dict[str, str] = {}
     for backend in named:
