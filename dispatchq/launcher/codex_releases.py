@@ -12,12 +12,10 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dispatchq.launcher.releases import VERSION_TIMEOUT, parse_version
+from dispatchq.launcher.releases import ask_version, parse_version
 
 __all__ = ["RELEASES", "CodexCheck", "check_codex", "is_codex_command", "supported", "supported_range"]
 
@@ -57,32 +55,6 @@ _CHECKED: dict[tuple[str, float], CodexCheck] = {}
 _WARNED: set[str] = set()
 
 
-def _ask_version(executable: str, path_var: str | None) -> tuple[str | None, str | None]:
-    """(version, None) or (None, why not): `--version` in an empty `CODEX_HOME`, no credential."""
-    with tempfile.TemporaryDirectory(prefix="dispatchq-codex-version-") as home:
-        env = {"PATH": path_var or os.defpath, "HOME": home, "CODEX_HOME": home}
-        try:
-            done = subprocess.run(
-                [executable, "--version"],
-                env=env,
-                cwd=home,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=VERSION_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return None, f"`{executable} --version` did not answer within {VERSION_TIMEOUT:g} s"
-        except OSError as exc:
-            return None, f"`{executable} --version` could not start ({exc.strerror or type(exc).__name__})"
-    parsed = parse_version(done.stdout)
-    if done.returncode != 0 or parsed is None:
-        printed = (done.stdout.strip() or done.stderr.strip())[-200:]
-        return None, f"`{executable} --version` printed {printed!r} (exit {done.returncode})"
-    return ".".join(str(part) for part in parsed), None
-
-
 def check_codex(command: str, environ: Mapping[str, str]) -> CodexCheck | None:
     """The installed Codex against the range, warning once per process; None when not `codex`.
 
@@ -104,7 +76,7 @@ def check_codex(command: str, environ: Mapping[str, str]) -> CodexCheck | None:
         return None
     check = _CHECKED.get((executable, stamp))
     if check is None:
-        version, problem = _ask_version(executable, path_var)
+        version, problem = ask_version(executable, path_var, config_var="CODEX_HOME")
         ok = version is not None and supported(version)
         if version is not None and not ok:
             problem = (

@@ -30,6 +30,7 @@ __all__ = [
     "RELEASES",
     "VERSION_TIMEOUT",
     "ClaudeCodeCheck",
+    "ask_version",
     "check_claude_code",
     "claude_code_fact",
     "install_dir",
@@ -127,10 +128,19 @@ def _executable(session_command: str, path_var: str | None) -> str | None:
 
 
 def _ask_version(executable: str, path_var: str | None) -> tuple[str | None, str | None]:
-    """(version, None) or (None, why not): `--version` in an empty home, with no credential."""
-    with tempfile.TemporaryDirectory(prefix="dispatchq-claude-version-") as home:
-        env = {"PATH": path_var or os.defpath, "HOME": home, "CLAUDE_CONFIG_DIR": home}
-        env.update(DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1")
+    """Claude Code's `--version` in an empty config folder, its updater and telemetry off."""
+    extra = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+    return ask_version(executable, path_var, config_var="CLAUDE_CONFIG_DIR", extra=extra)
+
+
+def ask_version(
+    executable: str, path_var: str | None, *, config_var: str, extra: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """(version, None) or (None, why not): `executable --version` with no credential, in an
+    empty home that is also its config folder (`config_var`), so no login or setting of this
+    host's can change or delay what it says."""
+    with tempfile.TemporaryDirectory(prefix="dispatchq-version-") as home:
+        env = {"PATH": path_var or os.defpath, "HOME": home, config_var: home, **(extra or {})}
         try:
             done = subprocess.run(
                 [executable, "--version"],
