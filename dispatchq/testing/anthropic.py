@@ -42,7 +42,6 @@ and words the same refusal its own way.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -50,8 +49,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from dispatchq.testing.loopback import LoopbackServer, QuietHandler, SeenRequest
 
 __all__ = ["FakeAnthropicAPI", "Reply", "Seen"]
 
@@ -169,14 +169,8 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Seen:
+class Seen(SeenRequest):
     """One request the server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    at: float = 0.0  # time.time() when it arrived
 
     @property
     def model(self) -> str:
@@ -186,10 +180,7 @@ class Seen:
     def credential(self) -> str | None:
         """What the request authenticated with: the bearer token (a subscription's login) or
         the `x-api-key` (an API key), as sent; None when it carried neither."""
-        bearer = self.headers.get("authorization", "")
-        if bearer.lower().startswith("bearer "):
-            return bearer[len("bearer ") :].strip()
-        return self.headers.get("x-api-key")
+        return self.bearer if self.bearer is not None else self.headers.get("x-api-key")
 
     @property
     def tool_results(self) -> list[str]:
@@ -237,15 +228,11 @@ def _message(text: str, model: str, tool: Mapping[str, Any] | None = None) -> di
     }
 
 
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A CLI that hangs up mid-request (it exits once it has its answer) is no error here."""
-
-
-class FakeAnthropicAPI:
+class FakeAnthropicAPI(LoopbackServer):
     """The server; a context manager that starts it on a free loopback port."""
 
     def __init__(self) -> None:
+        super().__init__(_Handler)
         self.default = Reply.answer("ok")
         self.queue: deque[Reply] = deque()
         # Asked first for every /v1/messages request (under the lock): a Reply, or None for
@@ -259,8 +246,6 @@ class FakeAnthropicAPI:
         # asked before `rule`, so one account's window closes while the others answer.
         self.limited: dict[str, tuple[int, Reply]] = {}
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --- scripting --------------------------------------------------------------------
     def answer(self, text: str, **headers: str) -> None:
@@ -329,44 +314,16 @@ class FakeAnthropicAPI:
         with self._lock:
             return [s for s in self.seen if s.method == "POST" and s.path.startswith("/v1/messages")]
 
-    # --- lifetime ---------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> FakeAnthropicAPI:
-        self._server = _Server(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
+    # --- recording --------------------------------------------------------------------
     def record(self, seen: Seen) -> None:
         with self._lock:
             self.seen.append(seen)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One request to the stand-in; `api` is set on the subclass `_handler` makes per server."""
+class _Handler(QuietHandler):
+    """One request to the stand-in; `api` is set on the subclass the server makes for itself."""
 
     api: FakeAnthropicAPI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        with contextlib.suppress(ValueError):
-            return json.loads(raw) if raw else None
-        return raw.decode("utf-8", "replace")
 
     def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -480,10 +437,6 @@ def _tool_chunks(tool: Mapping[str, Any]) -> list[bytes]:
         ),
         _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
     ]
-
-
-def _handler(api: FakeAnthropicAPI) -> type[BaseHTTPRequestHandler]:
-    return type("Handler", (_Handler,), {"api": api})
 
 
 def main() -> None:

@@ -53,8 +53,9 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from dispatchq.testing.loopback import LoopbackServer, QuietHandler, SeenRequest
 
 __all__ = ["FakeOpenAIAPI", "Seen", "chatgpt_auth", "limit_body", "window_headers"]
 
@@ -129,20 +130,13 @@ def limit_body(resets_at: int, *, now: float, plan_type: str = "plus") -> dict[s
 
 
 @dataclass(frozen=True)
-class Seen:
+class Seen(SeenRequest):
     """One request the server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    at: float = 0.0  # time.time() when it arrived
 
     @property
     def credential(self) -> str | None:
         """The bearer token it was sent with (an API key, or a plan login's access token)."""
-        bearer = self.headers.get("authorization", "")
-        return bearer[len("bearer ") :].strip() if bearer.lower().startswith("bearer ") else None
+        return self.bearer
 
     @property
     def websocket(self) -> bool:
@@ -186,17 +180,11 @@ def answer_stream(text: str) -> bytes:
     )
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A CLI that hangs up mid-request is no error here."""
-
-
-class FakeOpenAIAPI:
+class FakeOpenAIAPI(LoopbackServer):
     """The server; a context manager that starts it on a free loopback port."""
 
     def __init__(self) -> None:
+        super().__init__(_Handler)
         self.text = "ok"
         self.delay = 0.0
         self.plan_type = "plus"
@@ -211,7 +199,6 @@ class FakeOpenAIAPI:
         self.answered_at: list[float] = []
         self.unknown_paths: list[str] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     # --- scripting ----------------------------------------------------------------------------
     def answer(self, text: str, *, delay: float = 0.0) -> None:
@@ -289,11 +276,6 @@ class FakeOpenAIAPI:
 
     # --- lifetime -----------------------------------------------------------------------------
     @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
     def api_url(self) -> str:
         """What `OPENAI_BASE_URL` names: the API's base, `/v1` included."""
         return f"{self.url}/v1"
@@ -302,16 +284,6 @@ class FakeOpenAIAPI:
     def chatgpt_url(self) -> str:
         """What `CHATGPT_BASE_URL` names: ChatGPT's backend (`/backend-api/`)."""
         return f"{self.url}/backend-api/"
-
-    def __enter__(self) -> FakeOpenAIAPI:
-        self._server = _Server(("127.0.0.1", 0), type("Handler", (_Handler,), {"api": self}))
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
 
 def _route(path: str) -> str | None:
@@ -338,19 +310,11 @@ def _decoded(raw: bytes, encoding: str) -> bytes:
     return raw
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     api: FakeOpenAIAPI
-    protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = _decoded(self.rfile.read(length) if length else b"", self.headers.get("content-encoding", ""))
-        with contextlib.suppress(ValueError):
-            return json.loads(raw) if raw else None
-        return raw.decode("utf-8", "replace")
+    def decoded(self, raw: bytes) -> bytes:
+        return _decoded(raw, self.headers.get("content-encoding", ""))
 
     def _send(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
         self.send_response(status)
