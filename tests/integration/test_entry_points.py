@@ -9,7 +9,6 @@ it read from Redis. Both against a real Redis and real workers.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,9 @@ from dispatchq.client import Client
 from dispatchq.core.entrypoints import CODE_JOB
 from dispatchq.process.wiring import drain
 from dispatchq.queue.entrypoints import ENTRY_MODULE_FILE, DispatchqJob, DispatchqQueue, entry_module
-from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
 from tests.support.entry_points import HookCatcher, user_project
-from tests.support.helpers import calls_of, run_cli
+from tests.support.helpers import calls_of, run_cli, scheduler_in_process
 
 HERE = __name__  # importable by RQ's `import_attribute` from the test process
 
@@ -206,12 +204,7 @@ def test_the_schedulers_control_queue_refuses_a_name_outside_the_table(
     mark = tmp_path / "mark"
     control = DispatchqQueue(keys.CONTROL_QUEUE, connection=redis_client)
     refused = control.enqueue_call("os.system", args=(f"touch {mark}",), failure_ttl=500)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        run_scheduler(rt, burst=True)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    scheduler_in_process(rt, burst=True)
 
     assert not mark.exists()
     assert "refused job 'os.system'" in failure_of(redis_client, refused.id)

@@ -20,10 +20,10 @@ from redis.client import PubSub
 
 from dispatchq.core.entrypoints import RETRIGGER_JOB
 from dispatchq.queue.entrypoints import DispatchqJob, DispatchqQueue
-from dispatchq.queue.scheduler import run_scheduler
 from dispatchq.storage import keys
 from dispatchq.window.face import Window
 from dispatchq.window.limits import GENERAL_SCOPE
+from tests.support.helpers import scheduler_in_process
 
 
 def test_the_control_run_starts_no_command_thread(
@@ -40,12 +40,7 @@ def test_the_control_run_starts_no_command_thread(
     monkeypatch.setattr(PubSub, "run_in_thread", counted)
     control = DispatchqQueue(keys.CONTROL_QUEUE, connection=redis_client)
     job = control.enqueue(RETRIGGER_JOB, GENERAL_SCOPE, time.time(), result_ttl=600)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        run_scheduler(rt, burst=True)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    scheduler_in_process(rt, burst=True)
 
     ran = DispatchqJob.fetch(job.id, connection=redis_client)
     assert ran.is_finished and ran.return_value() == "no marker"
@@ -72,12 +67,7 @@ def test_a_stop_during_a_control_job_stops_the_scheduler_after_the_tick(
         if len(pauses) > 50:  # ten seconds of ticks: the stop was lost
             raise AssertionError("the scheduler went on ticking after SIGTERM")
 
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        run_scheduler(rt, sleep=sleep)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    scheduler_in_process(rt, sleep=sleep)
 
     assert DispatchqJob.fetch(job.id, connection=redis_client).is_finished  # the job in hand ran out
     assert pauses == []  # no tick after the one the stop came in

@@ -3,6 +3,7 @@ condition, writing a config or a check module, git, and whether a process is ali
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -156,3 +157,16 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie waiting for init to reap it counts as exited)."""
     return process_alive(pid)
+
+
+def scheduler_in_process(rt: Any, **kwargs: Any) -> None:
+    """`run_scheduler(rt, **kwargs)` in the test's own process, its SIGINT/SIGTERM handlers put
+    back after (the scheduler's loop installs its own for the run)."""
+    from dispatchq.queue.scheduler import run_scheduler
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run_scheduler(rt, **kwargs)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
