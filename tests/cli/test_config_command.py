@@ -46,7 +46,7 @@ BROKEN = {
             session: {prompt: "Judge {{ target }}", promt: typo}
         """,
         "kinds.pr-risk.session.promt: unknown key "
-        "(allowed: args, bind, cost_estimate, format, model, prompt)",
+        "(allowed: args, backends, bind, cost_estimate, format, model, prompt, prompts)",
     ),
     "wrong type": (
         """
