@@ -24,7 +24,7 @@ from dispatchq.pools.credentials import qualify
 from dispatchq.pools.spend import spend_periods
 from dispatchq.testing.openai import ACCOUNT_ID
 from dispatchq.window.limits import GENERAL_SCOPE
-from tests.support.pool_config import write_pool
+from tests.support.pool_config import PRICED_CODEX_KIND, write_pool
 from tests.support.real_client import refuse_a_missing_cli_under_ci, skip_unless_ready
 from tests.support.real_codex import CodexHarness, refuse_a_missing_codex_under_ci
 
@@ -195,14 +195,7 @@ def test_a_metered_codex_key_is_charged_the_tokens_the_real_cli_reported(real_co
     write_pool(
         real,
         f"api:\n  backend: codex\n  api_key_file: {key}\n  spend_cap: {{day: 5.0}}\n",
-        kinds_extra="""
-          priced:
-            session:
-              prompt: "Answer {{ target }}"
-              backends: [codex]
-              model: house-model
-              cost_estimate: 0.5
-        """,
+        kinds_extra=PRICED_CODEX_KIND,
     )
     real.openai.answer("priced")
     jid = real.enqueue("priced", "one")

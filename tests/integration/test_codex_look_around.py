@@ -26,7 +26,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.look_around_codex import FORMS, CodexPool, codex_pool, look_as_codex
-from tests.support.look_around_world import KINDS, OTHER_PROCESS_ENV, Look, Planted, StoreHarness
+from tests.support.look_around_world import (
+    KINDS,
+    Look,
+    Planted,
+    StoreHarness,
+    assert_reached_the_planted_doors,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -107,12 +113,4 @@ def test_an_unconfined_codex_session_finds_what_was_planted(
         assert path in read, look.explain()
     assert str(Path(planted.env["HOME"]) / ".netrc") in read, look.explain()
     assert not [f for f in look.found("environment") if "another pool credential" in f["why"]], look.explain()
-    reached = " ".join(item["where"] for item in look.found("stores"))
-    assert f"127.0.0.1:{planted.context['listener_port']}" in reached, look.explain()
-    assert planted.context["abstract"] in reached, look.explain()
-    assert planted.context["agent"] in reached, look.explain()
-    other = [f for f in look.found("processes") if f["pid"] == planted.context["other_pid"]]
-    assert {f["name"] for f in other} >= set(OTHER_PROCESS_ENV), look.explain()
-    written = {item["path"] for item in look.found("writes")}
-    assert planted.context["data_dir"] in written, look.explain()
-    assert look.report["info"]["processes"]["foreign"] > 0, look.explain()
+    assert_reached_the_planted_doors(look, planted)

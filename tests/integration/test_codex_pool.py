@@ -21,7 +21,7 @@ from dispatchq.pools.spend import spend_periods
 from dispatchq.window.limits import GENERAL_SCOPE
 from dispatchq.window.pooling import usage_of
 from tests.support.helpers import REPO
-from tests.support.pool_config import secret_file, write_pool
+from tests.support.pool_config import PRICED_CODEX_KIND, secret_file, write_pool
 from tests.support.session import Harness
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests need Linux")
@@ -119,14 +119,7 @@ def test_a_metered_codex_run_is_charged_its_tokens_at_the_operators_price(harnes
           api_key_file: {key}
           spend_cap: {{day: 5.0}}
         """,
-        kinds_extra="""
-          priced:
-            session:
-              prompt: "Answer {{ target }}"
-              backends: [codex]
-              model: house-model
-              cost_estimate: 0.5
-        """,
+        kinds_extra=PRICED_CODEX_KIND,
     )
     harness.plan({"credential": "sk-metered-0123456789abcdef", "answer": "priced"})
     # The fake reports 2100 input tokens (1800 cached) and 40 output tokens.

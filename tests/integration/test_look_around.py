@@ -26,9 +26,9 @@ import pytest
 from tests.support.look_around_world import (
     BESIDE_NEIGHBOUR,
     KINDS,
-    OTHER_PROCESS_ENV,
     Planted,
     StoreHarness,
+    assert_reached_the_planted_doors,
     claude_neighbour,
     look_around,
 )
@@ -129,12 +129,4 @@ def test_an_unconfined_session_finds_what_was_planted(look_store: StoreHarness, 
     left = {str(path) for path in neighbour.files}  # its config and its transcript
     assert left and neighbour.under(read) == left, look.explain()
     assert str(Path(planted.env["XDG_RUNTIME_DIR"]) / "keyring-secret") in read, look.explain()
-    reached = " ".join(item["where"] for item in look.found("stores"))
-    assert f"127.0.0.1:{planted.context['listener_port']}" in reached, look.explain()
-    assert planted.context["abstract"] in reached, look.explain()
-    assert planted.context["agent"] in reached, look.explain()
-    other = [f for f in look.found("processes") if f["pid"] == planted.context["other_pid"]]
-    assert {f["name"] for f in other} >= set(OTHER_PROCESS_ENV), look.explain()
-    written = {item["path"] for item in look.found("writes")}
-    assert planted.context["data_dir"] in written, look.explain()
-    assert look.report["info"]["processes"]["foreign"] > 0, look.explain()
+    assert_reached_the_planted_doors(look, planted)

@@ -78,6 +78,7 @@ __all__ = [
     "Neighbour",
     "Planted",
     "StoreHarness",
+    "assert_reached_the_planted_doors",
     "claude_neighbour",
     "external_redis",
     "look_around",
@@ -477,3 +478,18 @@ class StoreHarness(Harness):
     def __init__(self, env: dict[str, str], tmp: Path, client: Any, store_name: str) -> None:
         super().__init__(env, tmp, client)
         self.store_name = store_name
+
+
+def assert_reached_the_planted_doors(look: Look, planted: Planted) -> None:
+    """What an unconfined probe must reach besides files: the loopback listener, the abstract
+    socket, the ssh-agent socket, the other process's secrets, a canary write into the data
+    dir, and processes outside its own tree."""
+    reached = " ".join(item["where"] for item in look.found("stores"))
+    assert f"127.0.0.1:{planted.context['listener_port']}" in reached, look.explain()
+    assert planted.context["abstract"] in reached, look.explain()
+    assert planted.context["agent"] in reached, look.explain()
+    other = [f for f in look.found("processes") if f["pid"] == planted.context["other_pid"]]
+    assert {f["name"] for f in other} >= set(OTHER_PROCESS_ENV), look.explain()
+    written = {item["path"] for item in look.found("writes")}
+    assert planted.context["data_dir"] in written, look.explain()
+    assert look.report["info"]["processes"]["foreign"] > 0, look.explain()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.support.session import CONFIG, Harness
 
-__all__ = ["pool_text", "secret_file", "write_pool", "write_secret"]
+__all__ = ["PRICED_CODEX_KIND", "pool_text", "secret_file", "write_pool", "write_secret"]
 
 
 def write_secret(folder: Path, name: str, value: str) -> Path:
@@ -39,3 +39,15 @@ def write_pool(harness: Harness, credentials: str, kinds_extra: str = "") -> Non
     the in-process runtime read it again."""
     (harness.tmp / "dispatchq.yaml").write_text(pool_text(CONFIG, credentials, kinds_extra))
     harness.rt.__dict__.pop("config", None)
+
+
+#: A Codex-only kind priced by its tokens at `house-model` (DISPATCHQ_CODEX_PRICES names it),
+#: with the admission estimate a metered credential's cap reserves.
+PRICED_CODEX_KIND = """
+          priced:
+            session:
+              prompt: "Answer {{ target }}"
+              backends: [codex]
+              model: house-model
+              cost_estimate: 0.5
+        """

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.support.session import Harness
 __all__ = [
     "RealHarness",
     "claude_of",
+    "cli_ready",
     "command_of",
     "path_without_bwrap",
     "refuse_a_missing_cli_under_ci",
@@ -45,15 +47,19 @@ def command_of(version: str) -> str:
 
 def _claude_ready(version: str) -> str | None:
     """None when the release's CLI runs here, else why not."""
-    claude = claude_of(version)
+    return cli_ready(claude_of(version), version, "Claude Code")
+
+
+def cli_ready(cli: Path, version: str, title: str) -> str | None:
+    """None when `cli` runs here and says it is `version`, else why not (one line)."""
     if not sys.platform.startswith("linux"):
         return "the real-client layer runs on Linux"
-    if not claude.exists():
-        return f"Claude Code {version} is not at {claude} (`python3 ops/dev.py test` installs it with npm)"
-    done = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
+    if not cli.exists():
+        return f"{title} {version} is not at {cli} (`python3 ops/dev.py test` installs it with npm)"
+    done = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=60)
     if done.returncode != 0 or version not in done.stdout:
         printed = done.stdout.strip() or done.stderr.strip()[-200:]
-        return f"{claude} --version printed {printed!r} (want {version})"
+        return f"{cli} --version printed {printed!r} (want {version})"
     return None
 
 
@@ -80,15 +86,23 @@ def refuse_a_missing_cli_under_ci() -> None:
         raise RuntimeError(f"CI=true and the real-client layer cannot run: {'; '.join(missing.values())}")
 
 
-def release_params(versions: tuple[str, ...] = RELEASES) -> list[Any]:
-    """One pytest param per release, skipped loudly where that release cannot run here."""
+def release_params(
+    versions: tuple[str, ...] = RELEASES,
+    *,
+    prefix: str = "cc",
+    why: Callable[[str], str | None] | None = None,
+    title: str = "CLAUDE CODE",
+) -> list[Any]:
+    """One pytest param per release (ids `<prefix><version>`), skipped loudly where that release
+    cannot run here (`why`, Claude Code's `why_not` unless given)."""
+    reason_of = why or why_not
     return [
         pytest.param(
             version,
-            id=f"cc{version}",
+            id=f"{prefix}{version}",
             marks=pytest.mark.skipif(
-                why_not(version) is not None,
-                reason=f"REAL CLAUDE CODE CLI TESTS SKIPPED: {why_not(version)}",
+                reason_of(version) is not None,
+                reason=f"REAL {title} CLI TESTS SKIPPED: {reason_of(version)}",
             ),
         )
         for version in versions

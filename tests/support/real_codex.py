@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from dispatchq.testing.anthropic import FakeAnthropicAPI
 from dispatchq.testing.openai import FakeOpenAIAPI, Seen, chatgpt_auth
 from tests.support.helpers import REPO
 from tests.support.pool_config import secret_file
-from tests.support.real_client import RealHarness
+from tests.support.real_client import RealHarness, cli_ready, release_params
 
 __all__ = [
     "SYSTEM_CA_BUNDLE",
@@ -46,16 +44,7 @@ def codex_of(version: str) -> Path:
 @functools.cache
 def why_not_codex(version: str) -> str | None:
     """Why the release cannot run here (None when it can), asked once per process."""
-    codex = codex_of(version)
-    if not sys.platform.startswith("linux"):
-        return "the real-client layer runs on Linux"
-    if not codex.exists():
-        return f"Codex CLI {version} is not at {codex} (`python3 ops/dev.py test` installs it with npm)"
-    done = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0 or version not in done.stdout:
-        printed = done.stdout.strip() or done.stderr.strip()[-200:]
-        return f"{codex} --version printed {printed!r} (want {version})"
-    return None
+    return cli_ready(codex_of(version), version, "Codex CLI")
 
 
 def skip_unless_codex_ready(version: str) -> None:
@@ -76,17 +65,7 @@ def refuse_a_missing_codex_under_ci() -> None:
 def codex_release_params(versions: tuple[str, ...] = RELEASES) -> list[Any]:
     """One pytest param per Codex release (ids `cx0.169.0`, ...), skipped loudly where that
     release cannot run here."""
-    return [
-        pytest.param(
-            version,
-            id=f"cx{version}",
-            marks=pytest.mark.skipif(
-                why_not_codex(version) is not None,
-                reason=f"REAL CODEX CLI TESTS SKIPPED: {why_not_codex(version)}",
-            ),
-        )
-        for version in versions
-    ]
+    return release_params(versions, prefix="cx", why=why_not_codex, title="CODEX")
 
 
 class CodexHarness(RealHarness):
